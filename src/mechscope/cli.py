@@ -1,0 +1,129 @@
+"""The ``mechscope`` command line: models, inspect, demo, report, and one group per workflow.
+
+Errors a user can fix print one line and exit with code 2; ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from mechscope.cli_errors import run_app
+from mechscope.models import ALIASES, DEFAULT_MODEL, all_cards
+
+app = typer.Typer(
+    name="mechscope",
+    help="Causal and attributional analysis of transformer language models.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+
+#: (module, command name, help) of each workflow's typer group.
+WORKFLOWS = [
+    (
+        "mechscope.lens.cli",
+        "lens",
+        "Logit lens, paired teacher-forced analysis, candidate readouts.",
+    ),
+    ("mechscope.patching.cli", "patch", "Activation patching across layers, positions, spans."),
+    ("mechscope.attribution.cli", "heads", "Head importance by integrated gradients over gates."),
+    ("mechscope.anchors.cli", "anchors", "Thought Anchors: which sentences of a trace matter."),
+    ("mechscope.distill.cli", "distill", "RCID distillation and its baselines."),
+]
+
+
+@app.callback()
+def main(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+) -> None:
+    """mechscope: run causal analyses on your Hugging Face model."""
+
+
+@app.command()
+def models() -> None:
+    """List model aliases and supported families."""
+    table = Table(title="aliases")
+    table.add_column("alias")
+    table.add_column("source")
+    for alias, (dist, rel) in ALIASES.items():
+        default = " (default)" if alias == DEFAULT_MODEL else ""
+        table.add_row(alias + default, f"PyPI {dist}: {rel}")
+    console.print(table)
+    cards = Table(title="families (model cards)")
+    for col in ("family", "config.model_type", "causal", "auto class"):
+        cards.add_column(col)
+    for family, card in sorted(all_cards().items()):
+        cards.add_row(family, ", ".join(card.model_types), str(card.causal), card.auto_class)
+    console.print(cards)
+    console.print("Also: any local HF directory or .gguf file, and tiny:<family> test models.")
+
+
+@app.command()
+def inspect(
+    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Model spec."),
+    dtype: str | None = typer.Option(None, help="float32, bfloat16 or float16."),
+) -> None:
+    """Layers, heads, sites, dtype and parameter count of a model."""
+    from mechscope.engine import SITE_NAMES
+    from mechscope.models import load_model
+
+    lm = load_model(model, dtype=dtype)
+    table = Table(title=model, show_header=False)
+    for key, value in lm.describe().items():
+        table.add_row(key, f"{value:,}" if isinstance(value, int) and value > 9999 else str(value))
+    table.add_row("sites", ", ".join(SITE_NAMES))
+    console.print(table)
+
+
+@app.command()
+def demo(
+    out: Path = typer.Option(Path("runs/demo"), "--out", help="Run directory."),
+    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Model spec."),
+    quick: bool = typer.Option(False, "--quick", help="A smaller version of every part."),
+    only: list[str] = typer.Option([], "--only", help="Run only these parts (repeatable)."),
+) -> None:
+    """The main job: every workflow on the demo model, one run directory, one report."""
+    from mechscope.demo import run_demo
+
+    report = run_demo(out, model=model, quick=quick, only=only or None, argv=sys.argv)
+    console.print(f"report: {report}")
+
+
+@app.command()
+def report(run_dir: Path = typer.Argument(..., help="A run directory.")) -> None:
+    """Rebuild report.html from a run's saved results (no model is loaded)."""
+    from mechscope.report.html import build_report
+    from mechscope.runs import RunDir
+
+    path = build_report(RunDir.open(run_dir))
+    console.print(f"report: {path}")
+
+
+def _mount_workflows() -> None:
+    for module_name, name, help_text in WORKFLOWS:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        app.add_typer(module.app, name=name, help=help_text)
+
+
+_mount_workflows()
+
+
+def entry() -> None:
+    """Console-script entry point."""
+    run_app(app)
+
+
+if __name__ == "__main__":
+    entry()

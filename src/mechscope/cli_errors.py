@@ -1,0 +1,41 @@
+"""Turn user-fixable errors into one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+from mechscope.errors import MechscopeError
+
+USER_ERRORS: tuple[type[BaseException], ...] = (MechscopeError, FileNotFoundError)
+
+
+def run_app(app: typer.Typer, argv: list[str] | None = None) -> None:
+    """Run ``app``; a :class:`MechscopeError` prints ``error: <one line>`` and exits 2."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    args = [a for a in args if a != "--debug"]  # accepted anywhere on the line
+    try:
+        app(args=args, standalone_mode=False)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        sys.exit(130)
+    except KeyboardInterrupt:
+        Console(stderr=True).print("interrupted; rerun the same command to resume")
+        sys.exit(130)
+    except USER_ERRORS as exc:
+        if debug:
+            raise
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        Console(stderr=True, highlight=False).print(f"error: {message}", soft_wrap=True)
+        sys.exit(2)
+    except Exception as exc:  # click usage errors carry their own exit code
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
+        raise

@@ -1,0 +1,301 @@
+"""The engine: one forward pass with any combination of interventions.
+
+Hooks are installed for the sites the interventions name, attention work is handed to the
+registered attention function, and everything is removed when the pass ends, also when it
+raises.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from mechscope.engine import attention
+from mechscope.engine.edits import apply_ablation, apply_gate, apply_patch, select
+from mechscope.engine.interventions import (
+    Ablate,
+    Gate,
+    Intervention,
+    Patch,
+    Read,
+    ReduceAttention,
+    SuppressAttention,
+)
+from mechscope.engine.sites import Site
+from mechscope.errors import SiteError
+from mechscope.models.loaded import LoadedModel
+
+
+@dataclass
+class RunOutput:
+    """What a pass returns: logits (if asked), reads by site, reductions by layer."""
+
+    logits: torch.Tensor | None  # [batch, seq|kept, vocab]
+    reads: dict[Site, torch.Tensor] = field(default_factory=dict)
+    reductions: dict[int, list[Any]] = field(default_factory=dict)
+
+    def __getitem__(self, site: Site) -> torch.Tensor:
+        return self.reads[site]
+
+
+class Engine:
+    """Owns every hook on one model. Create once per model (``Engine.of(lm)``)."""
+
+    def __init__(self, lm: LoadedModel):
+        self.lm = lm
+        attention.register()
+        lm.model.set_attn_implementation(attention.ATTN_NAME)
+        for layer in range(lm.n_layers):
+            attn_module = lm.layer_part("attn", layer)
+            attn_module._mechscope_layer = layer  # type: ignore[assignment]
+            attn_module._mechscope_bidirectional = lm.card.bidirectional_override  # type: ignore[assignment]
+
+    @classmethod
+    def of(cls, lm: LoadedModel) -> Engine:
+        engine = lm.extra.get("engine")
+        if engine is None:
+            engine = lm.extra["engine"] = cls(lm)
+        return engine
+
+    # ------------------------------------------------------------------------------------
+    def run(
+        self,
+        input_ids: torch.Tensor,  # [batch, seq]
+        interventions: Sequence[Intervention] = (),
+        *,
+        attention_mask: torch.Tensor | None = None,  # [batch, seq]
+        position_ids: torch.Tensor | None = None,  # [batch, seq]
+        logits: bool | int | torch.Tensor = True,
+        expand: tuple[int, int] | None = None,
+        grad: bool = False,
+    ) -> RunOutput:
+        """Run the model once with ``interventions``.
+
+        ``logits``: True for all positions, False to skip them, an int ``n`` for the last n
+        positions, or a 1-D tensor of positions. ``expand=(layer, n)``: the input has one row;
+        at ``resid_pre[layer]`` it is repeated to ``n`` rows, so layers below ``layer`` are
+        computed once for a batch of variants that differ only from ``layer`` on.
+        """
+        lm = self.lm
+        device = lm.device
+        input_ids = input_ids.to(device)
+        self._check(interventions, input_ids.shape[1])
+        out = RunOutput(logits=None)
+        handles: list[RemovableHandle] = []
+        work: dict[int, attention.AttentionWork] = defaultdict(attention.AttentionWork)
+        state = attention.PassState(
+            work=work, padding_mask=None if attention_mask is None else attention_mask.to(device)
+        )
+        token = attention.ACTIVE.set(state)
+        try:
+            self._install(interventions, out, handles, work, expand)
+            with torch.set_grad_enabled(grad):
+                kwargs: dict[str, Any] = {"use_cache": False}
+                if attention_mask is not None:
+                    kwargs["attention_mask"] = attention_mask.to(device)
+                if position_ids is not None:
+                    kwargs["position_ids"] = position_ids.to(device)
+                if lm.card.auto_class == "AutoModelForCausalLM":
+                    kwargs["logits_to_keep"] = _logits_to_keep(logits)
+                result = lm.model(input_ids=input_ids, **kwargs)
+            if logits is not False:
+                full = result.logits
+                if lm.card.auto_class != "AutoModelForCausalLM":
+                    full = _select_positions(full, logits)
+                out.logits = full
+            for site, _value in list(out.reads.items()):
+                if site.name == "logits":
+                    out.reads[site] = select(result.logits, site)
+        finally:
+            for handle in handles:
+                handle.remove()
+            attention.ACTIVE.reset(token)
+        return out
+
+    # ------------------------------------------------------------------------------------
+    def unembed(self, h: torch.Tensor, *, fp32: bool = True) -> torch.Tensor:
+        """Logit lens: the model's own final norm, then its output embedding (tied or not).
+
+        ``h [..., d_model]`` -> ``[..., vocab]``. The last layer's ``resid_post`` maps to the
+        model's own logits.
+        """
+        x = self.lm.final_norm()(h)
+        for module in self.lm.unembed_modules():
+            x = module(x)
+        if self.lm.logit_softcap:
+            cap = self.lm.logit_softcap
+            x = torch.tanh(x / cap) * cap
+        return x.float() if fp32 else x
+
+    # ------------------------------------------------------------------------------------
+    def _check(self, interventions: Sequence[Intervention], seq: int) -> None:
+        for iv in interventions:
+            site = getattr(iv, "site", None)
+            if site is None:
+                continue
+            if site.layer is not None:
+                self.lm.check_layer(site.layer)
+            if site.head is not None:
+                self.lm.check_head(site.head)
+            for p in site.positions or ():
+                if not -seq <= p < seq:
+                    raise SiteError(f"position {p} out of range: valid positions are 0..{seq - 1}")
+
+    def _install(
+        self,
+        interventions: Sequence[Intervention],
+        out: RunOutput,
+        handles: list[RemovableHandle],
+        work: dict[int, attention.AttentionWork],
+        expand: tuple[int, int] | None,
+    ) -> None:
+        lm = self.lm
+        ops: dict[tuple[str, int], list[Intervention]] = defaultdict(list)
+        for iv in interventions:
+            if isinstance(iv, Read | Patch | Ablate):
+                site = iv.site
+                if site.name == "pattern":
+                    if not isinstance(iv, Read):
+                        raise ValueError("pattern can only be read; use SuppressAttention")
+                    work[site.layer].reducers.append(_pattern_reader(site, out))  # type: ignore[index]
+                elif site.name == "logits":
+                    if not isinstance(iv, Read):
+                        raise ValueError("logits can only be read")
+                    out.reads[site] = torch.empty(0)
+                else:
+                    ops[site.key].append(iv)  # type: ignore[index]
+            elif isinstance(iv, Gate):
+                for layer in range(lm.n_layers):
+                    ops[("z", layer)].append(iv)
+            elif isinstance(iv, SuppressAttention):
+                span = _span_tensor(iv.spans)
+                heads = _head_mask(iv.heads, lm.n_heads)
+                for layer in iv.layers if iv.layers is not None else range(lm.n_layers):
+                    lm.check_layer(layer)
+                    work[layer].suppress.append((span, heads))
+            elif isinstance(iv, ReduceAttention):
+                for layer in iv.layers if iv.layers is not None else range(lm.n_layers):
+                    lm.check_layer(layer)
+                    work[layer].reducers.append(_reducer(layer, iv.fn, out))
+            else:
+                raise TypeError(f"not an intervention: {iv!r}")
+        if expand is not None:
+            ops.setdefault(("resid_pre", expand[0]), []).insert(0, _Expand(expand[1]))  # type: ignore[arg-type]
+        for (name, layer), items in ops.items():
+            handles.append(self._hook(name, layer, items, out))
+
+    def _hook(self, name: str, layer: int, items: list[Any], out: RunOutput) -> RemovableHandle:
+        lm = self.lm
+
+        def transform(act: torch.Tensor) -> torch.Tensor:
+            for item in items:
+                if isinstance(item, _Expand):
+                    act = act.expand(item.n, *act.shape[1:])
+                elif isinstance(item, Read):
+                    out.reads[item.site] = select(act, item.site)
+                elif isinstance(item, Patch):
+                    act = apply_patch(act, item)
+                elif isinstance(item, Ablate):
+                    act = apply_ablation(act, item)
+                elif isinstance(item, Gate):
+                    act = apply_gate(act, item.alpha, layer)
+            return act
+
+        if name == "resid_pre":
+            return lm.layer_module(layer).register_forward_pre_hook(
+                _pre_hook(transform), with_kwargs=True
+            )
+        if name == "z":
+            n_heads, d_head = lm.n_heads, lm.d_head
+
+            def z_transform(x: torch.Tensor) -> torch.Tensor:  # [b, s, heads * d_head]
+                z = x.view(*x.shape[:-1], n_heads, d_head)  # [b, s, heads, d_head]
+                return transform(z).reshape(x.shape)
+
+            return lm.layer_part("o_proj", layer).register_forward_pre_hook(
+                _pre_hook(z_transform), with_kwargs=True
+            )
+        module: nn.Module = {
+            "resid_post": lambda: lm.layer_module(layer),
+            "attn_out": lambda: lm.layer_part("attn_out", layer),
+            "mlp_out": lambda: lm.layer_part("mlp_out", layer),
+        }[name]()
+        return module.register_forward_hook(_post_hook(transform))
+
+
+@dataclass
+class _Expand:
+    n: int
+
+
+def _pre_hook(transform: Any) -> Any:
+    def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if args:
+            return (transform(args[0]), *args[1:]), kwargs
+        kwargs = dict(kwargs)
+        kwargs["hidden_states"] = transform(kwargs["hidden_states"])
+        return args, kwargs
+
+    return hook
+
+
+def _post_hook(transform: Any) -> Any:
+    def hook(module: nn.Module, args: tuple, output: Any) -> Any:
+        if isinstance(output, tuple):
+            return (transform(output[0]), *output[1:])
+        return transform(output)
+
+    return hook
+
+
+def _pattern_reader(site: Site, out: RunOutput) -> Any:
+    def read(probs: torch.Tensor) -> None:  # [b, h, q, k]
+        p = probs if site.head is None else probs[:, site.head]
+        out.reads[site] = p
+
+    return read
+
+
+def _reducer(layer: int, fn: Any, out: RunOutput) -> Any:
+    def reduce(probs: torch.Tensor) -> None:
+        out.reductions.setdefault(layer, []).append(fn(layer, probs))
+
+    return reduce
+
+
+def _span_tensor(spans: tuple[int, int] | torch.Tensor) -> torch.Tensor:
+    t = spans if isinstance(spans, torch.Tensor) else torch.tensor([spans])
+    return t.reshape(-1, 2).long()
+
+
+def _head_mask(heads: Sequence[int] | None, n_heads: int) -> torch.Tensor | None:
+    if heads is None:
+        return None
+    mask = torch.zeros(n_heads, dtype=torch.bool)
+    for h in heads:
+        if not 0 <= h < n_heads:
+            raise SiteError(f"head {h} out of range: valid heads are 0..{n_heads - 1}")
+        mask[h] = True
+    return mask
+
+
+def _logits_to_keep(logits: bool | int | torch.Tensor) -> int | torch.Tensor:
+    if logits is True:
+        return 0
+    if logits is False:
+        return 1
+    return logits
+
+
+def _select_positions(full: torch.Tensor, logits: bool | int | torch.Tensor) -> torch.Tensor:
+    if logits is True or logits is False:
+        return full
+    if isinstance(logits, int):
+        return full[:, -logits:]
+    return full[:, logits]

@@ -1,0 +1,41 @@
+"""Errors that mechscope reports to users as one line (exit code 2 from the CLI).
+
+Every input problem is raised as :class:`InputError` naming the sample, the field and
+what was expected, so a user with 10,000 samples can find the bad one at once.
+"""
+
+from __future__ import annotations
+
+
+class MechscopeError(Exception):
+    """Base class for errors mechscope reports as one clear line."""
+
+
+class InputError(MechscopeError, ValueError):
+    """Bad user input: names the sample, the field and the expectation.
+
+    >>> str(InputError("expected a non-empty string", sample="s3", field="continuation"))
+    "sample 's3': field 'continuation': expected a non-empty string"
+    """
+
+    def __init__(self, expected: str, *, sample: str | None = None, field: str | None = None):
+        self.sample, self.field, self.expected = sample, field, expected
+        parts = []
+        if sample is not None:
+            parts.append(f"sample {sample!r}")
+        if field is not None:
+            parts.append(f"field {field!r}")
+        parts.append(expected)
+        super().__init__(": ".join(parts))
+
+
+class ModelSpecError(MechscopeError, ValueError):
+    """A model spec that is neither a directory, a GGUF file, an alias nor tiny:<family>."""
+
+
+class UnsupportedFamilyError(MechscopeError, ValueError):
+    """A model family without a model card."""
+
+
+class SiteError(MechscopeError, IndexError):
+    """A site addressed out of range (layer, head or position)."""

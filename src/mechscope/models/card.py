@@ -1,0 +1,114 @@
+"""Model cards: one declarative YAML file per family saying where each site lives.
+
+Workflows never name a module path; they ask the engine for a site, and only the card knows
+which module of a given family produces it. Adding a family means adding a YAML file to
+``mechscope/models/cards/`` (or to a directory named by ``$MECHSCOPE_CARDS``); nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from mechscope.errors import UnsupportedFamilyError
+
+CARDS_DIR = Path(__file__).parent / "cards"
+
+
+class ModelCard(BaseModel):
+    """Where the sites of one model family live, relative to the loaded model.
+
+    Paths are dotted attribute paths. ``attn``, ``o_proj``, ``attn_out`` and ``mlp_out`` are
+    relative to one decoder layer; the others are relative to the top-level model.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    family: str
+    model_types: list[str] = Field(description="config.model_type values this card serves")
+    auto_class: str = "AutoModelForCausalLM"
+    embed: str
+    layers: str
+    attn: str
+    o_proj: str = Field(description="module whose *input* is z, all heads concatenated")
+    attn_out: str = Field(description="module whose output is what attention adds to the residual")
+    mlp_out: str = Field(description="module whose output is what the MLP adds to the residual")
+    final_norm: str
+    unembed: list[str] = Field(description="modules applied in order after the final norm")
+    n_heads: list[str] = ["num_attention_heads"]
+    n_kv_heads: list[str] = ["num_key_value_heads"]
+    n_layers: list[str] = ["num_hidden_layers"]
+    d_model: list[str] = ["hidden_size"]
+    head_dim: list[str] = ["head_dim"]
+    logit_softcap: str | None = Field(None, description="config attribute of a final tanh softcap")
+    causal: bool = True
+    bidirectional_override: bool = Field(
+        False, description="drop the causal mask the modeling code builds (LLaDA-style decoders)"
+    )
+    mask_token: str | None = Field(None, description="config attribute holding the mask token id")
+    tiny_config: dict[str, Any] = Field(
+        default_factory=dict, description="config class name and kwargs for tiny:<family>"
+    )
+
+    def config_value(self, config: Any, names: list[str], default: Any = None) -> Any:
+        """First attribute of ``config`` among ``names`` that is set (not None)."""
+        for name in names:
+            value = getattr(config, name, None)
+            if value is not None:
+                return value
+        return default
+
+
+def _card_dirs() -> list[Path]:
+    extra = os.environ.get("MECHSCOPE_CARDS")
+    dirs = [Path(p) for p in extra.split(os.pathsep)] if extra else []
+    return [*dirs, CARDS_DIR]
+
+
+@cache
+def _all_cards_cached(dirs: tuple[Path, ...]) -> dict[str, ModelCard]:
+    cards: dict[str, ModelCard] = {}
+    for d in reversed(dirs):  # user directories override the built-in cards
+        for path in sorted(d.glob("*.yaml")):
+            card = ModelCard.model_validate(yaml.safe_load(path.read_text()))
+            cards[card.family] = card
+    return cards
+
+
+def all_cards() -> dict[str, ModelCard]:
+    """All known cards by family name (built-in plus ``$MECHSCOPE_CARDS``)."""
+    return _all_cards_cached(tuple(_card_dirs()))
+
+
+def card_for_family(family: str) -> ModelCard:
+    """The card of a family by its card name (e.g. ``llama``, ``llada``)."""
+    cards = all_cards()
+    if family in cards:
+        return cards[family]
+    raise UnsupportedFamilyError(_unsupported_message(family))
+
+
+def card_for_config(config: Any) -> ModelCard:
+    """The card matching a transformers config: an explicit ``mechscope_card`` wins."""
+    explicit = getattr(config, "mechscope_card", None)
+    if explicit:
+        return card_for_family(explicit)
+    model_type = getattr(config, "model_type", None)
+    for card in all_cards().values():
+        if model_type in card.model_types:
+            return card
+    raise UnsupportedFamilyError(_unsupported_message(str(model_type)))
+
+
+def _unsupported_message(family: str) -> str:
+    known = ", ".join(sorted(all_cards()))
+    return (
+        f"no model card for family {family!r} (known: {known}); to add one, copy "
+        f"{CARDS_DIR / 'llama.yaml'} to a directory named in $MECHSCOPE_CARDS, set model_types "
+        "to your config.model_type and point each path at the module that holds that site"
+    )

@@ -1,0 +1,36 @@
+"""Report section of the overview: the logit-lens heatmap and table."""
+
+from __future__ import annotations
+
+from mechscope.overview.compute import probability_matrix
+from mechscope.overview.demo import TABLE
+from mechscope.report import FigureBlock, TableBlock, heatmap, register_section
+from mechscope.runs import RunDir, has_table, read_table
+
+
+@register_section("overview", "Model overview: logit lens", order=5)
+def overview_section(run: RunDir) -> list:
+    if not has_table(run, TABLE):
+        return []
+    df = read_table(run, TABLE)
+    z, labels, layers = probability_matrix(df)
+    top = df.pivot(index="prompt_id", columns="layer", values="top_token").sort_index()
+    hover = [[f"layer top-1: {t!r}" for t in row] for row in top.to_numpy()]
+    fig = heatmap(
+        z,
+        x_labels=layers,
+        y_labels=labels,
+        title="Probability of the final prediction, read at each layer (logit lens)",
+        hover_text=hover,
+        colorbar_title="p",
+        x_title="layer",
+        y_title="prompt → final prediction",
+        caption=(
+            "How to read this: each cell is the probability the model's own final norm and "
+            "unembedding give to its final answer when applied to that layer's residual "
+            "stream at the last prompt token; the last column is the model's output. Early "
+            "layers of the logit lens are often uninformative, not wrong."
+        ),
+    )
+    last = df[df.layer == df.layer.max()][["prompt", "target", "target_prob"]]
+    return [FigureBlock(fig), TableBlock(last, caption="The model's final prediction per prompt.")]

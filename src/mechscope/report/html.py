@@ -1,0 +1,126 @@
+"""Build the self-contained HTML report of a run directory.
+
+One file, no network: plotly.js is inlined once from the installed plotly package,
+CSS is inlined, fonts are the reader's system fonts. The report can be mailed,
+archived or opened on an air-gapped machine years later and still work. Every
+figure also gets static PNG and SVG copies in ``figures/``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from mechscope.report.registry import load_sections
+from mechscope.report.render_blocks import kv_html, render_block
+from mechscope.report.sections import registered_sections
+from mechscope.runs.atomic import atomic_write_text
+from mechscope.runs.manifest import now_iso, package_version
+from mechscope.runs.rundir import RunDir
+
+TEMPLATE = "report.html.j2"
+STYLESHEET = "report.css"
+
+
+def _asset(name: str) -> str:
+    return (resources.files("mechscope.report") / "assets" / name).read_text(encoding="utf-8")
+
+
+def _duration(start: str | None, end: str | None) -> str | None:
+    if not start or not end:
+        return None
+    seconds = (_dt.datetime.fromisoformat(end) - _dt.datetime.fromisoformat(start)).total_seconds()
+    return format_seconds(seconds)
+
+
+def format_seconds(seconds: float) -> str:
+    """``3723.4`` → ``"1 h 02 min 03 s"``; short times keep one decimal."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, sec = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min {sec:02d} s" if hours else f"{minutes} min {sec:02d} s"
+
+
+def manifest_tables(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The header's key-value tables: the run, its environment, its timings."""
+    model = manifest.get("model") or {}
+    fingerprint = model.get("fingerprint")
+    run = {
+        "model": model.get("spec"),
+        "weights fingerprint": f"{fingerprint[:16]}…" if fingerprint else None,
+        "seed": manifest.get("seed"),
+        "status": manifest.get("status"),
+        "start": manifest.get("start"),
+        "end": manifest.get("end"),
+        "duration": _duration(manifest.get("start"), manifest.get("end")),
+        "resumed": manifest.get("resumed") or None,
+        "command": manifest.get("command"),
+    }
+    run = {k: v for k, v in run.items() if v is not None}
+    env = dict(manifest.get("versions") or {})
+    env["platform"] = manifest.get("platform")
+    tables = [
+        {"title": "Run", "html": kv_html(run)},
+        {"title": "Environment", "html": kv_html(env)},
+    ]
+    timings = manifest.get("timings") or {}
+    if timings:
+        shown = {part: format_seconds(float(s)) for part, s in timings.items()}
+        tables.append({"title": "Timings", "html": kv_html(shown)})
+    return tables
+
+
+def collect_sections(run: RunDir, static_dir: Path | None) -> list[dict[str, Any]]:
+    """Call every registered section; keep those with results, rendered for the template."""
+    out = []
+    for section in registered_sections():
+        blocks = section.fn(run) or []
+        if not blocks:
+            continue
+        rendered = [render_block(b, section.key, i, static_dir) for i, b in enumerate(blocks)]
+        out.append({"key": section.key, "title": section.title, "blocks": rendered})
+    return out
+
+
+def render_report_html(run: RunDir, sections: list[dict[str, Any]]) -> str:
+    """Fill the template; plotly.js is included (once) only when there is a figure."""
+    from plotly.offline import get_plotlyjs
+
+    has_figures = any(b["kind"] == "figure" for s in sections for b in s["blocks"])
+    jinja = jinja2.Environment(
+        autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True
+    )
+    template = jinja.from_string(_asset(TEMPLATE))
+    manifest = run.manifest
+    return template.render(
+        name=run.name,
+        css=Markup(_asset(STYLESHEET)),
+        plotly_js=Markup(get_plotlyjs()) if has_figures else None,
+        header_tables=manifest_tables(manifest),
+        sections=sections,
+        version=package_version("mechscope") or "unknown",
+        generated=now_iso(),
+    )
+
+
+def build_report(run: RunDir | Path | str, *, static_figures: bool = True) -> Path:
+    """Write ``report.html`` (atomically) for ``run``; return its path.
+
+    Sections come from the installed workflows (see :func:`load_sections`) and any
+    registered by the caller. With ``static_figures`` every figure is also written to
+    ``figures/<section>-<index>.png`` and ``.svg``.
+    """
+    run = run if isinstance(run, RunDir) else RunDir.open(run)
+    load_sections()
+    static_dir = run.figures_dir if static_figures else None
+    if static_dir is not None:
+        static_dir.mkdir(parents=True, exist_ok=True)
+    sections = collect_sections(run, static_dir)
+    html = render_report_html(run, sections)
+    return atomic_write_text(run.report_path, html)

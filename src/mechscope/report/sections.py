@@ -1,0 +1,104 @@
+"""Report sections: each workflow registers one function that turns its results into blocks.
+
+A section function reads the run directory (tables, arrays, shards) and returns a
+list of blocks, or ``None`` / ``[]`` when its results are not in this run, so the
+report shows exactly the workflows that ran. Sections never see a model.
+
+>>> @register_section("lens", "Logit lens", order=10)  # doctest: +SKIP
+... def lens_section(run):
+...     if not has_table(run, "lens"):
+...         return None
+...     return [FigureBlock(heatmap(...)), TableBlock(read_table(run, "lens"), "per layer")]
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from mechscope.report.figure import Figure
+from mechscope.runs.rundir import RunDir
+
+
+@dataclass
+class FigureBlock:
+    """A figure with its "how to read this" caption (default: the figure's own).
+
+    ``name`` is the file stem of its static copies in ``figures/`` (default:
+    ``<section>-<index>``).
+    """
+
+    figure: Figure
+    caption: str | None = None
+    name: str | None = None
+
+
+@dataclass
+class TableBlock:
+    """A table, shown up to ``max_rows`` rows (the report says how many were left out)."""
+
+    df: pd.DataFrame
+    caption: str = ""
+    max_rows: int = 50
+
+
+@dataclass
+class TextBlock:
+    """Prose in Markdown (CommonMark + tables); raw HTML passes through."""
+
+    content: str
+
+
+@dataclass
+class KeyValueBlock:
+    """What was run: model, data, parameters, timings — as a two-column table."""
+
+    items: Mapping[str, Any]
+    caption: str = ""
+
+
+Block = FigureBlock | TableBlock | TextBlock | KeyValueBlock
+SectionFn = Callable[[RunDir], list[Block] | None]
+
+
+@dataclass(frozen=True)
+class Section:
+    key: str
+    title: str
+    order: int
+    fn: SectionFn = field(compare=False)
+
+
+_SECTIONS: dict[str, Section] = {}
+_KEY = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+
+
+def register_section(key: str, title: str, order: int = 100) -> Callable[[SectionFn], SectionFn]:
+    """Decorator: add a section to every report, placed by ``order`` then ``key``.
+
+    ``key`` (lowercase letters, digits, ``_``, ``-``) is the section's anchor and the
+    prefix of its figure files. Registering a key again replaces the earlier section,
+    so re-importing a module is harmless.
+    """
+    if not _KEY.match(key):
+        raise ValueError(f"section key must match {_KEY.pattern}, got {key!r}")
+
+    def decorate(fn: SectionFn) -> SectionFn:
+        _SECTIONS[key] = Section(key, title, int(order), fn)
+        return fn
+
+    return decorate
+
+
+def unregister_section(key: str) -> None:
+    """Remove a section (no error if absent)."""
+    _SECTIONS.pop(key, None)
+
+
+def registered_sections() -> list[Section]:
+    """All registered sections in report order."""
+    return sorted(_SECTIONS.values(), key=lambda s: (s.order, s.key))

@@ -1,0 +1,37 @@
+"""Run directories: config, manifest, tables, arrays and resumable per-sample shards."""
+
+from mechscope.runs.atomic import (
+    atomic_path,
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+)
+from mechscope.runs.fingerprint import weights_fingerprint
+from mechscope.runs.rundir import RunDir
+from mechscope.runs.shards import ShardStore, run_sharded, shard_stem
+from mechscope.runs.tables import (
+    has_arrays,
+    has_table,
+    read_arrays,
+    read_table,
+    write_arrays,
+    write_table,
+)
+
+__all__ = [
+    "RunDir",
+    "ShardStore",
+    "atomic_path",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_write_text",
+    "has_arrays",
+    "has_table",
+    "read_arrays",
+    "read_table",
+    "run_sharded",
+    "shard_stem",
+    "weights_fingerprint",
+    "write_arrays",
+    "write_table",
+]

@@ -1,0 +1,234 @@
+"""The run directory: one folder per run holding its config, manifest and every result.
+
+Layout::
+
+    runs/<name>/
+      config.yaml      the exact config (resume requires the same one)
+      manifest.json    versions, platform, model, seed, command line, times
+      figures/         static PNG + SVG copies of report figures
+      tables/          long-format results (Parquet)
+      arrays/          dense arrays (npz)
+      shards/<part>/   per-sample work of a resumable part
+      report.html      the self-contained report
+
+Creating a run whose name already exists *resumes* it when the config, seed and
+model fingerprint are the same, and refuses otherwise: mixing shards computed
+under two configs would silently corrupt the results.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from mechscope.errors import InputError
+from mechscope.runs.atomic import atomic_write_json, atomic_write_text
+from mechscope.runs.manifest import config_differences, config_to_dict, new_manifest, now_iso
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+MANIFEST_FILE = "manifest.json"
+CONFIG_FILE = "config.yaml"
+SUBDIRS = ("figures", "tables", "arrays", "shards")
+
+
+def check_name(name: str, field: str = "name") -> str:
+    """Return ``name`` if it is a safe file name (letters, digits, ``.``, ``_``, ``-``)."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InputError(
+            f"a name of letters, digits, '.', '_' or '-' (at most 128), got {name!r}", field=field
+        )
+    return name
+
+
+class RunDir:
+    """A run directory on disk. Make one with :meth:`create` or :meth:`open`."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.resumed = False
+
+    # ------------------------------------------------------------------ creation
+    @classmethod
+    def create(
+        cls,
+        root: Path | str,
+        name: str | None,
+        config: BaseModel | dict[str, Any],
+        *,
+        model_spec: str | None = None,
+        model_fingerprint: str | None = None,
+        seed: int = 0,
+        argv: list[str] | None = None,
+    ) -> RunDir:
+        """Create ``root/<name>`` (default name: a timestamp), or resume it if it matches.
+
+        Raises :class:`InputError` when a run of that name exists with a different
+        config, seed or model fingerprint, or when the folder exists and is not a run.
+        """
+        root = Path(root)
+        cfg = config_to_dict(config)
+        if name is None:
+            name = _free_timestamp_name(root)
+        path = root / check_name(name)
+        if (path / MANIFEST_FILE).is_file():
+            run = cls.open(path)
+            run._check_resume(cfg, seed=seed, model_fingerprint=model_fingerprint)
+            run._update_manifest(lambda m: _mark_resumed(m))
+            run.resumed = True
+            return run
+        if path.exists() and any(path.iterdir()):
+            raise InputError(
+                f"an empty folder or a run directory at {path}; it has files but no manifest",
+                field="name",
+            )
+        for sub in SUBDIRS:
+            (path / sub).mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path / CONFIG_FILE, yaml.safe_dump(cfg, sort_keys=False))
+        config_type = type(config).__qualname__ if isinstance(config, BaseModel) else "dict"
+        manifest = new_manifest(
+            name,
+            config_type=config_type,
+            model_spec=model_spec,
+            model_fingerprint=model_fingerprint,
+            seed=seed,
+            argv=list(argv) if argv is not None else [],
+        )
+        atomic_write_json(path / MANIFEST_FILE, manifest)  # written last: marks the run as made
+        return cls(path)
+
+    @classmethod
+    def open(cls, path: Path | str) -> RunDir:
+        """Reopen an existing run directory; :class:`InputError` if it has no manifest."""
+        path = Path(path)
+        if not (path / MANIFEST_FILE).is_file():
+            raise InputError(f"a run directory with {MANIFEST_FILE}; none at {path}", field="run")
+        return cls(path)
+
+    def _check_resume(self, cfg: dict[str, Any], *, seed: int, model_fingerprint: str | None):
+        old = self.config
+        diffs = config_differences(old, cfg)
+        if diffs:
+            shown = ", ".join(diffs[:5]) + (" …" if len(diffs) > 5 else "")
+            raise InputError(
+                f"the same config to resume run {self.path} (it differs at: {shown}); "
+                "use another run name to start a new run",
+                field="config",
+            )
+        manifest = self.manifest
+        if manifest.get("seed") != int(seed):
+            raise InputError(
+                f"seed {manifest.get('seed')} to resume run {self.path}, got {seed}", field="seed"
+            )
+        old_fp = manifest.get("model", {}).get("fingerprint")
+        if old_fp and model_fingerprint and old_fp != model_fingerprint:
+            raise InputError(
+                f"the same model weights to resume run {self.path} "
+                f"(fingerprint {old_fp[:12]}…, got {model_fingerprint[:12]}…)",
+                field="model",
+            )
+
+    # ------------------------------------------------------------------ contents
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def figures_dir(self) -> Path:
+        return self.path / "figures"
+
+    @property
+    def tables_dir(self) -> Path:
+        return self.path / "tables"
+
+    @property
+    def arrays_dir(self) -> Path:
+        return self.path / "arrays"
+
+    @property
+    def shards_dir(self) -> Path:
+        return self.path / "shards"
+
+    def shard_dir(self, part: str) -> Path:
+        """The folder of one resumable part's per-sample shards."""
+        return self.shards_dir / check_name(part, field="part")
+
+    @property
+    def report_path(self) -> Path:
+        return self.path / "report.html"
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The config as written (plain dict, re-read from ``config.yaml`` each time)."""
+        loaded = yaml.safe_load((self.path / CONFIG_FILE).read_text(encoding="utf-8"))
+        return loaded if loaded is not None else {}
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The manifest as on disk (re-read each time)."""
+        return json.loads((self.path / MANIFEST_FILE).read_text(encoding="utf-8"))
+
+    # ------------------------------------------------------------------ updates
+    def _update_manifest(self, change) -> dict[str, Any]:
+        """Read, change and atomically rewrite the manifest (one writer per run)."""
+        manifest = self.manifest
+        change(manifest)
+        atomic_write_json(self.path / MANIFEST_FILE, manifest)
+        return manifest
+
+    def record_timing(self, part: str, seconds: float) -> None:
+        """Add ``seconds`` to ``part``'s wall time (a resumed part sums its sessions)."""
+        if not seconds >= 0:
+            raise InputError(f"a non-negative number of seconds, got {seconds}", field=part)
+
+        def add(m: dict[str, Any]) -> None:
+            timings = m.setdefault("timings", {})
+            timings[part] = round(float(timings.get(part, 0.0)) + float(seconds), 6)
+
+        self._update_manifest(add)
+
+    @contextmanager
+    def timed(self, part: str) -> Iterator[None]:
+        """Time the block and record it under ``part`` (also when the block raises)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.record_timing(part, time.perf_counter() - start)
+
+    def finish(self, status: str = "finished") -> None:
+        """Mark the run as ended now."""
+
+        def end(m: dict[str, Any]) -> None:
+            m["end"], m["status"] = now_iso(), status
+
+        self._update_manifest(end)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+
+def _mark_resumed(manifest: dict[str, Any]) -> None:
+    manifest.setdefault("resumed", []).append(now_iso())
+    manifest["status"], manifest["end"] = "running", None
+
+
+def _free_timestamp_name(root: Path) -> str:
+    """A ``YYYYmmdd-HHMMSS`` name not yet used under ``root`` (``-2``, ``-3`` … if taken)."""
+    base = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    name, k = base, 1
+    while (root / name).exists():
+        k += 1
+        name = f"{base}-{k}"
+    return name

@@ -1,0 +1,67 @@
+"""Statistics shared by every workflow: bootstrap bands, divergences, agreement, alignment.
+
+Functions here work on results that are already computed (per-sample scalars, per-token
+log-probabilities) and never touch a model. Curves get bootstrap confidence intervals with
+the sample as the resampling unit; divergences are computed in log space in fp32.
+"""
+
+from mechscope.stats.binning import (
+    anchor_align,
+    first_k,
+    nanmean_stack,
+    progress_bin_counts,
+    progress_bin_index,
+    progress_bins,
+)
+from mechscope.stats.bootstrap import (
+    CurveCI,
+    curve_ci,
+    group_curve_cis,
+    group_difference_ci,
+    stratified_curve_ci,
+)
+from mechscope.stats.correlation import (
+    SplitHalf,
+    cosine,
+    pairwise_pearson_matrix,
+    pearson,
+    spearman,
+    split_half_reliability,
+    summary_offdiag,
+)
+from mechscope.stats.divergences import (
+    entropy_from_logp,
+    js_from_logp,
+    kl_from_logp,
+    nll_of_targets,
+)
+from mechscope.stats.kurtosis import kurtosis_across
+from mechscope.stats.multiple import bh_adjust, bh_reject
+
+__all__ = [
+    "CurveCI",
+    "SplitHalf",
+    "anchor_align",
+    "bh_adjust",
+    "bh_reject",
+    "cosine",
+    "curve_ci",
+    "entropy_from_logp",
+    "first_k",
+    "group_curve_cis",
+    "group_difference_ci",
+    "js_from_logp",
+    "kl_from_logp",
+    "kurtosis_across",
+    "nanmean_stack",
+    "nll_of_targets",
+    "pairwise_pearson_matrix",
+    "pearson",
+    "progress_bin_counts",
+    "progress_bin_index",
+    "progress_bins",
+    "spearman",
+    "split_half_reliability",
+    "stratified_curve_ci",
+    "summary_offdiag",
+]

@@ -1,0 +1,42 @@
+"""Shared fixtures: real models under ../shared (skipped cleanly when absent), offline hub."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("MECHSCOPE_PROGRESS", "0")
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+STORIES = SHARED / "models" / "stories260K"
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    if not SHARED.exists():
+        pytest.skip(f"shared material not found at {SHARED}")
+    return SHARED
+
+
+@pytest.fixture(scope="session")
+def stories_path() -> Path:
+    if not (STORIES / "config.json").exists():
+        pytest.skip(f"stories260K not found at {STORIES}")
+    return STORIES
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The real demo model (converted once from the GGUF shipped on PyPI)."""
+    from mechscope.errors import ModelSpecError
+    from mechscope.models import load_model
+
+    try:
+        return load_model("smollm2-135m")
+    except ModelSpecError as exc:
+        pytest.skip(str(exc))

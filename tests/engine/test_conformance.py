@@ -1,0 +1,237 @@
+"""Conformance of the engine against every model card (tiny models) and real models.
+
+Each check compares the engine with an independent computation: transformers' own hidden
+states, eager attention probabilities, a hand-built 4-D attention mask.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from mechscope.engine import Ablate, Engine, Gate, Patch, Read, Site, SuppressAttention
+from mechscope.engine import attention as attention_module
+from mechscope.models import all_cards, load_model
+
+FAMILIES = sorted(all_cards())
+ATOL = 1e-5
+
+
+def _model(spec: str):
+    lm = load_model(spec)
+    return lm, Engine.of(lm)
+
+
+def _ids(lm, seq: int = 12, batch: int = 2) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(0)
+    return torch.randint(10, min(lm.vocab_size, 300), (batch, seq), generator=gen)
+
+
+def _hidden_states(lm, ids):
+    with torch.no_grad():
+        return lm.model(input_ids=ids, output_hidden_states=True)
+
+
+def check_reads(lm, eng, ids) -> None:
+    ref = _hidden_states(lm, ids)
+    L = lm.n_layers
+    reads = [Read(Site("resid_pre", l)) for l in range(L)]
+    reads += [Read(Site("resid_post", l)) for l in range(L - 1)]
+    out = eng.run(ids, reads)
+    for l in range(L):
+        torch.testing.assert_close(
+            out[Site("resid_pre", l)], ref.hidden_states[l], atol=ATOL, rtol=0
+        )
+    for l in range(L - 1):
+        torch.testing.assert_close(
+            out[Site("resid_post", l)], ref.hidden_states[l + 1], atol=ATOL, rtol=0
+        )
+    torch.testing.assert_close(out.logits, ref.logits, atol=ATOL, rtol=0)
+
+
+def check_self_patch(lm, eng, ids) -> None:
+    base = eng.run(ids).logits
+    for name in ("resid_pre", "resid_post", "attn_out", "mlp_out", "z"):
+        layer = lm.n_layers // 2
+        site = Site(name, layer)
+        value = eng.run(ids, [Read(site)], logits=False)[site]
+        patched = eng.run(ids, [Patch(site, value)]).logits
+        torch.testing.assert_close(patched, base, atol=ATOL, rtol=0, msg=f"self-patch {name}")
+        # a real patch must change something (the check above is not vacuous)
+        noise = torch.randn(value.shape, generator=torch.Generator().manual_seed(1))
+        changed = eng.run(ids, [Patch(site, value + noise)]).logits
+        assert (changed - base).abs().max() > 1e-3, name
+
+
+def check_gates(lm, eng, ids) -> None:
+    base = eng.run(ids).logits
+    ones = torch.ones(lm.n_layers, lm.n_heads)
+    torch.testing.assert_close(eng.run(ids, [Gate(ones)]).logits, base, atol=ATOL, rtol=0)
+    layer = 1
+    alpha = ones.clone()
+    alpha[layer] = 0
+    gated = eng.run(ids, [Gate(alpha)]).logits
+    zeroed = eng.run(ids, [Ablate(Site("z", layer), "zero")]).logits
+    torch.testing.assert_close(gated, zeroed, atol=ATOL, rtol=0)
+    assert (gated - base).abs().max() > 1e-4
+
+
+def check_pattern(lm, eng, ids) -> None:
+    eager = copy.deepcopy(lm.model)
+    eager.set_attn_implementation("eager")
+    for module in eager.modules():  # an independent model: no engine attributes
+        for attr in ("_mechscope_layer", "_mechscope_bidirectional"):
+            if hasattr(module, attr):
+                delattr(module, attr)
+    if lm.card.bidirectional_override:
+        pytest.skip("eager attention of the llama class is causal; covered by check_bidirectional")
+    with torch.no_grad():
+        ref = eager(input_ids=ids, output_attentions=True).attentions
+    out = eng.run(ids, [Read(Site("pattern", l)) for l in range(lm.n_layers)])
+    for l in range(lm.n_layers):
+        torch.testing.assert_close(out[Site("pattern", l)], ref[l].float(), atol=ATOL, rtol=0)
+
+
+def check_suppression_layer0(lm, eng, ids) -> None:
+    """At layer 0 the inputs are unchanged, so suppressed probabilities are the unsuppressed
+    ones with the span removed and rows renormalised (queries after the span only)."""
+    start, end = 3, 6
+    site = Site("pattern", 0)
+    base = eng.run(ids, [Read(site)], logits=False)[site]
+    sup = eng.run(ids, [SuppressAttention((start, end)), Read(site)], logits=False)[site]
+    expected = base.clone()
+    q = slice(end, None)
+    expected[:, :, q, start:end] = 0
+    expected[:, :, q] = expected[:, :, q] / expected[:, :, q].sum(-1, keepdim=True)
+    torch.testing.assert_close(sup, expected, atol=ATOL, rtol=0)
+    torch.testing.assert_close(sup[:, :, :end], base[:, :, :end], atol=ATOL, rtol=0)
+
+
+def check_suppression_mask(lm, eng, ids) -> None:
+    """Whole-model suppression equals the model run with a hand-built 4-D eager mask."""
+    if not lm.causal:
+        pytest.skip("4-D causal mask reference applies to causal decoders")
+    start, end = 3, 6
+    window = getattr(lm.model.config, "sliding_window", None)
+    if window:  # a 4-D mask replaces the sliding window, so stay inside it
+        ids = ids[:, : min(ids.shape[1], window)]
+    seq = ids.shape[1]
+    allowed = torch.tril(torch.ones(seq, seq, dtype=torch.bool))
+    allowed[end:, start:end] = False
+    mask = torch.zeros(seq, seq).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    eager = copy.deepcopy(lm.model)
+    eager.set_attn_implementation("eager")
+    with torch.no_grad():
+        ref = eager(input_ids=ids, attention_mask=mask[None, None].expand(ids.shape[0], 1, -1, -1))
+    got = eng.run(ids, [SuppressAttention((start, end))]).logits
+    torch.testing.assert_close(got, ref.logits, atol=1e-4, rtol=0)
+
+
+def check_lens(lm, eng, ids) -> None:
+    last = Site("resid_post", lm.n_layers - 1)
+    out = eng.run(ids, [Read(last)])
+    torch.testing.assert_close(eng.unembed(out[last]), out.logits.float(), atol=ATOL, rtol=0)
+
+
+def check_no_hooks_after_error(lm, eng, ids) -> None:
+    def hooks() -> list[tuple[int, ...]]:  # transformers may own hooks of its own: compare
+        return [
+            (*module._forward_hooks.keys(), -1, *module._forward_pre_hooks.keys())
+            for module in lm.model.modules()
+        ]
+
+    before = hooks()
+    bad = Patch(Site("resid_pre", 1), torch.zeros(3, 3, 3))  # wrong shape: raises mid-pass
+    with pytest.raises(RuntimeError):
+        eng.run(ids, [Read(Site("z", 0)), SuppressAttention((1, 2)), bad])
+    assert hooks() == before
+    assert attention_module.ACTIVE.get() is None
+    torch.testing.assert_close(
+        eng.run(ids).logits, _hidden_states(lm, ids).logits, atol=ATOL, rtol=0
+    )
+
+
+CHECKS = [
+    check_reads,
+    check_self_patch,
+    check_gates,
+    check_pattern,
+    check_suppression_layer0,
+    check_suppression_mask,
+    check_lens,
+    check_no_hooks_after_error,
+]
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_card_conformance(family: str, check) -> None:
+    lm, eng = _model(f"tiny:{family}")
+    check(lm, eng, _ids(lm))
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
+def test_stories260k_conformance(stories_path, check) -> None:
+    lm, eng = _model(str(stories_path))
+    check(lm, eng, _ids(lm))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
+def test_smollm2_conformance(smollm2, check) -> None:
+    eng = Engine.of(smollm2)
+    check(smollm2, eng, _ids(smollm2, seq=10, batch=1))
+
+
+def test_bidirectional_sees_the_future() -> None:
+    """A LLaDA-style model attends both ways: changing the last token changes position 0."""
+    lm, eng = _model("tiny:llada")
+    ids = _ids(lm, batch=1)
+    other = ids.clone()
+    other[0, -1] = (other[0, -1] + 1) % lm.vocab_size
+    a, b = eng.run(ids).logits, eng.run(other).logits
+    assert (a[0, 0] - b[0, 0]).abs().max() > 1e-4
+    _causal, ceng = _model("tiny:llama")
+    a, b = ceng.run(ids).logits, ceng.run(other).logits
+    torch.testing.assert_close(a[0, :-1], b[0, :-1], atol=ATOL, rtol=0)
+
+
+def test_expand_equals_repeated_batch() -> None:
+    lm, eng = _model("tiny:qwen2")
+    ids = _ids(lm, batch=1)
+    site = Site("resid_pre", 2)
+    value = torch.randn(4, ids.shape[1], lm.d_model)
+    mask = torch.zeros(4, ids.shape[1], dtype=torch.bool)
+    mask[torch.arange(4), torch.tensor([0, 3, 5, 7])] = True
+    expanded = eng.run(ids, [Patch(site, value, mask=mask)], expand=(2, 4)).logits
+    full = eng.run(ids.expand(4, -1), [Patch(site, value, mask=mask)]).logits
+    torch.testing.assert_close(expanded, full, atol=ATOL, rtol=0)
+
+
+def test_gate_is_differentiable() -> None:
+    lm, eng = _model("tiny:llama")
+    ids = _ids(lm, batch=1)
+    alpha = torch.ones(lm.n_layers, lm.n_heads, requires_grad=True)
+    out = eng.run(ids, [Gate(alpha)], grad=True)
+    out.logits[0, -1].logsumexp(-1).backward()
+    assert alpha.grad is not None and alpha.grad.abs().sum() > 0
+
+
+def test_reduce_attention_sees_each_layer_once() -> None:
+    from mechscope.engine import ReduceAttention
+
+    lm, eng = _model("tiny:mistral")
+    ids = _ids(lm)
+    out = eng.run(ids, [ReduceAttention(lambda layer, p: p.sum(-1))])
+    assert sorted(out.reductions) == list(range(lm.n_layers))
+    for _layer, values in out.reductions.items():
+        assert len(values) == 1
+        torch.testing.assert_close(values[0], torch.ones_like(values[0]), atol=ATOL, rtol=0)
+
+
+def test_module_is_unchanged_type() -> None:
+    lm, _ = _model("tiny:gpt2")
+    assert isinstance(lm.model, nn.Module)

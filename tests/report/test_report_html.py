@@ -1,0 +1,143 @@
+"""The HTML report: offline, plotly.js once, one section per workflow that ran."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from plotly.offline import get_plotlyjs
+
+from mechscope.report import (
+    FigureBlock,
+    KeyValueBlock,
+    Series,
+    TableBlock,
+    TextBlock,
+    build_report,
+    curves,
+    heatmap,
+    register_section,
+)
+from mechscope.report import html as report_html
+from mechscope.runs import has_table, read_table, write_table
+
+
+@pytest.fixture
+def toy_sections(isolated_sections, monkeypatch):
+    """A section with results, one whose results are absent, one with prose only."""
+    monkeypatch.setattr(report_html, "load_sections", lambda: [])
+
+    @register_section("toy", "Toy workflow", order=2)
+    def toy(run):
+        if not has_table(run, "toy"):
+            return None
+        df = read_table(run, "toy")
+        z = df.pivot(index="layer", columns="token", values="value").to_numpy()  # [layers, tokens]
+        mean = df.groupby("layer")["value"].mean().to_numpy()
+        return [
+            KeyValueBlock({"model": "tiny:llama", "samples": 2}, caption="What was run"),
+            FigureBlock(heatmap(z, ["a", "b", "c"], ["L0", "L1"], "Toy heatmap", diverging=True)),
+            FigureBlock(
+                curves([0, 1], [Series("mean", mean, mean - 1, mean + 1)], "Toy curve"),
+                caption="Custom caption: read me first.",
+                name="toy-curve",
+            ),
+            TableBlock(df, "All values", max_rows=4),
+        ]
+
+    @register_section("absent", "Absent workflow", order=1)
+    def absent(run):
+        return [] if not has_table(run, "absent") else [TextBlock("never")]
+
+    @register_section("notes", "Notes", order=3)
+    def notes(run):
+        return [TextBlock("Plain **markdown** and a <em>raw</em> tag.")]
+
+    return isolated_sections
+
+
+def _toy_table() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "layer": np.repeat([0, 1], 3),
+            "token": np.tile(["a", "b", "c"], 2),
+            "value": np.array([0.5, -0.25, 1.0, 2.0, -1.5, 0.125]),
+        }
+    )
+
+
+def test_report_is_self_contained_with_sections_and_static_figures(run, toy_sections):
+    write_table(run, "toy", _toy_table())
+    run.record_timing("toy", 2.5)
+    run.finish()
+    path = build_report(run)
+    assert path == run.path / "report.html"
+    html = path.read_text(encoding="utf-8")
+
+    assert html.count(get_plotlyjs()) == 1  # inlined once, from the installed package
+    assert not re.search(r"<script[^>]*\bsrc=", html, re.I)  # no external scripts at all
+    assert not re.search(r"<link[^>]*href=[\"']?https?://", html, re.I)  # no CDN, no web fonts
+    assert "@import" not in html and "fonts.googleapis" not in html
+
+    assert '<section id="toy">' in html and "Toy workflow" in html
+    assert 'href="#toy"' in html and 'href="#notes"' in html  # table of contents
+    assert "Absent workflow" not in html and 'id="absent"' not in html
+    assert html.index('id="toy"') < html.index('id="notes"')  # registered order
+    assert html.count('class="plotly-graph-div"') == 2
+    assert "Custom caption: read me first." in html
+    assert "red is above 0" in html  # the heatmap's default caption
+    assert "Showing 4 of 6 rows." in html
+    assert "<strong>markdown</strong>" in html and "<em>raw</em>" in html
+    assert "tiny:llama" in html and "0123456789abcdef" in html  # manifest header
+    assert "mechscope lens --config toy.yaml" in html and "2.5 s" in html
+
+    figs = run.path / "figures"
+    expected = {"toy-01.png", "toy-01.svg", "toy-curve.png", "toy-curve.svg"}
+    assert {p.name for p in figs.iterdir()} == expected
+    assert all((figs / name).stat().st_size > 500 for name in expected)
+    assert 'href="figures/toy-curve.svg"' in html
+    assert [p.name for p in run.path.glob(".*")] == []  # no temp files left
+
+
+def test_report_from_path_without_figures_has_no_plotly(run, isolated_sections, monkeypatch):
+    monkeypatch.setattr(report_html, "load_sections", lambda: [])
+    path = build_report(run.path, static_figures=False)
+    html = path.read_text(encoding="utf-8")
+    assert "Plotly.newPlot" not in html and len(html) < 100_000
+    assert "No workflow results were found" in html
+
+
+def test_failing_section_propagates_and_writes_nothing(run, isolated_sections, monkeypatch):
+    monkeypatch.setattr(report_html, "load_sections", lambda: [])
+
+    @register_section("broken", "Broken")
+    def broken(run):
+        raise ValueError("bad result file")
+
+    with pytest.raises(ValueError, match="bad result file"):
+        build_report(run)
+    assert not (run.path / "report.html").exists()
+
+
+def test_section_returning_a_non_block_is_an_error(run, isolated_sections, monkeypatch):
+    monkeypatch.setattr(report_html, "load_sections", lambda: [])
+    register_section("odd", "Odd")(lambda run: ["not a block"])
+    with pytest.raises(TypeError, match="section 'odd' returned a str"):
+        build_report(run)
+
+
+def test_labels_cannot_inject_html(run, isolated_sections, monkeypatch):
+    monkeypatch.setattr(report_html, "load_sections", lambda: [])
+    evil = "</script><script>alert(1)</script>"
+
+    @register_section("inj", "Injection <b>title</b>")
+    def inj(run):
+        df = pd.DataFrame({"token": [evil]})
+        fig = heatmap([[1.0]], [evil], [evil], evil)
+        return [FigureBlock(fig, caption=evil), TableBlock(df), KeyValueBlock({"k": evil})]
+
+    html = build_report(run, static_figures=False).read_text(encoding="utf-8")
+    assert "<script>alert(1)" not in html
+    assert "Injection &lt;b&gt;title&lt;/b&gt;" in html

@@ -1,0 +1,126 @@
+"""Run directory creation, manifest contents and the resume rules."""
+
+from __future__ import annotations
+
+import json
+import platform
+import re
+
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from mechscope.errors import InputError
+from mechscope.runs import RunDir
+
+
+class Cfg(BaseModel):
+    model: str = "tiny"
+    layers: tuple[int, ...] = (0, 1)
+    lr: float = 1e-3
+
+
+def test_create_writes_layout_config_and_manifest(tmp_path):
+    run = RunDir.create(
+        tmp_path,
+        "r1",
+        Cfg(),
+        model_spec="stories260K",
+        model_fingerprint="f" * 64,
+        seed=7,
+        argv=["mechscope", "lens", "--name", "r 1"],
+    )
+    assert run.path == tmp_path / "r1"
+    for sub in ("figures", "tables", "arrays", "shards"):
+        assert (run.path / sub).is_dir()
+    assert yaml.safe_load((run.path / "config.yaml").read_text()) == {
+        "model": "tiny",
+        "layers": [0, 1],
+        "lr": 1e-3,
+    }
+    m = json.loads((run.path / "manifest.json").read_text())
+    assert m["model"] == {"spec": "stories260K", "fingerprint": "f" * 64}
+    assert m["seed"] == 7
+    assert m["argv"] == ["mechscope", "lens", "--name", "r 1"]
+    assert m["command"] == "mechscope lens --name 'r 1'"
+    assert m["versions"]["python"] == platform.python_version()
+    import torch
+    import transformers
+
+    assert m["versions"]["torch"].split("+")[0] == torch.__version__.split("+")[0]
+    assert m["versions"]["transformers"] == transformers.__version__
+    assert "mechscope" in m["versions"]
+    assert m["platform"] == platform.platform()
+    assert m["end"] is None and m["status"] == "running" and m["timings"] == {}
+    assert m["config_type"] == "Cfg"
+    assert not run.resumed
+
+
+def test_timings_accumulate_and_finish_sets_end(run):
+    run.record_timing("lens", 1.25)
+    run.record_timing("lens", 0.75)
+    run.record_timing("patching", 3.0)
+    with run.timed("report"):
+        pass
+    run.finish()
+    m = run.manifest
+    assert m["timings"]["lens"] == pytest.approx(2.0, abs=1e-9)
+    assert m["timings"]["patching"] == pytest.approx(3.0, abs=1e-9)
+    assert 0 <= m["timings"]["report"] < 5
+    assert m["status"] == "finished" and m["end"] is not None
+    with pytest.raises(InputError):
+        run.record_timing("lens", -1.0)
+
+
+def test_same_config_resumes(tmp_path):
+    first = RunDir.create(tmp_path, "r", {"a": 1, "b": [1, 2]}, seed=1, argv=[])
+    first.finish()
+    again = RunDir.create(tmp_path, "r", {"b": [1, 2], "a": 1}, seed=1, argv=[])
+    assert again.path == first.path and again.resumed
+    m = again.manifest
+    assert len(m["resumed"]) == 1 and m["status"] == "running" and m["end"] is None
+
+
+def test_pydantic_and_dict_configs_compare_in_normal_form(tmp_path):
+    RunDir.create(tmp_path, "r", Cfg(), seed=0, argv=[])
+    again = RunDir.create(tmp_path, "r", {"model": "tiny", "layers": [0, 1], "lr": 1e-3})
+    assert again.resumed
+
+
+def test_different_config_refuses_and_names_the_key(tmp_path):
+    RunDir.create(tmp_path, "r", Cfg(), seed=0, argv=[])
+    with pytest.raises(InputError, match=r"same config.*differs at: lr") as err:
+        RunDir.create(tmp_path, "r", Cfg(lr=2e-3), seed=0, argv=[])
+    assert err.value.field == "config"
+
+
+def test_different_seed_or_weights_refuse(tmp_path):
+    RunDir.create(tmp_path, "r", {}, seed=0, model_fingerprint="a" * 64)
+    with pytest.raises(InputError, match="seed"):
+        RunDir.create(tmp_path, "r", {}, seed=1, model_fingerprint="a" * 64)
+    with pytest.raises(InputError, match="same model weights"):
+        RunDir.create(tmp_path, "r", {}, seed=0, model_fingerprint="b" * 64)
+
+
+def test_open_requires_manifest(tmp_path):
+    with pytest.raises(InputError, match=r"manifest\.json"):
+        RunDir.open(tmp_path / "nothing")
+    run = RunDir.create(tmp_path, "r", {"x": 1})
+    assert RunDir.open(run.path).config == {"x": 1}
+
+
+def test_default_name_is_a_fresh_timestamp(tmp_path):
+    a = RunDir.create(tmp_path, None, {"x": 1})
+    b = RunDir.create(tmp_path, None, {"x": 2})  # same second: must not resume `a`
+    assert re.fullmatch(r"\d{8}-\d{6}(-\d+)?", a.name)
+    assert a.path != b.path and not b.resumed
+
+
+def test_bad_names_and_foreign_folders_refused(tmp_path):
+    for bad in ("../x", "a/b", "", ".hidden", "a b"):
+        with pytest.raises(InputError, match="name"):
+            RunDir.create(tmp_path, bad, {})
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "file.txt").write_text("x")
+    with pytest.raises(InputError, match="no manifest"):
+        RunDir.create(tmp_path, "busy", {})
