@@ -1,0 +1,57 @@
+"""The command line: listing, inspecting, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from mechscope.cli import app
+from mechscope.cli_errors import run_app
+
+
+def _run(args: list[str], capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as info:
+        run_app(app, args)
+        raise SystemExit(0)
+    out = capsys.readouterr()
+    return int(info.value.code or 0), out.out, out.err
+
+
+def test_models_lists_aliases_and_families(capsys) -> None:
+    code, out, _ = _run(["models"], capsys)
+    assert code == 0
+    for name in ("smollm2-135m", "llama", "gemma3", "modernbert", "llada"):
+        assert name in out
+
+
+def test_inspect_tiny(capsys) -> None:
+    code, out, _ = _run(["inspect", "--model", "tiny:qwen3"], capsys)
+    assert code == 0 and "Qwen3ForCausalLM" in out and "resid_pre" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["inspect", "--model", "no/such/model"], "smollm2-135m"),
+        (["inspect", "--model", "tiny:nofamily"], "MECHSCOPE_CARDS"),
+        (["report", "/no/such/run"], "manifest.json"),
+    ],
+)
+def test_errors_are_one_line_exit_2(args, needle, capsys) -> None:
+    code, _, err = _run(args, capsys)
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0]
+    assert "Traceback" not in err
+
+
+def test_debug_shows_traceback() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "mechscope.cli", "--debug", "inspect", "--model", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0 and "Traceback" in proc.stderr
