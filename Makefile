@@ -29,15 +29,15 @@ demo-quick: $(STAMP)
 	$(VENV)/bin/mechscope demo --quick --out runs/demo-quick
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check .
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadgroup -q
 
 test-fast: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 -q -m "not slow"
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
