@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo demo-quick test test-fast lint bench install
+.PHONY: demo demo-quick test test-slow lint bench install
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -30,10 +30,11 @@ demo-quick: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadgroup -q
-
-test-fast: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 -q -m "not slow"
+
+test-slow: $(STAMP)
+	bash scripts/install_browser.sh
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 -q -m slow
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -111,7 +111,7 @@ def _mount_workflows() -> None:
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
-            if exc.name != module_name:
+            if exc.name is None or not module_name.startswith(exc.name):
                 raise
             continue
         app.add_typer(module.app, name=name, help=help_text)

@@ -34,7 +34,7 @@ def available_parts() -> list[str]:
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:
-            if exc.name != module:
+            if exc.name is None or not module.startswith(exc.name):
                 raise
             continue
         parts.append(name)

@@ -73,6 +73,7 @@ def test_curves_band_equals_interval():
     pfig = _valid(fig.to_plotly())
     band, line, other = pfig.data
     assert band.fill == "toself" and band.showlegend is False
+    assert band.mode == "lines"  # a band has no markers of its own
     np.testing.assert_allclose(band.y, np.concatenate([high, low[::-1]]), atol=0)
     np.testing.assert_allclose(band.x, [0, 1, 2, 3, 3, 2, 1, 0], atol=0)
     np.testing.assert_allclose(line.y, mean, atol=0)

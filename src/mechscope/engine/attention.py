@@ -39,6 +39,8 @@ class PassState:
 
     work: dict[int, AttentionWork]
     padding_mask: torch.Tensor | None  # [batch, seq] 1 = token, 0 = pad
+    cache: dict[Any, Any] = field(default_factory=dict)
+    """Masks shared by every layer of the pass (built at the first layer that needs them)."""
 
 
 ACTIVE: ContextVar[PassState | None] = ContextVar("mechscope_pass", default=None)
@@ -78,61 +80,87 @@ def _padding_only_mask(state: PassState | None, query: torch.Tensor) -> torch.Te
 
 def _explicit_attention(
     module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
+    query: torch.Tensor,  # [batch, heads, q, d_head]
+    key: torch.Tensor,  # [batch, kv_heads, k, d_head]
+    value: torch.Tensor,  # [batch, kv_heads, k, d_head]
     attention_mask: torch.Tensor | None,
     work: AttentionWork,
     scaling: float | None,
     bidirectional: bool,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    n_heads, q_len, k_len = query.shape[1], query.shape[2], key.shape[2]
-    groups = n_heads // key.shape[1]
-    if groups > 1:  # grouped-query attention: each kv head serves `groups` query heads
-        key = key.repeat_interleave(groups, dim=1)
-        value = value.repeat_interleave(groups, dim=1)
-    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    scores = torch.matmul(query.float(), key.float().transpose(-1, -2)) * scale  # [b, h, q, k]
+    """Attention with the probabilities materialised for one layer.
+
+    The score block is edited in place (scale folded into the query, masks filled in place),
+    and grouped-query heads share their key/value head through a reshape of the query rather
+    than copies of keys and values: at most two ``[b, h, q, k]`` blocks exist at once (scores
+    and probabilities, during the softmax).
+    """
+    batch, n_heads, q_len, d_head = query.shape
+    kv_heads, k_len = key.shape[1], key.shape[2]
+    groups = n_heads // kv_heads
+    scale = scaling if scaling is not None else d_head**-0.5
+    # query heads j*groups .. j*groups+groups-1 read kv head j (repeat_interleave order)
+    q = (query.float() * scale).reshape(batch, kv_heads, groups * q_len, d_head)
+    scores = torch.matmul(q, key.float().transpose(-1, -2))  # [b, kv, groups*q, k]
+    scores = scores.view(batch, n_heads, q_len, k_len)  # [b, h, q, k]
     softcap = kwargs.get("softcap")
     if softcap is not None:
-        scores = torch.tanh(scores / softcap) * softcap
+        if torch.is_grad_enabled():
+            scores = torch.tanh(scores / softcap) * softcap
+        else:
+            scores.div_(softcap).tanh_().mul_(softcap)
     neg = torch.finfo(scores.dtype).min
-    allowed = _allowed(attention_mask, q_len, k_len, query.device, module, bidirectional)
-    if allowed is not None and allowed.dtype != torch.bool:
-        scores = scores + allowed.float()
-        allowed = None
+    state = ACTIVE.get()
+    cache = state.cache if state is not None else {}
+    if attention_mask is not None and attention_mask.dtype != torch.bool:
+        scores.add_(attention_mask.to(scores.dtype))  # additive mask, broadcast in place
+    else:
+        blocked = _blocked(attention_mask, q_len, k_len, query.device, module, bidirectional, cache)
+        if blocked is not None:
+            scores.masked_fill_(blocked, neg)
     for span, heads in work.suppress:
-        blocked = _suppression_block(span, heads, n_heads, q_len, k_len, query.device)
-        scores = scores.masked_fill(blocked, neg)
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, neg)
+        block = _suppression_block(span, heads, n_heads, q_len, k_len, query.device)
+        scores.masked_fill_(block, neg)  # [b, 1|h, q, k] broadcast
     probs = torch.softmax(scores, dim=-1)  # [b, h, q, k] fp32
+    del scores
     for reducer in work.reducers:
         reducer(probs)
-    out = torch.matmul(probs.to(value.dtype), value)  # [b, h, q, d_head]
-    return out.transpose(1, 2).contiguous(), None
+    p = probs.to(value.dtype).view(batch, kv_heads, groups * q_len, k_len)
+    out = torch.matmul(p, value)  # [b, kv, groups*q, d_head]
+    out = out.view(batch, n_heads, q_len, d_head)
+    return out.transpose(1, 2).contiguous(), None  # [b, q, h, d_head]
 
 
-def _allowed(
-    mask: torch.Tensor | None,
+def _blocked(
+    mask: torch.Tensor | None,  # bool [b|1, 1, q, k], True = may attend
     q_len: int,
     k_len: int,
     device: torch.device,
     module: torch.nn.Module,
     bidirectional: bool,
+    cache: dict[Any, Any],
 ) -> torch.Tensor | None:
-    """The mask as given (bool: True = may attend; float: additive), or the causal mask that
-    SDPA would have applied through ``is_causal`` when transformers skipped building one."""
+    """Where attention is not allowed: the inverse of the bool mask transformers built, or the
+    causal mask SDPA would have applied through ``is_causal`` when none was built. Computed
+    once per pass and shape (every layer passes the same mask object)."""
     if mask is not None:
-        return mask
+        hit = cache.get("mask")
+        if hit is not None and hit[0] is mask:
+            return hit[1]
+        blocked = ~mask
+        cache["mask"] = (mask, blocked)  # holding `mask` keeps its identity unique
+        return blocked
     causal = getattr(module, "is_causal", True) and not bidirectional
     if not causal or q_len == 1:
         return None
-    offset = k_len - q_len  # queries are the last q_len positions when a cache is in use
-    q_idx = torch.arange(q_len, device=device)[:, None] + offset
-    k_idx = torch.arange(k_len, device=device)[None, :]
-    return (k_idx <= q_idx)[None, None]  # [1, 1, q, k]
+    key = ("causal", q_len, k_len, device)
+    if key not in cache:
+        offset = k_len - q_len  # queries are the last q_len positions when a cache is in use
+        q_idx = torch.arange(q_len, device=device)[:, None] + offset
+        k_idx = torch.arange(k_len, device=device)[None, :]
+        cache[key] = (k_idx > q_idx)[None, None]  # [1, 1, q, k]
+    return cache[key]
 
 
 def _suppression_block(

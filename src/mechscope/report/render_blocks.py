@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -11,10 +13,15 @@ from typing import Any
 import pandas as pd
 import plotly.io as pio
 from markupsafe import Markup, escape
+from pandas.api.types import is_numeric_dtype
 
 from mechscope.report.sections import Block, FigureBlock, KeyValueBlock, TableBlock, TextBlock
 from mechscope.runs.rundir import check_name
 
+_TD = re.compile(r"<(td)>")
+_TH = re.compile(r"<(th)>")
+_TEXT = {"td": '<td class="text">', "th": '<th class="text">'}
+_ROW = re.compile(r"<tr\b.*?</tr>", re.S)
 _PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
 
 
@@ -46,9 +53,17 @@ def kv_html(items: Mapping[str, Any]) -> Markup:
 
 
 def table_html(df: pd.DataFrame, max_rows: int) -> tuple[Markup, str]:
-    """The first ``max_rows`` rows as an HTML table, and a note on rows left out."""
+    """The first ``max_rows`` rows as an HTML table, and a note on rows left out.
+
+    Text columns are marked ``class="text"`` (left-aligned, wrapping) so that prompts and
+    names read naturally while numbers stay right-aligned in their columns.
+    """
     shown = df.head(max_rows)
     keep_index = not isinstance(df.index, pd.RangeIndex)
+    if not keep_index and any(n is not None for n in shown.columns.names):
+        # pandas draws an empty index column for a named column axis even with index=False.
+        shown = shown.copy()
+        shown.columns.names = [None] * shown.columns.nlevels
     body = shown.to_html(
         index=keep_index,
         border=0,
@@ -57,8 +72,34 @@ def table_html(df: pd.DataFrame, max_rows: int) -> tuple[Markup, str]:
         float_format=lambda v: f"{v:.4g}",
         escape=True,
     )
+    text_cols = [i for i, dtype in enumerate(shown.dtypes) if not is_numeric_dtype(dtype)]
+    flat = shown.columns.nlevels == 1
+    body = _mark_text_columns(body, text_cols, len(shown.columns), flat)
     note = f"Showing {len(shown)} of {len(df)} rows." if len(df) > len(shown) else ""
     return Markup(body), note
+
+
+def _mark_text_columns(body: str, cols: list[int], n_cols: int, flat: bool) -> str:
+    """Add ``class="text"`` to the cells (and, for flat columns, headers) of ``cols``.
+
+    In pandas' HTML every data cell is a bare ``<td>`` and index cells are ``<th>``, so the
+    k-th ``<td>`` of a body row is column k whatever the index looks like; in the first
+    header row the last ``n_cols`` headers are the columns'.
+    """
+    if not cols:
+        return body
+    wanted = set(cols)
+
+    def mark(row: str, cell: re.Pattern, first: int) -> str:
+        position = itertools.count(first)
+        return cell.sub(lambda m: _TEXT[m.group(1)] if next(position) in wanted else m[0], row)
+
+    head, sep, rest = body.partition("<tbody>")
+    rest = _ROW.sub(lambda row: mark(row[0], _TD, 0), rest)
+    if flat:
+        n_th = len(_TH.findall(_ROW.search(head)[0]))
+        head = _ROW.sub(lambda row: mark(row[0], _TH, n_cols - n_th), head, count=1)
+    return head + sep + rest
 
 
 def figure_html(block: FigureBlock, div_id: str, static_dir: Path | None, stem: str) -> dict:

@@ -131,6 +131,7 @@ def _curves(spec: CurvesSpec) -> go.Figure:
                 go.Scatter(
                     x=bx + bx[::-1],
                     y=np.concatenate([high[keep], low[keep][::-1]]),
+                    mode="lines",  # plotly's default adds markers to short traces
                     fill="toself",
                     fillcolor=_rgba(color, 0.18),
                     line={"width": 0},

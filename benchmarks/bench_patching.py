@@ -1,0 +1,257 @@
+"""Activation patching of resid_pre over every layer × position: mechscope vs peers.
+
+The IOI sweep of the issue: 16 same-length IOI pairs (ABC corruption) on smollm2-135m,
+denoising (clean resid_pre patched into the corrupt run), metric = logit difference
+IO − S at the last position, for every (layer, position). Timed side by side in one
+process, on the same weights:
+
+- mechscope: ``patch_pairs`` (variants packed in the batch, layers below the patch
+  computed once, readout logits only, identical-value variants not rerun); also timed
+  with ``skip_identical=False`` to show the packing alone;
+- TransformerLens 3.9 ``patching.get_act_patch_resid_pre`` on a ``HookedTransformer``
+  built from our loaded HF model (config written by hand from the HF config, weights by
+  TL's own ``convert_llama_weights``, no weight processing so numerics match HF);
+- nnsight 0.8: the canonical loop, one ``model.trace`` per (layer, position) over the
+  16-prompt batch, writing the cached clean ``layers[l].input`` at that position.
+
+Every tool's per-pair grid is compared with mechscope's (max |Δ logit diff|, target 1e-4)
+and the speed ratios are printed (targets: ≥ 4× TransformerLens, ≥ 3× nnsight).
+
+Set-up (a separate venv, so the peers never constrain mechscope's own dependencies)::
+
+    python -m venv /work/main/.bench-venv
+    /work/main/.bench-venv/bin/pip install torch==2.13.0
+    /work/main/.bench-venv/bin/pip install transformer-lens==3.9.0 nnsight==0.8.1
+    /work/main/.bench-venv/bin/pip install -e /work/main --no-deps
+    /work/main/.bench-venv/bin/pip install transformers accelerate gguf safetensors \\
+        tokenizers numpy scipy scikit-learn pandas pyarrow matplotlib plotly typer rich \\
+        pydantic pyyaml tqdm sympy jinja2
+    HF_HUB_OFFLINE=1 /work/main/.bench-venv/bin/python benchmarks/bench_patching.py
+
+(TransformerLens 4.x removed ``HookedTransformer``; 3.9 is its last release and works
+with transformers 5.) Options: ``--pairs 16 --threads N --skip-nnsight --skip-tl
+--layers K`` (first K layers) ``--layer-stride S`` (layers 0, S, 2S, ...: the same mix of
+cheap and expensive cells as the full sweep at 1/S of the time) ``--json out.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections import Counter
+
+import numpy as np
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("MECHSCOPE_PROGRESS", "0")
+
+
+def ioi_batch(lm, n: int):
+    """``n`` IOI pairs of one token length (TransformerLens needs one tensor per side)."""
+    from mechscope.data.ioi import generate_ioi
+    from mechscope.data.pairs import tokenize_pair
+
+    pairs = generate_ioi(8 * n, tokenizer=lm.tokenizer, seed=0)
+    toks = [tokenize_pair(p, lm.tokenizer, policy="error") for p in pairs]
+    length = Counter(len(t.clean_ids) for t in toks if t.same_length).most_common(1)[0][0]
+    keep = [
+        (p, t)
+        for p, t in zip(pairs, toks, strict=True)
+        if t.same_length and len(t.clean_ids) == length
+    ][:n]
+    if len(keep) < n:
+        raise SystemExit(f"only {len(keep)} IOI pairs of length {length}")
+    return [p for p, _ in keep], [t for _, t in keep]
+
+
+def run_mechscope(lm, pairs, layers, skip: bool):
+    from mechscope.patching import PatchSpec, patch_pairs
+
+    spec = PatchSpec(
+        site="resid_pre", granularity="position", layers=tuple(layers), skip_identical=skip
+    )
+    start = time.perf_counter()
+    res = patch_pairs(lm, pairs, spec, progress=False)
+    seconds = time.perf_counter() - start
+    grid = np.stack([p.metrics["logit_diff"][:, :, 0] for p in res.pairs])  # [pairs, L, pos]
+    rows = sum(p.baseline["forward_rows"] for p in res.pairs)
+    return seconds, grid, int(rows)
+
+
+def build_tl(lm):
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+    from transformer_lens.pretrained.weight_conversions.llama import convert_llama_weights
+
+    c = lm.model.config
+    cfg = HookedTransformerConfig(
+        d_model=c.hidden_size,
+        d_head=c.head_dim,
+        n_heads=c.num_attention_heads,
+        d_mlp=c.intermediate_size,
+        n_layers=c.num_hidden_layers,
+        n_ctx=2048,
+        d_vocab=c.vocab_size,
+        act_fn="silu",
+        normalization_type="RMS",
+        eps=c.rms_norm_eps,
+        positional_embedding_type="rotary",
+        rotary_dim=c.head_dim,
+        rotary_base=c.rope_parameters["rope_theta"],
+        n_key_value_heads=c.num_key_value_heads,
+        gated_mlp=True,
+        final_rms=True,
+        original_architecture="LlamaForCausalLM",
+        default_prepend_bos=False,
+        dtype=torch.float32,
+        device="cpu",
+    )
+    model = HookedTransformer(cfg, tokenizer=lm.tokenizer, move_to_device=False)
+    model.load_and_process_state_dict(
+        convert_llama_weights(lm.model, cfg),
+        fold_ln=False,
+        center_writing_weights=False,
+        center_unembed=False,
+        fold_value_biases=False,
+        refactor_factored_attn_matrices=False,
+    )
+    return model.eval()
+
+
+def run_tl(model, clean, corrupt, correct, wrong, layers):
+    from transformer_lens import patching
+
+    per_cell: list[torch.Tensor] = []
+    rows = torch.arange(clean.shape[0])
+
+    def metric(logits):  # logits [batch, pos, vocab]; keep per-pair values on the side
+        ld = logits[rows, -1, correct] - logits[rows, -1, wrong]
+        per_cell.append(ld.detach().float())
+        return ld.mean()
+
+    start = time.perf_counter()
+    with torch.no_grad():
+        _, cache = model.run_with_cache(clean, names_filter=lambda n: n.endswith("resid_pre"))
+        if len(layers) == model.cfg.n_layers:
+            patching.get_act_patch_resid_pre(model, corrupt, cache, metric)
+        else:  # a layer subset: the same function with an explicit index frame
+            import pandas as pd
+
+            idx = pd.DataFrame(
+                [(layer, q) for layer in layers for q in range(clean.shape[1])],
+                columns=["layer", "pos"],
+            )
+            patching.get_act_patch_resid_pre(
+                model, corrupt, cache, metric, index_axis_names=None, index_df=idx
+            )
+    seconds = time.perf_counter() - start
+    grid = torch.stack(per_cell).reshape(len(layers), clean.shape[1], -1)  # [L, pos, pairs]
+    return seconds, grid.permute(2, 0, 1).numpy()
+
+
+def run_nnsight(lm, clean, corrupt, correct, wrong, layers):
+    from nnsight import LanguageModel
+
+    model = LanguageModel(lm.model, tokenizer=lm.tokenizer)
+    rows = torch.arange(clean.shape[0])
+    grid = np.zeros((clean.shape[0], len(layers), clean.shape[1]), dtype=np.float32)
+    start = time.perf_counter()
+    cached = []
+    with torch.no_grad(), model.trace(clean):
+        for layer in layers:
+            cached.append(model.model.layers[layer].input.save())
+    for i, layer in enumerate(layers):
+        for pos in range(clean.shape[1]):
+            with torch.no_grad(), model.trace(corrupt):
+                model.model.layers[layer].input[:, pos] = cached[i][:, pos]
+                out = model.lm_head.output[:, -1].save()
+            grid[:, i, pos] = (out[rows, correct] - out[rows, wrong]).float().numpy()
+    return time.perf_counter() - start, grid
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pairs", type=int, default=16)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--layers", type=int, default=None, help="first K layers only")
+    ap.add_argument(
+        "--layer-stride",
+        type=int,
+        default=1,
+        help="every S-th layer only (0, S, 2S, ...): same per-cell cost mix as "
+        "the full sweep at 1/S of the time",
+    )
+    ap.add_argument("--skip-tl", action="store_true")
+    ap.add_argument("--skip-nnsight", action="store_true")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from mechscope.models import load_model
+
+    lm = load_model("smollm2-135m")
+    pairs, toks = ioi_batch(lm, args.pairs)
+    layers = list(range(0, args.layers or lm.n_layers, args.layer_stride))
+    clean = torch.tensor([t.clean_ids for t in toks])  # [pairs, seq]
+    corrupt = torch.tensor([t.corrupt_ids for t in toks])
+    correct = torch.tensor([t.correct_id for t in toks])
+    wrong = torch.tensor([t.wrong_id for t in toks])
+    print(
+        f"{len(pairs)} IOI pairs × {len(layers)} layers × {clean.shape[1]} positions "
+        f"= {len(pairs) * len(layers) * clean.shape[1]} patched runs; "
+        f"torch threads {torch.get_num_threads()}",
+        flush=True,
+    )
+    report: dict = {
+        "pairs": len(pairs),
+        "layers": layers,
+        "positions": clean.shape[1],
+        "threads": torch.get_num_threads(),
+    }
+    cpu = time.process_time()
+    ours_t, ours, rows = run_mechscope(lm, pairs, layers, skip=True)
+    report["mechscope_s"], report["mechscope_rows"] = ours_t, rows
+    report["mechscope_cpu_s"] = ours_cpu = time.process_time() - cpu
+    print(f"mechscope                     {ours_t:8.1f} s  ({rows} forward rows)", flush=True)
+    noskip_t, noskip, rows2 = run_mechscope(lm, pairs, layers, skip=False)
+    report["mechscope_noskip_s"] = noskip_t
+    report["noskip_max_diff"] = float(np.abs(noskip - ours).max())
+    print(
+        f"mechscope (no identical skip) {noskip_t:8.1f} s  ({rows2} forward rows), "
+        f"max |Δ| vs default {report['noskip_max_diff']:.2e}",
+        flush=True,
+    )
+    peers = []
+    if not args.skip_tl:
+        peers.append(
+            (
+                "transformer_lens",
+                lambda: run_tl(build_tl(lm), clean, corrupt, correct, wrong, layers),
+            )
+        )
+    if not args.skip_nnsight:
+        peers.append(("nnsight", lambda: run_nnsight(lm, clean, corrupt, correct, wrong, layers)))
+    for name, fn in peers:
+        cpu = time.process_time()
+        seconds, grid = fn()
+        report[f"{name}_cpu_s"] = time.process_time() - cpu
+        report[f"{name}_cpu_ratio"] = report[f"{name}_cpu_s"] / ours_cpu
+        diff = float(np.abs(grid - ours).max())
+        report[f"{name}_s"], report[f"{name}_max_diff"] = seconds, diff
+        report[f"{name}_ratio"] = seconds / ours_t
+        report[f"{name}_ratio_noskip"] = seconds / noskip_t
+        print(
+            f"{name:29s} {seconds:8.1f} s  max |Δ logit diff| vs mechscope {diff:.2e}  "
+            f"speed-up {seconds / ours_t:.1f}× ({seconds / noskip_t:.1f}× without skip; "
+            f"CPU time {report[f'{name}_cpu_ratio']:.1f}×)",
+            flush=True,
+        )
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(report, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""Thought Anchors, black-box half: which sentences of a chain of thought matter.
+
+Pipeline: :class:`Trace` (chunked reasoning) → :func:`resample_trace` (rollouts from
+every chunk boundary, resumable) → :func:`chunk_metrics` (resampling, counterfactual
+and forced-answer importance, overdeterminedness, different trajectories) and
+:func:`sentence_matrix`; :class:`RuleLabeler` / :class:`LLMLabeler` tag each chunk
+with the eight-category taxonomy.
+"""
+
+from mechscope.anchors.answers import (
+    extract_answer,
+    extract_boxed,
+    extract_gsm8k,
+    find_boxed,
+    is_equivalent,
+    normalize_answer,
+    read_forced_answer,
+)
+from mechscope.anchors.chunking import (
+    Chunk,
+    chunk_token_ranges,
+    first_chunk_text,
+    reasoning_region,
+    split_into_chunks,
+)
+from mechscope.anchors.distributions import (
+    NO_ANSWER,
+    KLOptions,
+    accuracy,
+    answer_counts,
+    answer_kl,
+    kl_from_counts,
+    next_minus_this,
+)
+from mechscope.anchors.embeddings import Embedder, MiniLMEmbedder, embed_unique, minilm_path
+from mechscope.anchors.llm_labeler import LLMLabeler
+from mechscope.anchors.metrics import (
+    ChunkMetrics,
+    MetricOptions,
+    chunk_metrics,
+    metrics_frame,
+    overdeterminedness,
+)
+from mechscope.anchors.rollouts import (
+    Rollout,
+    RolloutSettings,
+    TraceRollouts,
+    make_rollout,
+    resample_trace,
+)
+from mechscope.anchors.sampler import HFSampler, Sampler
+from mechscope.anchors.sentence_matrix import sentence_matrix
+from mechscope.anchors.taxonomy import CATEGORIES, Label, Labeler, RuleLabeler
+from mechscope.anchors.trace import FORCED_ANSWER_CUE, Trace
+
+__all__ = [
+    "CATEGORIES",
+    "FORCED_ANSWER_CUE",
+    "NO_ANSWER",
+    "Chunk",
+    "ChunkMetrics",
+    "Embedder",
+    "HFSampler",
+    "KLOptions",
+    "LLMLabeler",
+    "Label",
+    "Labeler",
+    "MetricOptions",
+    "MiniLMEmbedder",
+    "Rollout",
+    "RolloutSettings",
+    "RuleLabeler",
+    "Sampler",
+    "Trace",
+    "TraceRollouts",
+    "accuracy",
+    "answer_counts",
+    "answer_kl",
+    "chunk_metrics",
+    "chunk_token_ranges",
+    "embed_unique",
+    "extract_answer",
+    "extract_boxed",
+    "extract_gsm8k",
+    "find_boxed",
+    "first_chunk_text",
+    "is_equivalent",
+    "kl_from_counts",
+    "make_rollout",
+    "metrics_frame",
+    "minilm_path",
+    "next_minus_this",
+    "normalize_answer",
+    "overdeterminedness",
+    "read_forced_answer",
+    "reasoning_region",
+    "resample_trace",
+    "sentence_matrix",
+    "split_into_chunks",
+]

@@ -1,0 +1,206 @@
+"""``mechscope anchors``: resample, analyze, receivers, suppress — all into one run directory.
+
+INPUT is a JSON list or JSONL of traces (``id``, ``text``, ``gold``) or problems (``id``,
+``question``, ``gold``); problems are first solved greedily into a trace. Later commands
+on the same ``--out`` reuse its traces when INPUT is left out, and every step resumes.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from mechscope.errors import InputError
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+console = Console(stderr=True)
+
+INPUT_HELP = "JSON/JSONL of traces (id, text, gold) or problems (id, question, gold)."
+OUT_HELP = "Run directory (resumed if it exists)."
+
+
+def _open_run(out: Path, model: str, lm):  # -> RunDir
+    from mechscope.runs import RunDir, weights_fingerprint
+
+    return RunDir.create(
+        out.parent,
+        out.name,
+        {"workflow": "anchors", "model": model},
+        model_spec=model,
+        model_fingerprint=weights_fingerprint(lm.model),
+        argv=sys.argv,
+    )
+
+
+def _traces(run, input: Path | None, lm, batch_size: int, trace_tokens: int):
+    """Traces from INPUT (problems solved greedily, saved in the run) or from the run."""
+    from mechscope.anchors.prefix_sampler import SharedPrefixSampler
+    from mechscope.anchors.problems import load_inputs
+    from mechscope.anchors.run_blackbox import base_traces, load_traces, save_traces
+
+    if input is None:
+        return load_traces(run)
+    traces, problems = load_inputs(input)
+    if problems:
+        sampler = SharedPrefixSampler(lm.model, lm.tokenizer, batch_size=batch_size)
+        traces += base_traces(run, sampler, lm.tokenizer, problems, trace_tokens)
+    save_traces(run, traces)
+    return traces
+
+
+REPORT_OPTION = typer.Option(True, "--report/--no-report", help="Build report.html.")
+
+
+def _finish(run, report: bool) -> None:
+    from mechscope.report import build_report
+
+    console.print(f"tables in {run.tables_dir}")
+    if report:
+        console.print(f"report: {build_report(run)}")
+    run.finish()
+
+
+@app.command()
+def resample(
+    input: Path = typer.Argument(..., help=INPUT_HELP),
+    out: Path = typer.Option(..., "--out", help=OUT_HELP),
+    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Model spec."),
+    n: int = typer.Option(100, "--n", help="Rollouts per chunk position."),
+    n_forced: int = typer.Option(0, "--n-forced", help="Forced-answer rollouts per position."),
+    temperature: float = typer.Option(0.6, "--temperature"),
+    top_p: float = typer.Option(0.95, "--top-p"),
+    max_new_tokens: int = typer.Option(4096, "--max-new-tokens", help="Tokens per rollout."),
+    max_chunks: int | None = typer.Option(None, "--max-chunks", help="Resample chunks 0..m-1."),
+    trace_tokens: int = typer.Option(512, "--trace-tokens", help="Tokens of a base trace."),
+    batch_size: int = typer.Option(8, "--batch-size", help="Rows per generate call."),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Rollouts from every chunk boundary of every trace (resumable per chunk)."""
+    from mechscope.anchors.prefix_sampler import SharedPrefixSampler
+    from mechscope.anchors.rollouts import RolloutSettings
+    from mechscope.anchors.run_blackbox import resample_run
+    from mechscope.models import load_model
+
+    settings = RolloutSettings(
+        n=n,
+        n_forced=n_forced,
+        temperature=temperature,
+        top_p=top_p,
+        max_new_tokens=max_new_tokens,
+        seed=seed,
+    )
+    lm = load_model(model)
+    run = _open_run(out, model, lm)
+    traces = _traces(run, input, lm, batch_size, trace_tokens)
+    sampler = SharedPrefixSampler(lm.model, lm.tokenizer, batch_size=batch_size)
+    with run.timed("anchors_resample"):
+        resample_run(run, sampler, traces, settings, max_chunks=max_chunks)
+    console.print(f"{len(traces)} traces resampled; run 'mechscope anchors analyze --out {out}'")
+    run.finish()
+
+
+@app.command()
+def analyze(
+    out: Path = typer.Option(..., "--out", help="Run directory with rollouts."),
+    embedder: str = typer.Option("minilm", "--embedder", help="minilm or none."),
+    alpha: float = typer.Option(1.0, "--alpha", help="Laplace smoothing of answer counts."),
+    weighting: str = typer.Option("unsmoothed", "--weighting", help="unsmoothed or smoothed."),
+    count_no_answer: bool = typer.Option(False, "--count-no-answer/--drop-no-answer"),
+    threshold: float = typer.Option(0.8, "--threshold", help="Cosine of 'same sentence'."),
+    report: bool = REPORT_OPTION,
+) -> None:
+    """Chunk metrics, categories and the resampling sentence matrix from stored rollouts."""
+    from mechscope.anchors.distributions import KLOptions
+    from mechscope.anchors.embeddings import MiniLMEmbedder
+    from mechscope.anchors.metrics import MetricOptions
+    from mechscope.anchors.run_blackbox import analyze_run, load_traces
+    from mechscope.runs import RunDir
+
+    if embedder not in ("minilm", "none"):
+        raise InputError(f"'minilm' or 'none', got {embedder!r}", field="--embedder")
+    options = MetricOptions(
+        kl=KLOptions(alpha=alpha, weighting=weighting, count_no_answer=count_no_answer),  # type: ignore[arg-type]
+        similarity_threshold=threshold,
+    )
+    run = RunDir.open(out)
+    with run.timed("anchors_analyze"):
+        table = analyze_run(
+            run,
+            load_traces(run),
+            embedder=MiniLMEmbedder() if embedder == "minilm" else None,
+            options=options,
+        )
+    console.print(f"{len(table)} chunks analysed ({int(table['n_no_answer'].sum())} no-answer)")
+    _finish(run, report)
+
+
+@app.command()
+def receivers(
+    input: Path | None = typer.Argument(None, help=INPUT_HELP + " Default: the run's."),
+    out: Path = typer.Option(..., "--out", help=OUT_HELP),
+    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Model spec."),
+    proximity: int = typer.Option(4, "--proximity", help="Rows at least this much later."),
+    top_k: int = typer.Option(16, "--top-k", help="Receiver heads to keep."),
+    control_depth: bool = typer.Option(False, "--control-depth", help="Rank-normalise rows."),
+    include_layer0: bool = typer.Option(False, "--include-layer0"),
+    ablate: bool = typer.Option(True, "--ablate/--no-ablate", help="Receiver vs random heads."),
+    n_random: int = typer.Option(10, "--n-random", help="Random head sets."),
+    seed: int = typer.Option(0, "--seed"),
+    report: bool = REPORT_OPTION,
+) -> None:
+    """Receiver heads (kurtosis of vertical attention scores), scores and head ablation."""
+    from mechscope.anchors.receivers import ReceiverOptions
+    from mechscope.anchors.run_whitebox import receivers_run
+    from mechscope.models import load_model
+
+    options = ReceiverOptions(
+        proximity=proximity,
+        top_k=top_k,
+        exclude_layers=() if include_layer0 else (0,),
+        control_depth=control_depth,
+        seed=seed,
+    )
+    lm = load_model(model)
+    run = _open_run(out, model, lm)
+    traces = _traces(run, input, lm, batch_size=8, trace_tokens=512)
+    with run.timed("anchors_receivers"):
+        result = receivers_run(run, lm, traces, options, ablate=ablate, n_random=n_random)
+    heads = " ".join(f"L{layer}H{head}" for layer, head in result.heads)
+    console.print(f"receiver heads: {heads}")
+    _finish(run, report)
+
+
+@app.command()
+def suppress(
+    input: Path | None = typer.Argument(None, help=INPUT_HELP + " Default: the run's."),
+    out: Path = typer.Option(..., "--out", help=OUT_HELP),
+    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Model spec."),
+    epsilon: float = typer.Option(1e-9, "--epsilon", help="log(KL + epsilon)."),
+    temperature: float = typer.Option(1.0, "--temperature", help="Softmax temperature."),
+    alignment: str = typer.Option("next_token", "--alignment", help="next_token|same_position"),
+    first_tokens: int | None = typer.Option(None, "--first-tokens", help="Per target sentence."),
+    rows_per_chunk: int | None = typer.Option(None, "--rows-per-chunk", help="Default: budget."),
+    report: bool = REPORT_OPTION,
+) -> None:
+    """Attention suppression: sentence × sentence matrix of mean log KL."""
+    from mechscope.anchors.run_whitebox import suppression_run
+    from mechscope.anchors.suppression import SuppressionOptions
+    from mechscope.models import load_model
+
+    options = SuppressionOptions(
+        epsilon=epsilon,
+        temperature=temperature,
+        alignment=alignment,  # type: ignore[arg-type]
+        first_tokens=first_tokens,
+        rows_per_chunk=rows_per_chunk,
+    )
+    lm = load_model(model)
+    run = _open_run(out, model, lm)
+    traces = _traces(run, input, lm, batch_size=8, trace_tokens=512)
+    with run.timed("anchors_suppress"):
+        results = suppression_run(run, lm, traces, options)
+    console.print(f"{len(results)} suppression matrices")
+    _finish(run, report)

@@ -1,0 +1,190 @@
+"""Report section of the anchors workflow (reads saved tables; never loads a model)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from mechscope.anchors import figures as F
+from mechscope.anchors.run_blackbox import (
+    CHUNKS_TABLE,
+    RESAMPLING_MATRIX,
+    SENTENCES_TABLE,
+    TRACES_TABLE,
+)
+from mechscope.anchors.run_whitebox import (
+    ABLATION_TABLE,
+    HEADS_TABLE,
+    SCORES_TABLE,
+    SUMMARY_TABLE,
+    SUPPRESSION_TABLE,
+)
+from mechscope.report import FigureBlock, KeyValueBlock, TableBlock, TextBlock, register_section
+from mechscope.runs import RunDir, has_arrays, has_table, read_arrays, read_table
+
+SETTINGS_TABLE = "anchors_settings"
+MAX_TRACE_FIGURES = 3
+MIN_SCORED_SENTENCES = 8
+
+
+def _blackbox(run: RunDir, chunks: pd.DataFrame) -> list:
+    col = F.importance_column(chunks)
+    n_roll, n_none = int(chunks["n_rollouts"].sum()), int(chunks["n_no_answer"].sum())
+    blocks: list = [
+        TextBlock(
+            "**Resampling (black box).** Each chunk is removed and the trace resampled from "
+            "just before it; comparing the answers with those of rollouts that keep it gives "
+            f"its importance. {n_roll} rollouts, of which {n_none} gave no answer (counted, "
+            "left out of answer distributions)."
+        )
+    ]
+    if col is not None:
+        fig = F.category_bars(chunks, col, "Importance by sentence category")
+        if fig is not None:
+            blocks.append(FigureBlock(fig, name="anchors-importance-category"))
+        blocks.append(
+            FigureBlock(F.position_curves(chunks, col), name="anchors-importance-position")
+        )
+    cols = ["trace", "chunk_index", "category", "accuracy", "resampling_importance_accuracy"]
+    cols += [
+        c
+        for c in (
+            "counterfactual_importance_kl",
+            "different_trajectories_fraction",
+            "overdeterminedness",
+            "n_rollouts",
+            "n_no_answer",
+            "text",
+        )
+        if c in chunks
+    ]
+    blocks.append(TableBlock(chunks[cols], caption="Per-chunk metrics (first rows).", max_rows=30))
+    return blocks
+
+
+def _receivers(run: RunDir, sentences: pd.DataFrame | None) -> list:
+    heads = read_table(run, HEADS_TABLE)
+    summary = read_table(run, SUMMARY_TABLE).iloc[0].to_dict()
+    rel = summary.get("split_half_reliability")
+    rel_text = (
+        f"split-half reliability of the head kurtosis profile over traces: {rel:.2f}"
+        if isinstance(rel, float) and np.isfinite(rel)
+        else "split-half reliability needs at least 2 traces"
+    )
+    blocks: list = [
+        TextBlock(
+            "**Receiver heads (white box).** Per head, the attention each sentence receives "
+            f"from sentences at least {summary.get('proximity')} later (vertical score); heads "
+            "whose vertical scores are heavy-tailed (high kurtosis) single out a few "
+            f"sentences. Receiver heads: {summary.get('heads')}; {rel_text}."
+        ),
+        FigureBlock(F.kurtosis_heatmap(heads), name="anchors-kurtosis"),
+    ]
+    scores = read_table(run, SCORES_TABLE)
+    defined = scores.groupby("trace")["receiver_score"].apply(lambda v: int(v.notna().sum()))
+    if len(defined) and int(defined.max()) < MIN_SCORED_SENTENCES:
+        blocks.append(
+            TextBlock(
+                f"**Caveat:** at most {int(defined.max())} sentences per trace have a vertical "
+                f"score (a trace needs more than proximity + {MIN_SCORED_SENTENCES} sentences). "
+                "Kurtosis over so few values is degenerate (over any 3 distinct values it is "
+                "−1.5), so these receiver heads only show the mechanics; meaningful ones need "
+                "traces of dozens of sentences."
+            )
+        )
+    if sentences is not None:
+        merged = scores.merge(sentences, on=["trace", "sentence"], how="left")
+        fig = F.category_bars(merged, "receiver_score", "Receiver scores by sentence category")
+        if fig is not None:
+            blocks.append(FigureBlock(fig, name="anchors-receivers-category"))
+    if has_table(run, ABLATION_TABLE):
+        from mechscope.anchors.head_ablation import ablation_summary
+
+        blocks.append(
+            TableBlock(
+                ablation_summary(read_table(run, ABLATION_TABLE)),
+                caption="Forced answer after the full reasoning with heads ablated (z = 0): "
+                "accuracy = greedy decoding writes the gold answer; gold_logprob = its summed "
+                "log-probability (nats). Random rows: mean (sd) over random head sets of the "
+                "same size.",
+            )
+        )
+    return blocks
+
+
+def _graph_matrix(run: RunDir, trace: str, n: int) -> tuple[np.ndarray | None, bool, str]:
+    """The matrix that gives the graph its edges: suppression if computed, else resampling."""
+    if has_table(run, SUPPRESSION_TABLE):
+        supp = read_table(run, SUPPRESSION_TABLE)
+        part = supp[(supp["trace"] == trace) & (supp["source"] < n) & (supp["target"] < n)]
+        if not part.empty:
+            m = np.full((n, n), np.nan)
+            m[part["target"].to_numpy(int), part["source"].to_numpy(int)] = part["normalized"]
+            return m, False, "attention suppression, row-centred"
+    if has_arrays(run, RESAMPLING_MATRIX):
+        arrays = read_arrays(run, RESAMPLING_MATRIX)
+        if trace in arrays and arrays[trace].shape == (n, n):
+            return arrays[trace], True, "resampling: keeping i makes j reappear"
+    return None, True, "none computed"
+
+
+def _graphs(run: RunDir, sentences: pd.DataFrame, chunks: pd.DataFrame | None) -> list:
+    blocks = []
+    empty = pd.DataFrame(columns=["trace", "chunk_index"])
+    for k, (trace, part) in enumerate(sentences.groupby("trace", sort=False)):
+        if k >= MAX_TRACE_FIGURES:
+            break
+        part = part.sort_values("sentence")
+        matrix, source_major, what = _graph_matrix(run, str(trace), len(part))
+        fig = F.sentence_graph(
+            chunks if chunks is not None else empty,
+            str(trace),
+            part["text"].astype(str).tolist(),
+            part["category"].astype(str).tolist(),
+            matrix,
+            source_major=source_major,
+            edge_source=what,
+        )
+        blocks.append(FigureBlock(fig, name=f"anchors-graph-{k}"))
+    return blocks
+
+
+@register_section("anchors", "Thought Anchors: which sentences of a reasoning trace matter", 50)
+def anchors_section(run: RunDir) -> list | None:
+    if not any(
+        has_table(run, t) for t in (TRACES_TABLE, CHUNKS_TABLE, HEADS_TABLE, SUPPRESSION_TABLE)
+    ):
+        return None
+    blocks: list = []
+    if has_table(run, SETTINGS_TABLE):
+        settings = read_table(run, SETTINGS_TABLE)
+        blocks.append(
+            KeyValueBlock(dict(zip(settings["key"], settings["value"], strict=True)), "Settings")
+        )
+    sentences = read_table(run, SENTENCES_TABLE) if has_table(run, SENTENCES_TABLE) else None
+    chunks = read_table(run, CHUNKS_TABLE) if has_table(run, CHUNKS_TABLE) else None
+    if chunks is not None:
+        blocks += _blackbox(run, chunks)
+    if has_table(run, HEADS_TABLE):
+        blocks += _receivers(run, sentences)
+    if has_table(run, SUPPRESSION_TABLE):
+        supp = read_table(run, SUPPRESSION_TABLE)
+        blocks.append(
+            TextBlock(
+                "**Attention suppression (white box).** Each sentence in turn is hidden from "
+                "all later tokens in every layer and head; the change of the next-token "
+                "distribution at the later sentences' tokens (mean log KL) says which "
+                "sentences the later ones build on."
+            )
+        )
+        for k, trace in enumerate(supp["trace"].unique()[:MAX_TRACE_FIGURES]):
+            part = supp[supp["trace"] == trace]
+            n = int(max(part["source"].max(), part["target"].max())) + 1
+            if sentences is not None:
+                n = max(n, int((sentences["trace"] == trace).sum()))
+            blocks.append(
+                FigureBlock(F.suppression_heatmap(supp, str(trace), n), name=f"anchors-supp-{k}")
+            )
+    if sentences is not None:
+        blocks += _graphs(run, sentences, chunks)
+    return blocks

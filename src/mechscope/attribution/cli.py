@@ -1,0 +1,127 @@
+"""``mechscope heads``: head importance by integrated gradients over head gates."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from mechscope.errors import InputError
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+console = Console(stderr=True)
+
+
+def _print_frame(df, title: str) -> None:
+    table = Table(title=title)
+    for col in df.columns:
+        table.add_column(str(col))
+    for row in df.itertuples(index=False):
+        table.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row])
+    Console().print(table)
+
+
+@app.command()
+def run(
+    samples: Path | None = typer.Argument(
+        None, help="JSONL: id, prompt, completion (and correct/wrong for logit_diff)."
+    ),
+    out: Path = typer.Option(..., "--out", help="Run directory (resumed if it exists)."),
+    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Model spec."),
+    mixed: int = typer.Option(0, "--mixed", help="Use N samples per task of the mixed set."),
+    objective: str = typer.Option("nll", "--objective", help="nll, diffusion or logit_diff."),
+    path: list[str] = typer.Option(
+        ["joint", "per_layer"], "--path", help="joint, per_layer, staggered, random (repeatable)."
+    ),
+    steps: int = typer.Option(32, "--steps", help="Quadrature nodes (joint, staggered)."),
+    per_layer_steps: int | None = typer.Option(None, "--per-layer-steps"),
+    method: str = typer.Option("gauss_legendre", "--method", help="Quadrature rule."),
+    baseline: float = typer.Option(0.0, "--baseline", help="Gate value at the start, in [0, 1)."),
+    batch: int | None = typer.Option(None, "--batch", help="Rows per forward+backward."),
+    postprocess: str = typer.Option("signed", "--postprocess", help="signed, abs or relu."),
+    prune: bool = typer.Option(True, "--prune/--no-prune", help="Pruning validation."),
+    prune_by: list[str] = typer.Option(
+        ["joint"], "--prune-by", help="Importances that order pruning (repeatable)."
+    ),
+    refine: float | None = typer.Option(
+        None, "--refine", help="Double steps where completeness error > this."
+    ),
+    one_per_layer: bool = typer.Option(False, "--one-per-layer", help="Keep >= 1 head per layer."),
+    shapley_top: int = typer.Option(0, "--shapley-top", help="Shapley values for top-k heads."),
+    n_draws: int = typer.Option(8, "--draws", help="Mask draws (diffusion objective)."),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Integrated gradients over head gates, diagnostics and pruning checks."""
+    from mechscope.attribution.config import build_config
+    from mechscope.attribution.prepare import prepare
+    from mechscope.attribution.samples import load_samples, mixed_prompt_set
+    from mechscope.attribution.workflow import run_heads
+    from mechscope.models import load_model
+    from mechscope.report import build_report
+    from mechscope.runs import RunDir, weights_fingerprint
+
+    cfg = build_config(
+        objective=objective,
+        paths=path,
+        n_steps=steps,
+        per_layer_steps=per_layer_steps,
+        method=method,
+        baseline=baseline,
+        internal_batch_size=batch,
+        postprocess=postprocess,
+        prune=prune,
+        prune_by=prune_by,
+        prune_one_per_layer=one_per_layer,
+        shapley_top=shapley_top,
+        n_draws=n_draws,
+        seed=seed,
+        refine_rtol=refine,
+    )
+    if (samples is None) == (mixed <= 0):
+        raise InputError("either a samples file or --mixed N (not both)", field="samples")
+    lm = load_model(model)
+    if samples is not None:
+        items, source = load_samples(samples), str(samples)
+    else:
+        items, notes = mixed_prompt_set(lm.tokenizer, n_per_task=mixed, seed=seed)
+        source = f"mixed:{mixed}"
+        for note in notes:
+            console.print(note)
+    fs = prepare(lm, items, cfg)  # every check before anything is written
+    run_dir = RunDir.create(
+        out.parent,
+        out.name,
+        cfg.model_dump() | {"samples": source},
+        model_spec=model,
+        model_fingerprint=weights_fingerprint(lm.model),
+        seed=seed,
+        argv=sys.argv,
+    )
+    with run_dir.timed("heads"):
+        result = run_heads(run_dir, lm, items, cfg, fs=fs)
+    from mechscope.attribution.report import completeness_summary, diagnostics_table
+
+    _print_frame(completeness_summary(result.completeness), "completeness")
+    _print_frame(diagnostics_table(result.diagnostics), "diagnostics")
+    console.print(f"report: {build_report(run_dir)}")
+    run_dir.finish()
+
+
+@app.command()
+def diagnose(
+    run_dir: Path = typer.Argument(..., help="A run directory with head attributions."),
+) -> None:
+    """Print the completeness and diagnostics tables of a finished run (no model loaded)."""
+    from mechscope.attribution.report import completeness_summary, diagnostics_table
+    from mechscope.runs import RunDir, has_table, read_table
+
+    run_ = RunDir.open(run_dir)
+    if not has_table(run_, "heads_diagnostics"):
+        raise InputError(f"a run with head attributions; {run_dir} has none", field="run")
+    _print_frame(completeness_summary(read_table(run_, "heads_completeness")), "completeness")
+    _print_frame(diagnostics_table(read_table(run_, "heads_diagnostics")), "diagnostics")
+    if has_table(run_, "heads_pruning_auc"):
+        _print_frame(read_table(run_, "heads_pruning_auc"), "pruning (average level of curves)")

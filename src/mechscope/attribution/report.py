@@ -1,0 +1,202 @@
+"""Report section of head attribution (reads saved tables and arrays; never loads a model)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from mechscope.attribution.baselines import normalize_layers
+from mechscope.attribution.diagnostics import similarity_matrix
+from mechscope.attribution.figures import (
+    agreement_figure,
+    head_heatmap,
+    pruning_figure,
+    similarity_figure,
+)
+from mechscope.report import (
+    FigureBlock,
+    KeyValueBlock,
+    TableBlock,
+    TextBlock,
+    register_section,
+)
+from mechscope.runs import RunDir, has_arrays, has_table, read_arrays, read_table
+
+INTRO = (
+    "**Head attribution by integrated gradients over head gates.** Every head's output `z` "
+    "is scaled by a gate α; IG integrates the objective's gradient along a path of gates from "
+    "the baseline to 1 (all heads on). *Joint* IG moves all heads together; *per-layer* IG "
+    "moves one layer while the others stay on. Completeness: the attributions of one path "
+    "must add up to f(end) − f(start); the table shows how far the quadrature is from that. "
+    "Importance is oriented so that positive means *helps the objective*."
+)
+
+
+def completeness_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Per path family: median and worst relative error, worst absolute error, time."""
+    seg = df[df["segment"] != "mean"].assign(gap=lambda d: (d["f_end"] - d["f_start"]).abs())
+    out = seg.groupby("path", sort=False).agg(
+        segments=("delta", "size"),
+        n_steps=("n_steps", "first"),
+        method=("method", "first"),
+        median_rel_error=("rel_delta", "median"),
+        max_rel_error=("rel_delta", "max"),
+        max_abs_error=("abs_delta", "max"),
+        median_gap=("gap", "median"),
+    )
+    per_sample = df.drop_duplicates(["sample_id", "path"]).groupby("path", sort=False)["seconds"]
+    out["seconds_per_sample"] = per_sample.mean()
+    return out.reset_index()
+
+
+def completeness_warnings(summary: pd.DataFrame, limit: float = 0.05) -> list[str]:
+    """A sentence for every path family whose median completeness error exceeds ``limit``."""
+    out = []
+    for _, r in summary.iterrows():
+        if r["median_rel_error"] > limit:
+            out.append(
+                f"**Caution ({r['path']}):** the median completeness error is "
+                f"{r['median_rel_error']:.0%} of |f(end) − f(start)| at {r['n_steps']} "
+                f"{r['method']} nodes, so these attributions (and the diagnostics built on them) "
+                "carry large quadrature error: the objective changes abruptly along this path. "
+                "Use more steps (or refinement) before reading rankings from it."
+            )
+    return out
+
+
+def diagnostics_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Metrics as rows, methods as columns (the note's comparison table)."""
+    wide = df.pivot_table(index="metric", columns="method", values="value", sort=False)
+    return wide.reset_index()
+
+
+def _figures(arrays: dict[str, np.ndarray]) -> list:
+    blocks: list = []
+    ids = [str(s) for s in arrays["sample_ids"]]
+    tasks = [str(t) for t in arrays.get("tasks", ids)]
+    labels = [f"{i}:{t}" for i, t in enumerate(tasks)]  # short axis labels; ids in the tables
+    kinds = [k.removeprefix("importance_") for k in arrays if k.startswith("importance_")]
+    for kind in kinds:
+        blocks.append(
+            FigureBlock(
+                head_heatmap(
+                    arrays[f"importance_{kind}"],
+                    f"Head importance: {kind}",
+                    "gradient importance" if kind == "gradient" else "mean IG (helps +)",
+                ),
+                name=f"attribution-heatmap-{kind}",
+            )
+        )
+        if kind != "gradient":  # a few layers dominate raw IG; scaling each row shows the rest
+            blocks.append(
+                FigureBlock(
+                    head_heatmap(
+                        normalize_layers(arrays[f"importance_{kind}"]),
+                        f"Head importance within each layer: {kind}",
+                        "mean IG / layer ℓ2 norm",
+                    ),
+                    name=f"attribution-heatmap-{kind}-by-layer",
+                )
+            )
+    paths = [k for k in kinds if k in arrays and k != "gradient"]
+    for kind in paths:
+        if len(ids) >= 2:
+            m = similarity_matrix(arrays[kind])
+            blocks.append(
+                FigureBlock(
+                    similarity_figure(m, labels, f"Per-sample similarity of {kind} attributions"),
+                    name=f"attribution-similarity-{kind}",
+                )
+            )
+    if len(paths) >= 2:
+        a, b = paths[0], paths[1]
+        blocks.append(
+            FigureBlock(
+                agreement_figure(arrays[f"importance_{a}"], arrays[f"importance_{b}"], a, b),
+                name=f"attribution-agreement-{a}-{b}",
+            )
+        )
+    return blocks
+
+
+def _pruning(run: RunDir) -> list:
+    if not has_table(run, "heads_pruning_bands"):
+        return []
+    bands = read_table(run, "heads_pruning_bands")
+    auc = read_table(run, "heads_pruning_auc")
+    rnd = auc[auc["kind"] == "random"]
+    rows = []
+    for _, r in auc[auc["kind"] != "random"].iterrows():
+        rows.append(
+            {
+                "order": r["order"],
+                "auc_objective": r["auc_objective"],
+                "random_auc_objective": rnd["auc_objective"].mean() if len(rnd) else np.nan,
+                "random_sd": rnd["auc_objective"].std(ddof=1) if len(rnd) > 1 else np.nan,
+                "auc_accuracy": r["auc_accuracy"],
+                "random_auc_accuracy": rnd["auc_accuracy"].mean() if len(rnd) else np.nan,
+            }
+        )
+    return [
+        FigureBlock(
+            pruning_figure(bands, "objective", "Pruning: objective", "objective"),
+            name="attribution-pruning-objective",
+        ),
+        FigureBlock(
+            pruning_figure(bands, "accuracy", "Pruning: task accuracy", "accuracy"),
+            name="attribution-pruning-accuracy",
+        ),
+        TableBlock(
+            pd.DataFrame(rows),
+            caption=(
+                "Average level of each pruning curve (area over the removed fraction divided by "
+                "its width), against the mean and SD over random orders."
+            ),
+        ),
+    ]
+
+
+@register_section("attribution", "Head attribution: integrated gradients over head gates", order=30)
+def attribution_section(run: RunDir) -> list | None:
+    if not has_arrays(run, "heads_attributions"):
+        return None
+    blocks: list = [TextBlock(INTRO)]
+    if has_table(run, "heads_meta"):
+        t = read_table(run, "heads_meta")
+        meta = dict(zip(t["key"], t["value"], strict=True))
+        blocks.append(KeyValueBlock(meta, caption="What was run"))
+    if has_table(run, "heads_notes"):
+        notes = read_table(run, "heads_notes")["note"].tolist()
+        blocks.append(TextBlock("\n".join(f"- {n}" for n in notes)))
+    if has_table(run, "heads_completeness"):
+        summary = completeness_summary(read_table(run, "heads_completeness"))
+        blocks += [TextBlock(w) for w in completeness_warnings(summary)]
+        blocks.append(
+            TableBlock(
+                summary,
+                caption="Completeness per path family: |Σ attributions − (f(end) − f(start))| "
+                "relative to |f(end) − f(start)| (per-layer: each layer against its own "
+                "endpoints, where small gaps make relative errors large).",
+            )
+        )
+    if has_table(run, "heads_diagnostics"):
+        blocks.append(
+            TableBlock(
+                diagnostics_table(read_table(run, "heads_diagnostics")),
+                caption="Data-specificity diagnostics (the note's analysis): one sample vs all, "
+                "pairwise correlation of per-sample vectors, per-head variance across "
+                "samples, agreement between methods.",
+                max_rows=80,
+            )
+        )
+    blocks += _figures(read_arrays(run, "heads_attributions"))
+    blocks += _pruning(run)
+    if has_table(run, "heads_shapley"):
+        blocks.append(
+            TableBlock(
+                read_table(run, "heads_shapley"),
+                caption="Sampled Shapley values of the top heads (antithetic permutation "
+                "sampling; se = standard error) next to their IG attributions.",
+            )
+        )
+    return blocks

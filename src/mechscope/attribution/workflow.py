@@ -1,0 +1,237 @@
+"""``run_heads``: attribution, baselines, diagnostics and pruning for a set of samples.
+
+Per-sample IG vectors are written as resumable shards (one per sample and path family) and
+collected into ``arrays/heads_attributions.npz``; everything derived from them (completeness,
+diagnostics, pruning curves, Shapley values) goes to Parquet tables that the report reads.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from mechscope.attribution.baselines import gate_gradients, head_mask_importance
+from mechscope.attribution.config import HeadsConfig
+from mechscope.attribution.diagnostics import agreement, sample_diagnostics
+from mechscope.attribution.gatefn import GateFunction
+from mechscope.attribution.ig import HeadAttribution, head_ig
+from mechscope.attribution.postprocess import aggregate
+from mechscope.attribution.prepare import path_options, prepare
+from mechscope.attribution.pruning import curve_bands, pruning_auc, pruning_curves, pruning_orders
+from mechscope.attribution.samples import HeadSample
+from mechscope.attribution.shapley import shapley_sampled
+from mechscope.errors import InputError
+from mechscope.models.loaded import LoadedModel
+from mechscope.runs import RunDir, ShardStore, run_sharded, write_arrays, write_table
+
+
+@dataclass
+class HeadsResult:
+    """What :func:`run_heads` computed (also saved in the run directory)."""
+
+    sample_ids: list[str]
+    tasks: list[str]
+    attributions: dict[str, np.ndarray]  # path -> [n, layers, heads] raw IG
+    completeness: pd.DataFrame
+    diagnostics: pd.DataFrame
+    higher_is_better: bool
+    gradients: np.ndarray | None = None  # [n, layers, heads] gate gradients at α = 1
+    importance: dict[str, np.ndarray] = field(default_factory=dict)  # [layers, heads]
+    pruning: pd.DataFrame | None = None
+    pruning_auc: pd.DataFrame | None = None
+    shapley: pd.DataFrame | None = None
+
+
+def _payload(res: HeadAttribution, seconds: float) -> dict:
+    return {
+        "attributions": res.attributions.astype(np.float64),
+        "completeness": res.completeness_frame().to_dict(orient="list"),
+        "seconds": float(seconds),
+    }
+
+
+def _attribute_all(run: RunDir, fs: list[GateFunction], kind: str, cfg: HeadsConfig) -> list[dict]:
+    opts = path_options(kind, cfg)
+    by_id = {f.sample_id: f for f in fs}
+
+    def one(sample_id: str) -> dict:
+        start = time.perf_counter()
+        res = head_ig(by_id[sample_id], kind, **opts)
+        return _payload(res, time.perf_counter() - start)
+
+    store = ShardStore(run, f"heads-{kind}")
+    with run.timed(f"heads-{kind}"):
+        return run_sharded(
+            store, [(f.sample_id, f.sample_id) for f in fs], one, description=f"IG ({kind})"
+        )
+
+
+def _diagnostics(res: HeadsResult, cfg: HeadsConfig) -> pd.DataFrame:
+    parts = [
+        sample_diagnostics(v, method=k, thresholds=cfg.thresholds)
+        for k, v in res.attributions.items()
+    ]
+    if res.gradients is not None:
+        parts.append(
+            sample_diagnostics(res.gradients, method="gradient", thresholds=cfg.thresholds)
+        )
+    names = list(res.attributions)
+    if len(res.sample_ids) >= 1:
+        for other in names[1:]:
+            parts.append(
+                agreement(
+                    res.attributions[names[0]],
+                    res.attributions[other],
+                    name_a=names[0],
+                    name_b=other,
+                )
+            )
+        if res.gradients is not None:
+            parts.append(
+                agreement(
+                    res.attributions[names[0]], res.gradients, name_a=names[0], name_b="gradient"
+                )
+            )
+    return pd.concat(parts, ignore_index=True)
+
+
+def _shapley(
+    fs: list[GateFunction], importance: np.ndarray, res: HeadsResult, cfg: HeadsConfig
+) -> pd.DataFrame:
+    flat = np.argsort(-importance.reshape(-1), kind="stable")[: cfg.shapley_top]
+    heads = [(int(i) // importance.shape[1], int(i) % importance.shape[1]) for i in flat]
+    frames = []
+    for f in fs[: cfg.shapley_samples]:
+        n_perm = cfg.shapley_permutations + cfg.shapley_permutations % 2  # antithetic pairs
+        sh = shapley_sampled(
+            f,
+            heads,
+            n_permutations=n_perm,
+            baseline=cfg.baseline,
+            seed=cfg.seed,
+            internal_batch_size=cfg.internal_batch_size,
+        )
+        df = sh.frame()
+        df.insert(0, "sample_id", f.sample_id)
+        i = res.sample_ids.index(f.sample_id)
+        for kind, attr in res.attributions.items():
+            df[f"ig_{kind}"] = [attr[i, layer, head] for layer, head in heads]
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True)
+
+
+def run_heads(
+    run: RunDir,
+    lm: LoadedModel,
+    samples: Sequence[HeadSample],
+    cfg: HeadsConfig,
+    *,
+    fs: list[GateFunction] | None = None,
+) -> HeadsResult:
+    """Head attribution for ``samples`` into ``run`` (resumable per sample and path)."""
+    fs = fs if fs is not None else prepare(lm, samples, cfg)
+    ids, tasks = [s.id for s in samples], [s.task for s in samples]
+    attributions, completeness = {}, []
+    for kind in cfg.paths:
+        payloads = _attribute_all(run, fs, kind, cfg)
+        attributions[kind] = np.stack([p["attributions"] for p in payloads])  # [n, L, H]
+        for sid, task, p in zip(ids, tasks, payloads, strict=True):
+            frame = pd.DataFrame(p["completeness"])
+            frame.insert(0, "task", task)
+            frame.insert(0, "sample_id", sid)
+            frame["seconds"] = p["seconds"]
+            completeness.append(frame)
+    hib = fs[0].higher_is_better
+    res = HeadsResult(
+        ids, tasks, attributions, pd.concat(completeness, ignore_index=True), pd.DataFrame(), hib
+    )
+    if cfg.gradient_baseline:
+        with run.timed("heads-gradient"):
+            res.gradients = gate_gradients(fs)
+        res.importance["gradient"] = head_mask_importance(res.gradients)
+    for kind, x in attributions.items():
+        res.importance[kind] = aggregate(x, mode=cfg.postprocess, higher_is_better=hib)
+    res.diagnostics = _diagnostics(res, cfg)
+    arrays = {k: v for k, v in attributions.items()} | {
+        f"importance_{k}": v for k, v in res.importance.items()
+    }
+    if res.gradients is not None:
+        arrays["gradient"] = res.gradients
+    arrays |= {"sample_ids": np.array(ids), "tasks": np.array(tasks)}
+    write_arrays(run, "heads_attributions", arrays)
+    write_table(run, "heads_completeness", res.completeness)
+    write_table(run, "heads_diagnostics", res.diagnostics)
+    if cfg.prune:
+        _prune(run, fs, res, cfg)
+    if cfg.shapley_top > 0:
+        with run.timed("heads-shapley"):
+            res.shapley = _shapley(fs, _ranking(res, cfg.prune_by[0], cfg), res, cfg)
+        write_table(run, "heads_shapley", res.shapley)
+    write_table(run, "heads_meta", _meta(lm, res, cfg))
+    return res
+
+
+def _ranking(res: HeadsResult, name: str, cfg: HeadsConfig) -> np.ndarray:
+    """The ``[L, H]`` score that orders pruning and picks Shapley heads: IG aggregated with
+    ``cfg.prune_postprocess`` (default ``abs``: the smallest effects go first, whatever their
+    sign, the usual pruning criterion), or Michel et al.'s gradient importance."""
+    if name == "gradient" and "gradient" in res.importance:
+        return res.importance["gradient"]
+    if name not in res.attributions:
+        known = ", ".join([*res.attributions, *(["gradient"] if res.gradients is not None else [])])
+        raise InputError(f"prune_by among {known}, got {name!r}", field="prune_by")
+    x = res.attributions[name]
+    return aggregate(x, mode=cfg.prune_postprocess, higher_is_better=res.higher_is_better)
+
+
+def _prune(run: RunDir, fs: list[GateFunction], res: HeadsResult, cfg: HeadsConfig) -> None:
+    orders: dict[str, np.ndarray] = {}
+    for k, name in enumerate(cfg.prune_by):
+        made = pruning_orders(
+            _ranking(res, name, cfg),
+            n_random=cfg.prune_random if k == 0 else 0,
+            seed=cfg.seed,
+            one_per_layer=cfg.prune_one_per_layer,
+        )
+        orders |= {(o if o.startswith("random") else f"{name}/{o}"): v for o, v in made.items()}
+    with run.timed("heads-pruning"):
+        curves = pruning_curves(
+            fs[: cfg.prune_samples],
+            orders,
+            n_points=cfg.prune_points,
+            max_fraction=cfg.prune_max_fraction,
+        )
+    res.pruning, res.pruning_auc = curves, pruning_auc(curves)
+    write_table(run, "heads_pruning", curves)
+    write_table(run, "heads_pruning_auc", res.pruning_auc)
+    write_table(run, "heads_pruning_bands", curve_bands(curves, seed=cfg.seed))
+    write_arrays(run, "heads_pruning_orders", {k.replace("/", "__"): v for k, v in orders.items()})
+
+
+def _meta(lm: LoadedModel, res: HeadsResult, cfg: HeadsConfig) -> pd.DataFrame:
+    items = {
+        "model": lm.spec,
+        "layers x heads": f"{lm.n_layers} x {lm.n_heads}",
+        "objective": cfg.objective,
+        "higher is better": str(res.higher_is_better),
+        "samples": str(len(res.sample_ids)),
+        "tasks": ", ".join(sorted(set(res.tasks))),
+        "paths": ", ".join(cfg.paths),
+        "quadrature": f"{cfg.method}, {cfg.n_steps} steps (per-layer "
+        f"{cfg.per_layer_steps or cfg.n_steps})"
+        + (
+            f"; steps doubled (at most {cfg.refine_doublings} times) where the completeness "
+            f"error exceeds max({cfg.refine_rtol} x gap, {cfg.refine_atol})"
+            + (f" ({', '.join(cfg.refine_paths)})" if cfg.refine_paths is not None else "")
+            if cfg.refine_rtol is not None
+            else ""
+        ),
+        "baseline": str(cfg.baseline),
+        "postprocess": cfg.postprocess,
+        "prune by": f"{', '.join(cfg.prune_by)} ({cfg.prune_postprocess})" if cfg.prune else "-",
+    }
+    return pd.DataFrame({"key": list(items), "value": list(items.values())})

@@ -1,0 +1,74 @@
+"""RCID distillation: transfer a teacher's causal mechanism, and measure whether it was kept.
+
+Python API (imported lazily, so reading results does not import torch)::
+
+    from mechscope.distill import load_study_config, run_study, summarize_study
+    cfg = load_study_config("src/mechscope/distill/configs/cpu_study.yaml")
+    study = run_study(cfg, "runs")
+    summary, markdown = summarize_study(study.path)
+
+Building blocks: :func:`select_checkpoints`, :func:`procrustes_align`, :func:`linear_cka`,
+:class:`RCIDLoss` and the baselines, :func:`causal_effects` / :func:`causal_consistency`,
+:func:`train`, :func:`run_trial`, :func:`run_pilot`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "METHODS": "config",
+    "StudyConfig": "config",
+    "TaskSpec": "config",
+    "StudentSpec": "config",
+    "load_study_config": "config",
+    "parse_study_config": "config",
+    "build_task": "tasks",
+    "TASKS": "tasks",
+    "PairSet": "pairset",
+    "build_pairset": "pairset",
+    "Checkpoint": "checkpoints",
+    "contrast_scores": "checkpoints",
+    "select_checkpoints": "checkpoints",
+    "proportional_map": "mapping",
+    "linear_cka": "mapping",
+    "cka_map": "mapping",
+    "procrustes_align": "procrustes",
+    "fit_alignments": "procrustes",
+    "kd_loss": "losses",
+    "RCIDLoss": "losses",
+    "InformedFitNetsLoss": "losses",
+    "FitNetsLoss": "losses",
+    "build_student": "students",
+    "layer_subset_student": "students",
+    "narrow_student": "students",
+    "TeacherTask": "teacher_cache",
+    "prepare_teacher_task": "teacher_cache",
+    "causal_effects": "consistency",
+    "causal_consistency": "consistency",
+    "accuracy": "evaluate",
+    "perplexity": "evaluate",
+    "ood_degradation": "evaluate",
+    "information_purity": "purity",
+    "selectivity": "purity",
+    "train": "trainer",
+    "Objective": "objective",
+    "Trial": "trial",
+    "run_trial": "trial",
+    "evaluate_student": "trial",
+    "run_study": "study",
+    "expand_trials": "study",
+    "validate_study": "study",
+    "summarize_study": "summarize",
+    "summary_table": "summarize",
+    "run_pilot": "pilot",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'mechscope.distill' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"mechscope.distill.{_EXPORTS[name]}"), name)

@@ -1,0 +1,151 @@
+"""``mechscope distill``: run a study, summarize it, run the pilot checks."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from mechscope.errors import MechscopeError
+
+app = typer.Typer(
+    help="RCID distillation: keep the teacher's causal mechanism.", no_args_is_help=True
+)
+console = Console()
+
+QUICK = {"seeds": None, "train.steps": 6, "train.checkpoint_every": 3}
+
+
+@contextlib.contextmanager
+def _one_line_errors() -> Iterator[None]:
+    try:
+        yield
+    except MechscopeError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _overrides(items: list[str] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            from mechscope.errors import InputError
+
+            raise InputError(f"expected KEY=VALUE, got {item!r}", field="--set")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def _load(config: str, sets: list[str] | None, quick: bool):
+    from mechscope.distill.config import load_study_config, resolve_config_path
+
+    path = resolve_config_path(config)
+    cfg = load_study_config(path, _overrides(sets))
+    if quick:
+        from mechscope.distill.demo import quick_overrides
+
+        cfg = cfg.model_validate({**cfg.model_dump(), **quick_overrides(cfg)})
+    return cfg
+
+
+@app.command()
+def run(
+    config: Annotated[str, typer.Argument(help="YAML config file or built-in name (cpu_study)")],
+    root: Annotated[Path, typer.Option(help="Folder for study run directories")] = Path("runs"),
+    executor: Annotated[str | None, typer.Option(help="auto, local or ray")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override KEY=VALUE")] = None,
+    quick: Annotated[bool, typer.Option(help="1 seed, few steps, small data")] = False,
+) -> None:
+    """Run the grid students × tasks × methods × seeds (resumes an interrupted study)."""
+    with _one_line_errors():
+        from mechscope.distill.study import run_study
+        from mechscope.distill.summarize import summarize_study
+
+        cfg = _load(config, set_, quick)
+        study = run_study(
+            cfg,
+            root,
+            executor=executor,
+            on_trial=lambda t, df: console.print(
+                f"[green]done[/] {t.name}: accuracy {df['accuracy'].iloc[0]:.3f}, "
+                f"consistency {df['consistency'].iloc[0]:.3f}"
+            ),
+        )
+        _, table = summarize_study(study.path)
+        console.print(table)
+        console.print(f"study: {study.path}")
+
+
+@app.command()
+def check(
+    config: Annotated[str, typer.Argument(help="YAML config file or built-in name")],
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override KEY=VALUE")] = None,
+) -> None:
+    """Validate a config (tasks, data files, models, tokenizers) without training."""
+    with _one_line_errors():
+        from mechscope.distill.study import expand_trials, validate_study
+
+        cfg = _load(config, set_, False)
+        validate_study(cfg)
+        console.print(f"ok: {len(expand_trials(cfg))} trials")
+
+
+@app.command()
+def summarize(
+    study: Annotated[Path, typer.Argument(help="A study folder (runs/<name>)")],
+) -> None:
+    """Tables (mean ± std over seeds) and figures of a study's finished trials."""
+    with _one_line_errors():
+        from mechscope.distill.summarize import summarize_study
+
+        _, table = summarize_study(study)
+        console.print(table)
+
+
+@app.command()
+def pilot(
+    teacher: Annotated[str, typer.Option(help="Teacher model spec")] = "smollm2-135m",
+    config: Annotated[
+        str | None, typer.Option(help="Take teacher and first student from a config")
+    ] = None,
+    n_accuracy: Annotated[int, typer.Option(help="IOI pairs for the accuracy check")] = 100,
+) -> None:
+    """The pilot validation checks (teacher accuracy, names, norms, patching, student)."""
+    with _one_line_errors():
+        from mechscope.distill.pilot import run_pilot
+        from mechscope.distill.students import build_student
+        from mechscope.models import load_model
+
+        student = None
+        if config is not None:
+            cfg = _load(config, None, False)
+            lm = load_model(cfg.teacher, dtype=cfg.teacher_dtype)
+            student = build_student(cfg.students[0], lm, seed=cfg.seeds[0])
+        else:
+            lm = load_model(teacher)
+        checks = run_pilot(lm, student, n_accuracy=n_accuracy)
+        table = Table("check", "result", "value", "expected")
+        for c in checks:
+            mark = (
+                "info" if c.passed is None else ("[green]pass[/]" if c.passed else "[red]FAIL[/]")
+            )
+            table.add_row(c.name, mark, c.value, c.expected)
+        console.print(table)
+        if any(c.passed is False for c in checks):
+            raise typer.Exit(1)
+
+
+@app.command("configs")
+def list_configs() -> None:
+    """List the built-in study configs."""
+    folder = Path(__file__).parent / "configs"
+    for path in sorted(folder.glob("*.yaml")):
+        first = yaml.safe_load(path.read_text(encoding="utf-8")).get("description", "")
+        console.print(f"[bold]{path.stem}[/]: {first}")

@@ -1,0 +1,193 @@
+"""Study configuration: a grid of students × tasks × methods × seeds, validated with pydantic.
+
+A config is YAML (see ``distill/configs/``). Every mistake a user can make in it (an unknown
+method, a task name the registry does not know, a model that does not exist) must surface as
+one line before any model is loaded or trained, so :func:`load_study_config` turns pydantic's
+multi-line report into an :class:`InputError` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from mechscope.errors import InputError
+
+METHODS = ("standard_kd", "fitnets", "informed_fitnets", "rcid")
+Method = str  # one of METHODS, checked by StudyConfig
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TaskSpec(_Strict):
+    """One contrastive task. ``n_*`` count pairs kept *after* dropping those the teacher gets
+    wrong; ``oversample`` sets how many candidates are generated per kept pair."""
+
+    name: str
+    n_train: int = Field(128, ge=4)
+    n_test: int = Field(64, ge=4)
+    n_ood: int = Field(32, ge=0)
+    seed: int = 0
+    oversample: float = Field(2.0, ge=1.0)
+    names: list[str] | None = None  # IOI name pool (default: mechscope.data's pool)
+    ood_names: list[str] | None = None  # IOI unseen-names pool (default: the held-out pool)
+    ood: list[str] | None = None  # OOD variants (default: every variant of the task)
+    path: str | None = None  # data file (facts: known_1000 format; winogrande: official JSONL)
+    ood_relations: list[str] | None = None  # facts: relations held out as the OOD split
+
+
+class StudentSpec(_Strict):
+    """How to make a student.
+
+    ``layer_subset``: a copy of the teacher keeping every ``every``-th layer (or ``layers``);
+    same width, embeddings, final norm and head copied. ``narrow``: a randomly initialised
+    model of the teacher's family and tokenizer with ``hidden`` width and ``n_layers`` layers.
+    ``pretrained``: ``model`` is a model spec (directory, GGUF, alias).
+    """
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    kind: Literal["layer_subset", "narrow", "pretrained"]
+    every: int | None = Field(None, ge=1)
+    layers: list[int] | None = None
+    hidden: int | None = Field(None, ge=8)
+    n_layers: int | None = Field(None, ge=1)
+    n_heads: int | None = Field(None, ge=1)
+    n_kv_heads: int | None = Field(None, ge=1)
+    intermediate: int | None = Field(None, ge=8)
+    model: str | None = None
+    freeze_embeddings: bool | None = None  # default: True for layer_subset, else False
+    lr: float | None = Field(None, gt=0)  # overrides train.lr for this student
+    dtype: str | None = None
+
+
+class CheckpointSpec(_Strict):
+    """Top-k (layer, position) checkpoints, with at least ``min_modified`` positions whose
+    token differs and ``min_unmodified`` whose token is the same in clean and corrupt."""
+
+    k: int = Field(6, ge=2)
+    min_modified: int = Field(1, ge=0)
+    min_unmodified: int = Field(1, ge=0)
+    mapping: Literal["proportional", "cka"] = "proportional"
+
+
+class LossSpec(_Strict):
+    """``L = lambda_kl * KL(teacher || student at temperature) + lambda_method * L_method``."""
+
+    temperature: float = Field(2.0, gt=0)
+    lambda_kl: float = Field(1.0, ge=0)
+    lambda_method: float = Field(1.0, ge=0)
+
+
+class TrainSpec(_Strict):
+    steps: int = Field(60, ge=1)
+    batch_size: int = Field(8, ge=1)
+    lr: float = Field(1e-4, gt=0)
+    weight_decay: float = Field(0.01, ge=0)
+    warmup: float = Field(0.1, ge=0, le=1)  # fraction of steps
+    grad_clip: float = Field(1.0, gt=0)
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    checkpoint_every: int = Field(20, ge=1)
+    keep_checkpoint: bool = False  # keep the last checkpoint after the trial finished
+    save_student: bool = False
+    device: str | None = None
+    wandb_project: str | None = None
+
+
+class EvalSpec(_Strict):
+    batch_size: int = Field(16, ge=1)
+    perplexity_text: str | None = None  # a .txt file (one passage per paragraph); default built-in
+    purity: bool = True
+
+
+class StudyConfig(_Strict):
+    """The whole experiment: every student × task × method × seed is one trial."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    description: str = ""
+    teacher: str
+    teacher_dtype: str | None = None
+    students: list[StudentSpec] = Field(min_length=1)
+    tasks: list[TaskSpec] = Field(min_length=1)
+    methods: list[str] = Field(min_length=1)
+    seeds: list[int] = Field(min_length=1)
+    checkpoints: CheckpointSpec = CheckpointSpec()
+    loss: LossSpec = LossSpec()
+    train: TrainSpec = TrainSpec()
+    eval: EvalSpec = EvalSpec()
+    executor: Literal["auto", "local", "ray"] = "auto"
+    teacher_only: bool = False  # only the teacher's side (checkpoints, purity): no training
+
+    @field_validator("methods")
+    @classmethod
+    def _known_methods(cls, value: list[str]) -> list[str]:
+        for m in value:
+            if m not in METHODS:
+                raise ValueError(f"unknown method {m!r}; expected one of {', '.join(METHODS)}")
+        return value
+
+
+def _first_error(exc: ValidationError) -> tuple[str, str]:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ())) or "<root>"
+    msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+    return where, msg
+
+
+def parse_study_config(raw: dict[str, Any], source: str = "config") -> StudyConfig:
+    """Validate a config dict; the first problem becomes a one-line :class:`InputError`."""
+    if not isinstance(raw, dict):
+        raise InputError("expected a YAML mapping at the top level", sample=source)
+    try:
+        return StudyConfig.model_validate(raw)
+    except ValidationError as exc:
+        where, msg = _first_error(exc)
+        raise InputError(f"expected a valid value: {msg}", sample=source, field=where) from None
+
+
+def load_study_config(path: str | Path, overrides: dict[str, Any] | None = None) -> StudyConfig:
+    """Read and validate a YAML study config (``overrides`` are merged on top, dotted keys)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"expected an existing config file, got {str(path)!r}", field="config")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise InputError(
+            f"expected valid YAML ({exc.__class__.__name__})", sample=path.name
+        ) from None
+    for key, value in (overrides or {}).items():
+        set_dotted(raw, key, value)
+    return parse_study_config(raw, source=path.name)
+
+
+def set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
+    """``set_dotted(cfg, "train.steps", 5)`` sets ``cfg["train"]["steps"] = 5``."""
+    parts = key.split(".")
+    node = raw
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+    node[parts[-1]] = value
+
+
+def builtin_config_path(name: str) -> Path:
+    """``configs/<name>.yaml`` shipped with mechscope (``name`` with or without ``.yaml``)."""
+    stem = name.removesuffix(".yaml")
+    return Path(__file__).parent / "configs" / f"{stem}.yaml"
+
+
+def resolve_config_path(spec: str | Path) -> Path:
+    """A path as given, else the built-in config of that name."""
+    p = Path(spec)
+    if p.is_file():
+        return p
+    builtin = builtin_config_path(str(spec))
+    if builtin.is_file():
+        return builtin
+    raise InputError(
+        f"expected a config file or a built-in config name, got {str(spec)!r}", field="config"
+    )

@@ -1,0 +1,198 @@
+"""The distillation training loop: AdamW, cosine schedule with warm-up, clipping, resume.
+
+Batches are a pure function of ``(seed, step)``, so a run killed after step ``k`` and resumed
+from its last checkpoint sees exactly the batches it would have seen, and ends with the same
+weights as an uninterrupted run. Only trainable parameters (and the optimizer, schedule and
+loss scaler) are checkpointed: everything frozen is rebuilt deterministically from the
+config. Mixed precision (bf16, or fp16 with loss scaling) is used on CUDA only; CPU runs
+are fp32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from mechscope.distill.config import TrainSpec
+from mechscope.models import LoadedModel
+from mechscope.progress import track
+from mechscope.runs import atomic_path
+
+StepHook = Callable[[int, dict[str, float]], None]
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    resumed_from: int
+    seconds: float
+    log: list[dict[str, Any]] = field(default_factory=list)
+
+
+def lr_multiplier(step: int, total: int, warmup: int) -> float:
+    """Linear warm-up to 1 over ``warmup`` steps, then cosine decay to 0 at ``total``."""
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def batch_indices(n_items: int, batch_size: int, seed: int, step: int) -> torch.Tensor:
+    """The training rows of ``step``: a seeded random draw without replacement, ``[b]``."""
+    gen = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(step))
+    return torch.randperm(n_items, generator=gen)[: min(batch_size, n_items)]
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """bf16/fp16 autocast on CUDA; ``None`` (fp32) on CPU or when ``precision="fp32"``."""
+    if device.type != "cuda" or precision == "fp32":
+        return None
+    if precision == "auto":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.bfloat16 if precision == "bf16" else torch.float16
+
+
+def trainable_state(student: nn.Module, objective: nn.Module) -> dict[str, torch.Tensor]:
+    state = {f"student.{k}": p.detach() for k, p in student.named_parameters() if p.requires_grad}
+    state.update({f"objective.{k}": v.detach() for k, v in objective.state_dict().items()})
+    return state
+
+
+def load_trainable_state(
+    student: nn.Module, objective: nn.Module, state: dict[str, torch.Tensor]
+) -> None:
+    params = dict(student.named_parameters())
+    with torch.no_grad():
+        for key, value in state.items():
+            if key.startswith("student."):
+                params[key.removeprefix("student.")].copy_(value)
+    objective.load_state_dict(
+        {k.removeprefix("objective."): v for k, v in state.items() if k.startswith("objective.")}
+    )
+
+
+class WandbLogger:
+    """Logs to Weights & Biases when a project is given and ``wandb`` is installed."""
+
+    def __init__(self, project: str | None, name: str, config: dict[str, Any]):
+        self.run = None
+        if not project:
+            return
+        try:
+            import wandb
+        except ImportError:
+            warnings.warn(
+                "wandb_project is set but wandb is not installed; not logging to W&B",
+                UserWarning,
+                stacklevel=2,
+            )
+            return
+        self.run = wandb.init(project=project, name=name, id=name, resume="allow", config=config)
+
+    def log(self, row: dict[str, Any]) -> None:
+        if self.run is not None:
+            self.run.log(row, step=int(row["step"]))
+
+    def finish(self) -> None:
+        if self.run is not None:
+            self.run.finish()
+
+
+def train(
+    student: LoadedModel,
+    objective: nn.Module,
+    n_items: int,
+    spec: TrainSpec,
+    *,
+    seed: int,
+    checkpoint: Path | None = None,
+    on_step: StepHook | None = None,
+    logger: WandbLogger | None = None,
+    description: str = "distill",
+) -> TrainResult:
+    """Train ``student`` (and the objective's own parameters) for ``spec.steps`` steps.
+
+    ``objective(idx) -> (loss, parts)``. With ``checkpoint``, state is saved there every
+    ``spec.checkpoint_every`` steps and at the end, and a run finding a checkpoint resumes
+    from it. ``on_step(step, parts)`` is called after each step (and its checkpoint).
+    """
+    model = student.model
+    torch.manual_seed(seed)
+    params = [p for p in model.parameters() if p.requires_grad]
+    params += [p for p in objective.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=spec.lr, weight_decay=spec.weight_decay)
+    warmup = round(spec.warmup * spec.steps)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_multiplier(s, spec.steps, warmup))
+    amp = autocast_dtype(spec.precision, student.device)
+    scaler = torch.amp.GradScaler("cuda", enabled=amp == torch.float16)
+    start, log = 0, []
+    if checkpoint is not None and checkpoint.is_file():
+        state = torch.load(checkpoint, map_location=student.device, weights_only=True)
+        load_trainable_state(model, objective, state["trainable"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        scaler.load_state_dict(state["scaler"])
+        start, log = int(state["step"]), list(state["log"])
+    resumed_from, t0 = start, time.perf_counter()
+    model.train()
+    try:
+        for step in track(range(start, spec.steps), description, total=spec.steps - start):
+            idx = batch_indices(n_items, spec.batch_size, seed, step)
+            ctx = torch.autocast("cuda", dtype=amp) if amp is not None else contextlib.nullcontext()
+            with ctx:
+                loss, parts = objective(idx)
+            opt.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, spec.grad_clip))
+            scaler.step(opt)
+            scaler.update()
+            row = {
+                "step": step + 1,
+                **parts,
+                "lr": opt.param_groups[0]["lr"],
+                "grad_norm": grad_norm,
+            }
+            sched.step()
+            log.append(row)
+            if logger is not None:
+                logger.log(row)
+            done = step + 1
+            if checkpoint is not None and (done % spec.checkpoint_every == 0 or done == spec.steps):
+                _save(checkpoint, model, objective, opt, sched, scaler, done, log)
+            if on_step is not None:
+                on_step(done, parts)
+    finally:
+        model.eval()
+    return TrainResult(spec.steps, resumed_from, time.perf_counter() - t0, log)
+
+
+def _save(
+    path: Path,
+    model: nn.Module,
+    objective: nn.Module,
+    opt: Any,
+    sched: Any,
+    scaler: Any,
+    step: int,
+    log: list[dict[str, Any]],
+) -> None:
+    state = {
+        "trainable": trainable_state(model, objective),
+        "optimizer": opt.state_dict(),
+        "scheduler": sched.state_dict(),
+        "scaler": scaler.state_dict(),
+        "step": step,
+        "log": log,
+    }
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)

@@ -1,0 +1,188 @@
+"""Figures of the lens workflows: functions of saved tables, never of a model.
+
+Layer heatmaps put the last layer at the top (the model's output), so reading upward
+follows the forward pass.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from mechscope.report import Figure, Series, curves, heatmap
+
+LABELS = {
+    "dnll": "ΔNLL (A − B, nats)",
+    "js": "JS divergence (nats)",
+    "kl_ab": "KL(A‖B) (nats)",
+    "kl_ba": "KL(B‖A) (nats)",
+    "nll_a": "NLL under A (nats)",
+    "nll_b": "NLL under B (nats)",
+}
+
+
+def _axis_labels(texts: list[str], every: int) -> list[str]:
+    """Unique column labels: the index, with the token text on every ``every``-th column."""
+    return [f"{i} {t.strip()[:12]!r}" if i % every == 0 else str(i) for i, t in enumerate(texts)]
+
+
+def sample_heatmap(tokens: pd.DataFrame, sample: str, metric: str, contrast: str) -> Figure:
+    """Layer × token heatmap of one sample (ΔNLL: diverging, centred at 0)."""
+    part = tokens[(tokens["sample"] == sample) & (tokens["metric"] == metric)]
+    z = part.pivot(index="layer", columns="token", values="value").sort_index()  # [L, T]
+    texts = (
+        part[part["layer"] == part["layer"].min()]
+        .sort_values("token")["token_text"]
+        .astype(str)
+        .tolist()
+    )
+    every = max(1, len(texts) // 12)
+    hover = [[f"token {j}: {t!r}" for j, t in enumerate(texts)] for _ in range(z.shape[0])]
+    diverging = metric == "dnll"
+    return heatmap(
+        z.to_numpy()[::-1],
+        _axis_labels(texts, every),
+        [str(v) for v in z.index[::-1]],
+        f"{LABELS[metric]} per layer and continuation token — sample {sample} ({contrast})",
+        diverging=diverging,
+        hover_text=hover[::-1],
+        colorbar_title=metric,
+        x_title="continuation token (index, text)",
+        y_title="layer",
+        caption=(
+            f"Each cell is {LABELS[metric]} of the true next token read through the "
+            "model's own final norm and unembedding at that layer (logit lens), teacher-"
+            "forced. "
+            + (
+                "Blue: condition A predicts the token better than B; red: worse."
+                if diverging
+                else "Brighter: the two conditions' next-token distributions differ more."
+            )
+        ),
+    )
+
+
+def aligned_heatmap(aligned: pd.DataFrame, metric: str, alignment: str = "progress") -> Figure:
+    """Layer × progress-bin (or first-K / anchor) heatmap averaged over samples."""
+    part = aligned[(aligned["alignment"] == alignment) & (aligned["metric"] == metric)]
+    z = part.pivot(index="layer", columns="column", values="mean").sort_index()
+    x_title = {
+        "progress": "progress through the continuation (bin)",
+        "first_k": "semantic token",
+        "anchor": "semantic tokens from the anchor",
+    }[alignment]
+    return heatmap(
+        z.to_numpy()[::-1],
+        [str(c) for c in z.columns],
+        [str(v) for v in z.index[::-1]],
+        f"{LABELS[metric]} by layer, aligned by {alignment.replace('_', ' ')} (mean over samples)",
+        diverging=metric == "dnll",
+        colorbar_title=metric,
+        x_title=x_title,
+        y_title="layer",
+        caption=(
+            "Semantic tokens only (whitespace-only tokens dropped); each sample's tokens are "
+            "mapped to columns, then columns are averaged over the samples that reach them. "
+            "Blank cells: no sample reaches that column."
+        ),
+    )
+
+
+def metric_curves_figure(table: pd.DataFrame, metric: str, kind: str = "curve") -> Figure:
+    """Per-layer curves (mean over semantic tokens, then samples) with CI bands per group."""
+    part = table[(table["metric"] == metric) & (table["kind"] == kind)]
+    series = []
+    for group, g in part.groupby("group", sort=False):
+        g = g.sort_values("layer")
+        low, high = g["low"].to_numpy(), g["high"].to_numpy()
+        has = not (np.all(np.isnan(low)) or np.all(np.isnan(high)))
+        series.append(
+            Series(
+                f"{group} (n={int(g['n'].iloc[0])})",
+                g["mean"].to_numpy(),
+                low if has else None,
+                high if has else None,
+            )
+        )
+    layers = sorted(part["layer"].unique())
+    what = "difference between groups" if kind == "difference" else "per group"
+    return curves(
+        layers,
+        series,
+        f"{LABELS[metric]} per layer, {what}",
+        "layer",
+        LABELS[metric],
+        hline=0.0 if metric == "dnll" or kind == "difference" else None,
+        caption=(
+            "Each line is the mean over samples of the per-sample mean over "
+            "semantic tokens; bands are 95% bootstrap CIs resampling samples "
+            "(stratified by group for 'all'; a difference band resamples both "
+            "groups in each replicate)."
+        ),
+    )
+
+
+def attention_figure(table: pd.DataFrame, condition: str) -> Figure:
+    """Attention mass per segment and layer (mean over heads and semantic tokens)."""
+    part = table[(table["condition"] == condition) & (table["group"] == "all")]
+    series = []
+    for seg, g in part.groupby("segment", sort=True):
+        g = g.sort_values("layer")
+        low, high = g["low"].to_numpy(), g["high"].to_numpy()
+        has = not np.all(np.isnan(low))
+        series.append(
+            Series(str(seg), g["mean"].to_numpy(), low if has else None, high if has else None)
+        )
+    layers = sorted(part["layer"].unique())
+    return curves(
+        layers,
+        series,
+        f"Attention mass by segment — condition {condition}",
+        "layer",
+        "attention probability",
+        caption=(
+            "For the query that predicts each continuation token, the attention "
+            "probability summed over each segment's keys ('continuation' = the "
+            "continuation so far, 'rest' = every other key), averaged over heads "
+            "and semantic tokens, then samples; bands are 95% bootstrap CIs. The "
+            "segments of a condition sum to 1."
+        ),
+    )
+
+
+def candidate_figures(table: pd.DataFrame) -> list[Figure]:
+    """Win-rate and margin curves of the candidate readout."""
+    a = str(table["label_a_field"].iloc[0])
+    b = str(table["label_b_field"].iloc[0])
+
+    def series(metric: str, name: str) -> Series:
+        g = table[table["metric"] == metric].sort_values("layer")
+        return Series(name, g["mean"].to_numpy(), g["low"].to_numpy(), g["high"].to_numpy())
+
+    layers = sorted(table["layer"].unique())
+    n = int(table["n"].iloc[0])
+    wins = curves(
+        layers,
+        [series("win_a", a), series("win_b", b), series("win_other", "other")],
+        f"Which candidate wins at each layer (K-way logit lens, n={n})",
+        "layer",
+        "win rate",
+        caption=(
+            "Share of samples whose highest-scoring candidate at that layer is "
+            "label A, label B or another candidate; bands are 95% bootstrap CIs "
+            "resampling samples."
+        ),
+    )
+    margin = curves(
+        layers,
+        [series("margin", f"score({b}) − score({a})")],
+        "Margin between the two labels per layer",
+        "layer",
+        "log-prob difference",
+        hline=0.0,
+        caption=(
+            f"Positive: the layer prefers the {b} label; negative: the {a} "
+            "label. Bands are 95% bootstrap CIs resampling samples."
+        ),
+    )
+    return [wins, margin]

@@ -1,0 +1,151 @@
+"""Typed results of the lens workflows, with ``to_frame()`` in long format.
+
+:class:`SampleDiff` is one sample of the paired analysis (named dimensions: metric ×
+layer × token, and condition → layer × head × token × segment for attention). It round-trips
+through a run directory shard (:meth:`to_payload` / :meth:`from_payload`), so a resumed run
+aggregates exactly what an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+#: Metric axis of :attr:`SampleDiff.metrics`: NLL under A and B, ΔNLL = A - B, JS, KL both ways.
+METRICS = ("nll_a", "nll_b", "dnll", "js", "kl_ab", "kl_ba")
+
+
+@dataclass
+class SampleDiff:
+    """The paired teacher-forced analysis of one sample."""
+
+    sample_id: str
+    group: str | None
+    contrast: tuple[str, str]
+    continuation: str
+    tokens: list[str]  # [T] text of each continuation token
+    offsets: np.ndarray  # [T, 2] character span of each token in the continuation
+    semantic: np.ndarray  # [T] bool: not whitespace only
+    classes: list[str]  # [T] code token class
+    metrics: np.ndarray  # [metric, layer, T] float32, metrics in METRICS order
+    attention: dict[str, np.ndarray] = field(default_factory=dict)  # cond -> [L, H, T, S]
+    segments: dict[str, list[str]] = field(default_factory=dict)  # cond -> segment names
+    position_ids: dict[str, int] = field(default_factory=dict)  # cond -> pos id of 1st semantic
+    cont_start: dict[str, int] = field(default_factory=dict)
+    joint_tokenization_matches: bool = True
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.metrics.shape[1])
+
+    def metric(self, name: str) -> np.ndarray:
+        """``[layer, T]`` values of one metric."""
+        return self.metrics[METRICS.index(name)]
+
+    # --- shards ---------------------------------------------------------------------------
+    def to_payload(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "sample_id": self.sample_id,
+            "group": self.group,
+            "contrast": list(self.contrast),
+            "continuation": self.continuation,
+            "tokens": list(self.tokens),
+            "classes": list(self.classes),
+            "offsets": np.asarray(self.offsets, dtype=np.int64),
+            "semantic": np.asarray(self.semantic, dtype=bool),
+            "metrics": np.asarray(self.metrics, dtype=np.float32),
+            "segments": {k: list(v) for k, v in self.segments.items()},
+            "position_ids": dict(self.position_ids),
+            "cont_start": dict(self.cont_start),
+            "joint_tokenization_matches": bool(self.joint_tokenization_matches),
+            "attention_conditions": list(self.attention),
+        }
+        for i, cond in enumerate(self.attention):
+            payload[f"attention_{i}"] = np.asarray(self.attention[cond], dtype=np.float32)
+        return payload
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> SampleDiff:
+        conds = list(payload.get("attention_conditions", []))
+        return cls(
+            sample_id=payload["sample_id"],
+            group=payload["group"],
+            contrast=(payload["contrast"][0], payload["contrast"][1]),
+            continuation=payload["continuation"],
+            tokens=list(payload["tokens"]),
+            offsets=np.asarray(payload["offsets"]),
+            semantic=np.asarray(payload["semantic"], dtype=bool),
+            classes=list(payload["classes"]),
+            metrics=np.asarray(payload["metrics"]),
+            attention={c: np.asarray(payload[f"attention_{i}"]) for i, c in enumerate(conds)},
+            segments={k: list(v) for k, v in payload["segments"].items()},
+            position_ids={k: int(v) for k, v in payload["position_ids"].items()},
+            cont_start={k: int(v) for k, v in payload["cont_start"].items()},
+            joint_tokenization_matches=bool(payload["joint_tokenization_matches"]),
+        )
+
+    # --- frames ---------------------------------------------------------------------------
+    def to_frame(self) -> pd.DataFrame:
+        """Long format: one row per (metric, layer, token)."""
+        n_m, n_l, n_t = self.metrics.shape
+        m, layer, tok = np.meshgrid(np.arange(n_m), np.arange(n_l), np.arange(n_t), indexing="ij")
+        tokens = np.asarray(self.tokens, dtype=object)
+        classes = np.asarray(self.classes, dtype=object)
+        return pd.DataFrame(
+            {
+                "sample": self.sample_id,
+                "group": self.group,
+                "metric": np.asarray(METRICS, dtype=object)[m.ravel()],
+                "layer": layer.ravel(),
+                "token": tok.ravel(),
+                "token_text": tokens[tok.ravel()],
+                "semantic": np.asarray(self.semantic)[tok.ravel()],
+                "token_class": classes[tok.ravel()],
+                "value": self.metrics.reshape(-1).astype(np.float64),
+            }
+        )
+
+    def attention_frame(self) -> pd.DataFrame:
+        """Long format of head-averaged attention mass: (condition, segment, layer, token)."""
+        frames = []
+        for cond, mass in self.attention.items():
+            avg = mass.mean(axis=1)  # [L, T, S]
+            n_l, n_t, n_s = avg.shape
+            layer, tok, seg = np.meshgrid(
+                np.arange(n_l), np.arange(n_t), np.arange(n_s), indexing="ij"
+            )
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "sample": self.sample_id,
+                        "group": self.group,
+                        "condition": cond,
+                        "segment": np.asarray(self.segments[cond], dtype=object)[seg.ravel()],
+                        "layer": layer.ravel(),
+                        "token": tok.ravel(),
+                        "semantic": np.asarray(self.semantic)[tok.ravel()],
+                        "mass": avg.reshape(-1).astype(np.float64),
+                    }
+                )
+            )
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+@dataclass
+class DiffResult:
+    """All samples of a paired analysis plus the aggregated tables (curves with CIs ...)."""
+
+    contrast: tuple[str, str]
+    samples: list[SampleDiff]
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+    def to_frame(self) -> pd.DataFrame:
+        """Per-token metrics of every sample, long format."""
+        return pd.concat([s.to_frame() for s in self.samples], ignore_index=True)
+
+    def attention_frame(self) -> pd.DataFrame:
+        frames = [s.attention_frame() for s in self.samples if s.attention]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

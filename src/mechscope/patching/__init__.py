@@ -1,0 +1,34 @@
+"""Activation patching: exact sweeps over layers × positions / spans / heads, attribution
+patching, and the Read/Write primitives distillation uses."""
+
+from mechscope.patching.attribution import Agreement, agreement, agreement_frame, top_k_overlap
+from mechscope.patching.metrics import Reference, logit_diff, normalized_effect, readout_metrics
+from mechscope.patching.prepare import PreparedPair, prepare_pair
+from mechscope.patching.primitives import causal_effect, contrastive_difference
+from mechscope.patching.result import PairResult, PatchingResult
+from mechscope.patching.spec import ATTRIBUTION_METRICS, METRICS, PATCH_SITES, PatchSpec
+from mechscope.patching.workflow import patch_pair, patch_pairs, run_patching
+
+__all__ = [
+    "ATTRIBUTION_METRICS",
+    "METRICS",
+    "PATCH_SITES",
+    "Agreement",
+    "PairResult",
+    "PatchSpec",
+    "PatchingResult",
+    "PreparedPair",
+    "Reference",
+    "agreement",
+    "agreement_frame",
+    "causal_effect",
+    "contrastive_difference",
+    "logit_diff",
+    "normalized_effect",
+    "patch_pair",
+    "patch_pairs",
+    "prepare_pair",
+    "readout_metrics",
+    "run_patching",
+    "top_k_overlap",
+]

@@ -1,0 +1,131 @@
+"""``mechscope patch``: activation patching sweeps from the command line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+from mechscope.errors import InputError
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+console = Console(stderr=True)
+
+
+@app.callback()
+def main() -> None:
+    """Activation patching across layers, positions, spans and heads."""
+
+
+def _ints(text: str | None, field: str) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise InputError(f"expected comma-separated integers, got {text!r}", field=field) from None
+
+
+def _words(text: str | None) -> tuple[str, ...] | None:
+    if not text:
+        return None
+    return tuple(x for x in text.split(",") if x)
+
+
+def _spec(**kwargs):
+    from mechscope.patching.spec import PatchSpec
+
+    try:
+        return PatchSpec(**kwargs)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "spec"
+        raise InputError(err["msg"].removeprefix("Value error, "), field=field) from None
+
+
+@app.command()
+def run(
+    pairs: Path | None = typer.Option(
+        None,
+        "--pairs",
+        help="JSONL: clean/corrupt/correct/wrong(/spans) or base/source/target/wrong lines.",
+    ),
+    task: str | None = typer.Option(None, "--task", help="Built-in pairs: ioi, ioi-json, facts."),
+    n: int = typer.Option(16, "--n", help="Number of built-in pairs."),
+    out: Path = typer.Option(..., "--out", help="Run directory (resumed if it exists)."),
+    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Model spec."),
+    site: str = typer.Option(
+        "resid_pre", "--site", help="resid_pre, resid_post, attn_out, mlp_out or z (per head)."
+    ),
+    granularity: str = typer.Option("position", "--granularity", help="position, span or all."),
+    direction: list[str] = typer.Option(
+        ["denoising"], "--direction", help="denoising and/or noising (repeatable)."
+    ),
+    layers: str | None = typer.Option(None, "--layers", help="e.g. 0,5,10 (default: all)."),
+    positions: str | None = typer.Option(None, "--positions", help="e.g. 3,-1 (default: all)."),
+    spans: str | None = typer.Option(None, "--spans", help="Span names, e.g. IO,S2."),
+    heads: str | None = typer.Option(None, "--heads", help="Heads for site z (default: all)."),
+    candidates: str | None = typer.Option(
+        None, "--candidates", help="Comma-separated answer words (K-way tasks)."
+    ),
+    policy: str = typer.Option(
+        "error", "--policy", help="Answers longer than one token: error or first."
+    ),
+    attribution: bool = typer.Option(
+        False, "--attribution/--no-attribution", help="Also run attribution patching and compare."
+    ),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Patch every layer × position / span / head and save tables, figures and a report."""
+    from mechscope.models import load_model
+    from mechscope.patching.sources import load_pairs_jsonl, task_pairs
+    from mechscope.patching.workflow import run_patching
+    from mechscope.report import build_report
+    from mechscope.runs import RunDir, weights_fingerprint
+
+    if (pairs is None) == (task is None):
+        raise InputError("expected exactly one of --pairs FILE or --task NAME", field="pairs")
+    spec = _spec(
+        site=site,
+        granularity=granularity,
+        directions=tuple(direction),
+        layers=_ints(layers, "--layers"),
+        positions=_ints(positions, "--positions"),
+        spans=_words(spans),
+        heads=_ints(heads, "--heads"),
+        candidates=_words(candidates),
+        policy=policy,
+        attribution=attribution,
+    )
+    lm = load_model(model)
+    data = (
+        load_pairs_jsonl(pairs)
+        if pairs is not None
+        else task_pairs(task, n, lm.tokenizer, seed=seed)
+    )
+    config = {
+        "spec": spec.model_dump(mode="json"),
+        "pairs": str(pairs) if pairs else None,
+        "task": task,
+        "n": n,
+        "seed": seed,
+        "model": model,
+    }
+    rd = RunDir.create(
+        out.parent,
+        out.name,
+        config,
+        model_spec=model,
+        model_fingerprint=weights_fingerprint(lm.model),
+        seed=seed,
+        argv=sys.argv,
+    )
+    result = run_patching(rd, lm, data, spec)
+    rd.finish()
+    report = build_report(rd)
+    console.print(
+        f"{len(result.pairs)} pair-directions patched; tables in {rd.tables_dir}; report: {report}"
+    )

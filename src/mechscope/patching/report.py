@@ -1,0 +1,115 @@
+"""The report section of activation patching: reads the run directory, never the model."""
+
+from __future__ import annotations
+
+from mechscope.patching.attribution import agreement_frame
+from mechscope.patching.figures import (
+    attribution_scatter,
+    head_heatmap,
+    layer_curves,
+    position_heatmap,
+)
+from mechscope.patching.result import PatchingResult, from_shard_payload
+from mechscope.report import (
+    Block,
+    FigureBlock,
+    KeyValueBlock,
+    TableBlock,
+    TextBlock,
+    register_section,
+)
+from mechscope.runs import RunDir, ShardStore, read_table
+
+SPEC_SUFFIX = "_spec.parquet"
+
+
+def saved_parts(run: RunDir) -> list[str]:
+    """Names of the patching sweeps saved in ``run`` (each has a ``<name>_spec`` table)."""
+    return sorted(
+        p.name[: -len(SPEC_SUFFIX)] for p in run.tables_dir.glob(f"patching*{SPEC_SUFFIX}")
+    )
+
+
+def load_result(run: RunDir, part: str) -> PatchingResult:
+    """A saved sweep, rebuilt from its shards."""
+    spec = read_table(run, f"{part}_spec").iloc[0]
+    payloads = ShardStore(run, part).read_all()
+    pairs = [r for payload in payloads.values() for r in from_shard_payload(payload)]
+    return PatchingResult(pairs, str(spec["site"]), str(spec["granularity"]))
+
+
+def sweep_blocks(run: RunDir, part: str) -> list[Block]:
+    spec = read_table(run, f"{part}_spec").iloc[0].to_dict()
+    result = load_result(run, part)
+    blocks: list[Block] = [
+        TextBlock(f"#### {result.site} · {result.granularity} ({part})"),
+        KeyValueBlock(
+            {
+                k: spec[k]
+                for k in (
+                    "model",
+                    "site",
+                    "granularity",
+                    "directions",
+                    "layers",
+                    "heads",
+                    "candidates",
+                    "attribution",
+                )
+                if k in spec
+            },
+            caption="what was patched",
+        ),
+    ]
+    if not result.pairs:
+        return blocks
+    same = result.modal_shape()
+    for direction in result.directions:
+        n_all, n_same = len(result.direction(direction)), len(same.direction(direction))
+        if n_same < n_all:
+            blocks.append(
+                TextBlock(
+                    f"Cell-by-cell figures use the {n_same} of {n_all} pairs "
+                    "with the most common prompt length."
+                )
+            )
+        if result.site == "z":
+            blocks.append(FigureBlock(head_heatmap(same, "normalized_effect", direction)))
+        else:
+            blocks.append(FigureBlock(position_heatmap(same, "normalized_effect", direction)))
+            if result.granularity != "position" or n_same >= 2:
+                blocks.append(
+                    FigureBlock(layer_curves(same, ("flip_to_target", "flip_from_base"), direction))
+                )
+                blocks.append(FigureBlock(layer_curves(same, ("delta_logit",), direction)))
+        if any(p.attribution is not None for p in result.direction(direction)):
+            blocks.append(FigureBlock(attribution_scatter(result, direction)))
+    if any(p.attribution is not None for p in result.pairs):
+        blocks.append(
+            TableBlock(
+                agreement_frame(result),
+                "attribution patching vs exact "
+                "patching: Pearson r over all cells, top-k overlap per pair",
+            )
+        )
+    blocks.append(TableBlock(result.baselines(), "unpatched runs per pair and direction"))
+    return blocks
+
+
+@register_section("patching", "Activation patching", order=20)
+def patching_section(run: RunDir) -> list[Block] | None:
+    parts = saved_parts(run)
+    if not parts:
+        return None
+    blocks: list[Block] = [
+        TextBlock(
+            "Activation patching writes one run's activation into another run and measures "
+            "the output at the readout position. *Denoising* (clean into corrupt) asks whether "
+            "an activation is sufficient to restore the clean answer; *noising* (corrupt into "
+            "clean) whether it is necessary. The normalised effect is (patched − corrupt) / "
+            "(clean − corrupt) of the logit difference: 1 = clean behaviour, 0 = corrupt."
+        )
+    ]
+    for part in parts:
+        blocks.extend(sweep_blocks(run, part))
+    return blocks

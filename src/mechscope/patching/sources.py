@@ -1,0 +1,72 @@
+"""Where pairs come from: a generic JSONL file, or a built-in task.
+
+A JSONL line is either a contrastive pair (``clean``, ``corrupt``, ``correct``, ``wrong``,
+``spans``, ``corrupt_spans``, as :meth:`ContrastivePair.to_dict` writes it) or a
+patching pair written from the base's point of view: ``base``, ``source``, ``target``
+(the source's answer), ``wrong`` (the base's answer) and optional ``base_spans`` /
+``source_spans`` (character ranges by name). The latter is read as clean = source,
+corrupt = base, so denoising patches source into base as written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from mechscope.data.ioi import generate_ioi, load_ioi_json
+from mechscope.data.loaders import iter_jsonl
+from mechscope.data.pairs import ContrastivePair, first_token_answers
+from mechscope.errors import InputError
+
+TASKS = ("ioi", "ioi-json", "facts")
+
+
+def pair_from_record(record: dict[str, Any], where: str) -> ContrastivePair:
+    """One JSONL record in either form (see the module docstring)."""
+    if "base" in record or "source" in record:
+        for key in ("base", "source", "target", "wrong"):
+            if key not in record:
+                raise InputError("expected this field to be present", sample=where, field=key)
+        record = {
+            "id": record.get("id", where),
+            "task": record.get("task", "custom"),
+            "clean": record["source"],
+            "corrupt": record["base"],
+            "correct": record["target"],
+            "wrong": record["wrong"],
+            "spans": record.get("source_spans", {}),
+            "corrupt_spans": record.get("base_spans", {}),
+            "metadata": record.get("metadata", {}),
+        }
+    else:
+        record = {"task": "custom", "spans": {}, "corrupt_spans": {}, **record}
+        record.setdefault("id", where)
+    return ContrastivePair.from_dict(record)
+
+
+def load_pairs_jsonl(path: str | Path) -> list[ContrastivePair]:
+    """Pairs from a JSONL file; errors name the line (or the pair id)."""
+    out = []
+    for lineno, record in iter_jsonl(path):
+        out.append(pair_from_record(record, f"{Path(path).name} line {lineno}"))
+    return out
+
+
+def task_pairs(
+    task: str, n: int, tokenizer: Any, *, seed: int = 0, shared: Path | None = None
+) -> list[ContrastivePair]:
+    """Built-in pairs: ``ioi`` (generator, names single-token for ``tokenizer``),
+    ``ioi-json`` (``shared/datasets/ioi_prompts.json``), ``facts`` (``known_1000.json``)."""
+    if task == "ioi":
+        return generate_ioi(n, seed=seed, tokenizer=tokenizer)
+    base = shared or Path(__file__).resolve().parents[3].parent / "shared"
+    if task == "ioi-json":
+        pairs = load_ioi_json(base / "datasets" / "ioi_prompts.json", seed=seed)
+        kept, _ = first_token_answers(pairs, tokenizer)
+        return kept[:n]
+    if task == "facts":
+        from mechscope.data.facts import build_fact_pairs, load_known_facts
+
+        facts = load_known_facts(base / "datasets" / "known_1000.json")
+        return build_fact_pairs(facts, tokenizer, seed=seed, same_length=True)[:n]
+    raise InputError(f"expected a task among {', '.join(TASKS)}, got {task!r}", field="task")

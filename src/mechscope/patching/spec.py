@@ -1,0 +1,84 @@
+"""What a patching sweep does: the site, the grid, the directions and the readout.
+
+A sweep is described once, as a value, so the same description drives the exact sweep,
+attribution patching, the CLI and the run directory's ``config.yaml`` (resuming a run
+requires the same spec).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+PATCH_SITES = ("resid_pre", "resid_post", "attn_out", "mlp_out", "z")
+Direction = Literal["denoising", "noising"]
+Granularity = Literal["position", "span", "all"]
+
+#: Metric columns of every result, in table order.
+METRICS = (
+    "logit_diff",
+    "delta_logit",
+    "target_logit",
+    "target_prob",
+    "target_logprob",
+    "flip_to_target",
+    "flip_from_base",
+    "kl_to_base",
+    "js_to_base",
+    "normalized_effect",
+)
+#: Metrics attribution patching can estimate (scalar functions of the readout logits).
+ATTRIBUTION_METRICS = ("logit_diff", "target_logit", "target_logprob")
+
+
+class PatchSpec(BaseModel):
+    """One activation-patching sweep.
+
+    ``direction``: *denoising* patches the clean run's activation into the corrupt run
+    (is this activation sufficient to restore the answer?); *noising* patches the corrupt
+    activation into the clean run (is it necessary?). In both, ``base`` is the run that is
+    edited, ``source`` the run the value comes from, and the *target* token is the
+    source's answer (``correct`` when denoising, ``wrong`` when noising).
+
+    ``granularity``: ``position`` patches one token position at a time (base and source
+    must have the same length); ``span`` patches each named span (aligned by name, so
+    lengths may differ as long as each span has the same number of tokens on both sides);
+    ``all`` patches every position at once. Site ``z`` is patched one head at a time.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    site: str = "resid_pre"
+    granularity: Granularity = "position"
+    directions: tuple[Direction, ...] = ("denoising",)
+    layers: tuple[int, ...] | None = None
+    positions: tuple[int, ...] | None = None
+    spans: tuple[str, ...] | None = None
+    heads: tuple[int, ...] | None = None
+    candidates: tuple[str, ...] | None = None
+    policy: Literal["error", "first"] = "error"
+    skip_identical: bool = True
+    budget_bytes: int | None = Field(default=None, gt=0)
+    attribution: bool = False
+    attribution_metric: Literal["logit_diff", "target_logit", "target_logprob"] = "logit_diff"
+    exact: bool = True
+    top_k: int = Field(default=20, gt=0)
+
+    @field_validator("site")
+    @classmethod
+    def _site(cls, value: str) -> str:
+        if value not in PATCH_SITES:
+            raise ValueError(f"expected one of {', '.join(PATCH_SITES)}, got {value!r}")
+        return value
+
+    @field_validator("directions")
+    @classmethod
+    def _directions(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value or len(set(value)) != len(value):
+            raise ValueError("expected one or both of 'denoising', 'noising', without repeats")
+        return value
+
+    @property
+    def per_head(self) -> bool:
+        return self.site == "z"

@@ -1,0 +1,139 @@
+"""Attention suppression against a hand-masked eager model and plain loops."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from whitebox_helpers import eager_copy, masked_logits, tiny_setup
+
+from mechscope.anchors.suppression import (
+    SuppressionOptions,
+    position_kl,
+    row_normalized,
+    sentence_matrix_from_kl,
+    suppression_matrix,
+)
+from mechscope.errors import InputError
+
+EPS = 1e-9
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return tiny_setup()
+
+
+@pytest.fixture(scope="module")
+def reference_kl(tiny):
+    """KL(base ‖ suppressed) per source sentence and logits position, from eager models
+    with a hand-built 4-D mask, in fp64: ``[n_sent, seq]``."""
+    lm, _, _, tokens = tiny
+    eager = eager_copy(lm)
+    base = torch.log_softmax(masked_logits(eager, tokens.input_ids, None).double(), -1)
+    rows = []
+    for span in tokens.ranges:
+        sup = torch.log_softmax(masked_logits(eager, tokens.input_ids, span).double(), -1)
+        rows.append((base.exp() * (base - sup)).sum(-1).clamp_min(0).numpy())  # [seq]
+    return np.stack(rows)
+
+
+def _loop_matrix(kl, ranges, shift: int, first_tokens=None) -> np.ndarray:
+    """M[target, source] by plain loops: token t of the target is scored at position t-shift,
+    counted when that position is at or after the end of the source span."""
+    n = len(ranges)
+    out = np.full((n, n), np.nan)
+    for j, (sj, ej) in enumerate(ranges):
+        if first_tokens is not None:
+            ej = min(ej, sj + first_tokens)
+        for i, (_, ei) in enumerate(ranges):
+            vals = []
+            for t in range(sj, ej):
+                p = t - shift
+                if 0 <= p < kl.shape[1] and p >= ei:
+                    vals.append(math.log(kl[i, p] + EPS))
+            if vals:
+                out[j, i] = sum(vals) / len(vals)
+    return out
+
+
+def test_suppression_equals_hand_masked_eager(tiny, reference_kl):
+    _, eng, _, tokens = tiny
+    result = suppression_matrix(eng, tokens, SuppressionOptions(rows_per_chunk=4))
+    ends = [end for _, end in tokens.ranges]
+    for i, end in enumerate(ends):  # every reachable position, with a relative tolerance
+        np.testing.assert_allclose(
+            result.token_kl[i, end:], reference_kl[i, end:], rtol=1e-6, atol=1e-12
+        )
+    assert reference_kl[:, -1].min() > 1e-6  # the suppression really changes predictions
+    expected = _loop_matrix(reference_kl, tokens.ranges, shift=1)
+    np.testing.assert_allclose(result.matrix, expected, atol=1e-6, equal_nan=True)
+    assert np.isnan(np.triu(result.matrix + 1.0)[np.triu_indices(tokens.n_sentences)]).all()
+    frame = result.to_frame()
+    assert len(frame) == np.sum(~np.isnan(expected))
+    assert (frame["target"] > frame["source"]).all()
+
+
+def test_unreachable_positions_are_unchanged(tiny):
+    _, eng, _, tokens = tiny
+    spans = tokens.spans()[2:5]
+    kl = position_kl(eng, tokens.input_ids, spans, SuppressionOptions(rows_per_chunk=3))
+    first = int(spans[:, 1].min())
+    assert np.isnan(kl[:, :first]).all()
+    for r, (_, end) in enumerate(spans.tolist()):
+        assert np.nanmax(kl[r, first:end], initial=0.0) < 1e-9  # queries before the span end
+
+
+def test_batched_rows_equal_one_sentence_at_a_time(tiny):
+    _, eng, _, tokens = tiny
+    one = suppression_matrix(eng, tokens, SuppressionOptions(rows_per_chunk=1))
+    many = suppression_matrix(eng, tokens, SuppressionOptions(rows_per_chunk=64))
+    for i, (_, end) in enumerate(tokens.ranges):  # reachable positions of each row
+        np.testing.assert_allclose(many.token_kl[i, end:], one.token_kl[i, end:], rtol=1e-4)
+    np.testing.assert_allclose(many.matrix, one.matrix, atol=1e-4, equal_nan=True)
+
+
+def test_alignment_and_first_tokens_plain_loop(tiny, reference_kl):
+    _, _, _, tokens = tiny
+    kl = reference_kl
+    same = SuppressionOptions(alignment="same_position")
+    np.testing.assert_allclose(
+        sentence_matrix_from_kl(kl, tokens.ranges, same),
+        _loop_matrix(kl, tokens.ranges, shift=0),
+        atol=1e-12,
+        equal_nan=True,
+    )
+    first = SuppressionOptions(first_tokens=2)
+    np.testing.assert_allclose(
+        sentence_matrix_from_kl(kl, tokens.ranges, first),
+        _loop_matrix(kl, tokens.ranges, shift=1, first_tokens=2),
+        atol=1e-12,
+        equal_nan=True,
+    )
+
+
+def test_row_normalized_plain_loop():
+    m = np.array([[np.nan, np.nan, np.nan], [1.0, np.nan, np.nan], [2.0, 4.0, np.nan]])
+    got = row_normalized(m)
+    assert np.isnan(got[0]).all()
+    assert got[1, 0] == 0.0
+    assert got[2, 0] == pytest.approx(-1.0) and got[2, 1] == pytest.approx(1.0)
+
+
+def test_empty_source_sentence_is_nan():
+    kl = np.full((2, 6), 0.5)
+    m = sentence_matrix_from_kl(kl, [(3, 3), (3, 6)])
+    assert np.isnan(m[:, 0]).all()
+
+
+def test_bad_options():
+    with pytest.raises(InputError, match="epsilon"):
+        SuppressionOptions(epsilon=0)
+    with pytest.raises(InputError, match="alignment"):
+        SuppressionOptions(alignment="later")  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="rows_per_chunk"):
+        SuppressionOptions(rows_per_chunk=0)
+    with pytest.raises(InputError, match="one per sentence"):
+        sentence_matrix_from_kl(np.zeros((3, 5)), [(0, 2)])

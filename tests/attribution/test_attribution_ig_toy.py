@@ -1,0 +1,136 @@
+"""Integrated gradients on a closed-form gate function: exact values, completeness, paths."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mechscope.attribution.ig import (
+    head_ig,
+    joint_ig,
+    per_layer_ig,
+    random_threshold_ig,
+    staggered_ig,
+)
+from mechscope.attribution.integrate import evaluate, integrate
+from mechscope.attribution.paths import RampPath
+from mechscope.errors import InputError
+
+
+def _toy_joint_ig(toy, b: float) -> np.ndarray:
+    """Closed form of joint IG for ``Σ a α + c α00 α01 + d α10³`` from ``b`` to 1.
+
+    On α(t) = b + t(1 − b): ∫ ∂f/∂α_i (1 − b) dt = a_i (1 − b) for the linear part; the
+    product term gives each partner ∫ α(t) α'(t) dt = (1 − b²)/2; the cube gives 1 − b³.
+    """
+    out = toy.a.numpy() * (1 - b)
+    out[0, 0] += toy.c * (1 - b**2) / 2
+    out[0, 1] += toy.c * (1 - b**2) / 2
+    out[1, 0] += toy.d * (1 - b**3)
+    return out
+
+
+@pytest.mark.parametrize("b", [0.0, 0.3])
+def test_joint_ig_matches_the_closed_form(toy, b: float) -> None:
+    # the integrand is a polynomial of degree 2 in t: 2 Gauss-Legendre nodes are exact
+    res = joint_ig(toy, baseline=b, n_steps=2)
+    np.testing.assert_allclose(res.attributions, _toy_joint_ig(toy, b), atol=1e-6)
+    assert abs(res.segments.delta[0]) < 1e-6
+
+
+def test_per_layer_ig_closed_form(toy) -> None:
+    # layer 0 alone from 0 (layer 1 at 1): a + the product's shares; layer 1: a + d (cube)
+    res = per_layer_ig(toy, n_steps=4)
+    want = toy.a.numpy().copy()
+    want[0, 0] += toy.c / 2
+    want[0, 1] += toy.c / 2
+    want[1, 0] += toy.d
+    np.testing.assert_allclose(res.attributions, want, atol=1e-6)
+    assert res.labels == ["layer 0", "layer 1"]
+    np.testing.assert_allclose(res.segments.delta, 0.0, atol=1e-6)
+
+
+def test_staggered_ig_uses_the_path_derivative(toy) -> None:
+    # λ = (0, 1): layer 1 follows t², the integrand is a polynomial (8 nodes are exact);
+    # each term's IG is its change along the path: a for linear terms, c/2 each, d
+    res = staggered_ig(toy, n_steps=8, lambdas=[0.0, 1.0])
+    want = toy.a.numpy().copy()
+    want[0, 0] += toy.c / 2
+    want[0, 1] += toy.c / 2
+    want[1, 0] += toy.d
+    np.testing.assert_allclose(res.attributions, want, atol=1e-6)
+    assert abs(res.segments.delta[0]) < 1e-6
+
+
+def test_random_paths_satisfy_completeness_each_and_on_average(toy) -> None:
+    res = random_threshold_ig(toy, n_paths=5, window=0.3, n_steps=256, seed=3)
+    frame = res.completeness_frame()
+    assert list(frame["segment"]) == [f"path {k}" for k in range(5)] + ["mean"]
+    assert frame["rel_delta"].max() < 1e-3
+    coarse = random_threshold_ig(toy, n_paths=5, window=0.3, n_steps=64, seed=3)
+    assert coarse.completeness_frame()["abs_delta"].max() > frame["abs_delta"].max()
+    # linear terms are path independent: every path gives a_i for heads without interactions
+    np.testing.assert_allclose(res.attributions[0, 2], toy.a[0, 2].item(), atol=1e-4)
+
+
+def test_narrow_disjoint_ramps_give_permutation_marginals(toy) -> None:
+    """Heads switched on one after another (disjoint windows) get exactly their marginal
+    contribution in that order: the random-threshold path's Shapley limit."""
+    order = [4, 0, 3, 1, 5, 2]  # flat head indices in switch-on order
+    n = len(order)
+    onsets = torch.zeros(toy.shape, dtype=torch.float64).view(-1)
+    for rank, head in enumerate(order):
+        onsets[head] = rank / n
+    path = RampPath(toy.shape, 0.0, onsets.view(toy.shape), 1.0 / n)
+    seg = integrate(toy, [path], n_steps=n * 128, method="riemann_middle")
+    gates = torch.zeros(n + 1, 6, dtype=torch.float64)
+    for rank in range(n):
+        gates[rank + 1 :, order[rank]] = 1.0
+    v = evaluate(toy, gates.view(n + 1, *toy.shape))
+    marginal = np.zeros(6)
+    marginal[order] = np.diff(v)
+    np.testing.assert_allclose(seg.attributions[0].reshape(-1), marginal, atol=1e-4)
+
+
+def test_window_one_random_path_equals_joint_ig(toy) -> None:
+    # IG is invariant under reparametrising the same curve
+    ramp = random_threshold_ig(toy, n_paths=1, window=1.0, n_steps=8, method="gauss_legendre")
+    np.testing.assert_allclose(ramp.attributions, _toy_joint_ig(toy, 0.0), atol=1e-5)
+
+
+def test_batched_and_unbatched_agree(toy) -> None:
+    a = joint_ig(toy, n_steps=16, internal_batch_size=1).attributions
+    b = joint_ig(toy, n_steps=16, internal_batch_size=5).attributions
+    c = joint_ig(toy, n_steps=16).attributions
+    np.testing.assert_allclose(a, b, atol=1e-12)
+    np.testing.assert_allclose(a, c, atol=1e-12)
+
+
+def test_bad_inputs_are_one_line_errors(toy) -> None:
+    cases = [
+        (dict(baseline=1.0), "baseline"),
+        (dict(baseline=-0.2), "baseline"),
+        (dict(n_steps=0), "n_steps"),
+        (dict(internal_batch_size=0), "internal_batch_size"),
+        (dict(method="simpson"), "method"),
+    ]
+    for kwargs, field in cases:
+        with pytest.raises(InputError) as exc:
+            joint_ig(toy, **kwargs)
+        assert f"field '{field}'" in str(exc.value) and "\n" not in str(exc.value)
+    with pytest.raises(InputError, match="layers"):
+        per_layer_ig(toy, layers=[])
+    with pytest.raises(InputError, match="path"):
+        head_ig(toy, "diagonal")
+
+
+def test_function_returning_wrong_shape_is_refused() -> None:
+    class Bad:
+        shape = (1, 2)
+
+        def __call__(self, alpha):
+            return alpha.sum()
+
+    with pytest.raises(InputError, match="one value per row"):
+        joint_ig(Bad(), n_steps=2)

@@ -1,0 +1,86 @@
+"""Shapley values: exact enumeration against a permutation loop, sampling, efficiency."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from mechscope.attribution.integrate import evaluate
+from mechscope.attribution.shapley import shapley_exact, shapley_sampled
+from mechscope.errors import InputError
+
+HEADS = [(0, 0), (0, 1), (1, 0), (1, 2)]
+
+
+def _v(f, heads, on: set[int], b: float = 0.0) -> float:
+    gate = torch.ones((1, *f.shape))
+    for j, (layer, head) in enumerate(heads):
+        if j not in on:
+            gate[0, layer, head] = b
+    return float(evaluate(f, gate)[0])
+
+
+def _all_orders(f, heads, b: float = 0.0) -> np.ndarray:
+    """Shapley by its definition: the mean marginal over every order (a plain loop)."""
+    k = len(heads)
+    phi = np.zeros(k)
+    for order in itertools.permutations(range(k)):
+        on: set[int] = set()
+        for j in order:
+            before = _v(f, heads, on, b)
+            on.add(j)
+            phi[j] += _v(f, heads, on, b) - before
+    return phi / math.factorial(k)
+
+
+def test_exact_matches_the_definition(toy) -> None:
+    res = shapley_exact(toy, HEADS, baseline=0.2)
+    np.testing.assert_allclose(res.values, _all_orders(toy, HEADS, 0.2), atol=1e-9)
+    # efficiency: the values share out v(all) − v(none)
+    assert res.values.sum() == pytest.approx(res.v_full - res.v_empty, abs=1e-9)
+    # linear term: a (1 − b); the product c α00 α01 is split equally: c (1 − b²) / 2 each
+    want = toy.a[0, 0].item() * 0.8 + toy.c * (1 - 0.2**2) / 2
+    assert res.values[0] == pytest.approx(want, abs=1e-6)
+
+
+def test_exact_on_a_model_matches_the_definition(tiny_f) -> None:
+    heads = [(0, 1), (1, 3), (2, 0)]
+    res = shapley_exact(tiny_f, heads)
+    np.testing.assert_allclose(res.values, _all_orders(tiny_f, heads), atol=1e-5)
+
+
+def test_sampled_values_are_efficient_and_converge(toy) -> None:
+    exact = shapley_exact(toy, HEADS).values
+    for antithetic in (True, False):
+        res = shapley_sampled(toy, HEADS, n_permutations=400, seed=1, antithetic=antithetic)
+        # every permutation shares out exactly v(all) − v(none), so the mean does too
+        assert res.values.sum() == pytest.approx(res.v_full - res.v_empty, abs=1e-9)
+        assert np.all(np.abs(res.values - exact) <= 4 * res.se + 1e-9)
+        assert np.all(res.se > 0) or np.allclose(res.values, exact)
+
+
+def test_standard_error_shrinks_with_more_permutations(tiny_f) -> None:
+    heads = [(0, 1), (1, 3), (2, 0), (2, 2), (1, 1)]
+    small = shapley_sampled(tiny_f, heads, n_permutations=8, seed=0, antithetic=False)
+    large = shapley_sampled(tiny_f, heads, n_permutations=128, seed=0, antithetic=False)
+    assert large.se.mean() < small.se.mean()
+    frame = large.frame()
+    assert list(frame.columns) == ["layer", "head", "shapley", "se", "n_permutations"]
+
+
+def test_bad_heads_and_permutations() -> None:
+    from attribution_helpers import ToyGate
+
+    toy = ToyGate()
+    with pytest.raises(InputError, match="heads within"):
+        shapley_exact(toy, [(5, 0)])
+    with pytest.raises(InputError, match="distinct"):
+        shapley_sampled(toy, [(0, 0), (0, 0)])
+    with pytest.raises(InputError, match="even"):
+        shapley_sampled(toy, HEADS, n_permutations=5)
+    with pytest.raises(InputError, match="baseline"):
+        shapley_sampled(toy, HEADS, baseline=1.0)

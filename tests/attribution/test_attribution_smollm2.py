@@ -1,0 +1,43 @@
+"""Real-model checks on SmolLM2-135M (30 layers × 9 heads, grouped-query attention)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mechscope.attribution.baselines import gate_gradients
+from mechscope.attribution.gatefn import GateFunction
+from mechscope.attribution.ig import joint_ig, per_layer_ig
+from mechscope.attribution.objectives import nll_objective
+
+pytestmark = pytest.mark.slow
+
+PROMPT = "The Eiffel Tower is located in the city of"
+
+
+@pytest.fixture(scope="module")
+def f(smollm2) -> GateFunction:
+    return GateFunction(smollm2, nll_objective(smollm2.tokenizer, PROMPT, " Paris", sample_id="e"))
+
+
+def test_shapes_and_gradient_at_all_gates_on(f) -> None:
+    assert f.shape == (30, 9)
+    g = gate_gradients([f])[0]
+    # identical gate rows give identical values: batch rows never mix
+    assert np.isfinite(g).all() and np.abs(g).max() > 0
+    with torch.no_grad():
+        v = f(torch.ones((2, 30, 9)))
+    assert v[0].item() == pytest.approx(v[1].item(), abs=1e-5)
+
+
+def test_per_layer_ig_is_complete_and_joint_reports_its_error(f) -> None:
+    layers = per_layer_ig(f, n_steps=2, layers=[0, 14, 29], rtol=0.05, atol=0.05, max_steps=8)
+    s = layers.segments
+    ok = np.abs(s.delta) <= np.maximum(0.05 * np.abs(s.f_end - s.f_start), 0.05)
+    assert np.all(ok | (s.n_steps == 8))  # passes, or refinement ran out and says so
+    assert ok[1:].all()  # mid and last layers: smooth in their own gates
+    joint = joint_ig(f, n_steps=8)
+    # whatever the quadrature error, it is measured: Σ attributions − (f(1) − f(0))
+    seg = joint.segments
+    assert seg.delta[0] == pytest.approx(joint.attributions.sum() - (seg.f_end[0] - seg.f_start[0]))

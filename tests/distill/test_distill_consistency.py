@@ -1,0 +1,83 @@
+"""Causal effects against a plain hook loop; consistency of a model with itself is 1."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from scipy.stats import pearsonr
+
+from mechscope.distill.consistency import causal_consistency, causal_effects
+from mechscope.distill.passes import clean_logit_diffs
+from mechscope.distill.trial import evaluate_student
+from mechscope.engine import Engine
+
+
+def _reference_effect(lm, pair, layer: int, name: str, clean: float) -> float:
+    """One pair, one site, with raw forward hooks and unpadded single-row inputs."""
+    block = lm.layer_module(layer)
+    pc, pk = pair.positions[name]
+    store = {}
+
+    def grab(_m, _i, out):
+        store["h"] = out[0][0, pk].clone() if isinstance(out, tuple) else out[0, pk].clone()
+
+    def put(_m, _i, out):
+        h = (out[0] if isinstance(out, tuple) else out).clone()
+        h[0, pc] = store["h"]
+        return (h, *out[1:]) if isinstance(out, tuple) else h
+
+    def ld(ids) -> float:
+        with torch.no_grad():
+            logits = lm.model(torch.tensor([ids])).logits[0, -1].double()
+        return float(logits[pair.correct_id] - logits[pair.wrong_id])
+
+    handle = block.register_forward_hook(grab)
+    try:
+        ld(pair.corrupt_ids)
+    finally:
+        handle.remove()
+    handle = block.register_forward_hook(put)
+    try:
+        patched = ld(pair.clean_ids)
+    finally:
+        handle.remove()
+    return clean - patched
+
+
+def test_causal_effects_match_hook_loop(teacher, ioi_task):
+    data = ioi_task.test.subset(range(3))
+    sites = [(1, data.names.index("end")), (0, data.names.index("S2"))]
+    delta, ld = causal_effects(Engine.of(teacher), data, sites, batch_size=2)
+    for k, (layer, p) in enumerate(sites):
+        ref = [
+            _reference_effect(teacher, pair, layer, data.names[p], float(ld[i]))
+            for i, pair in enumerate(data.pairs)
+        ]
+        np.testing.assert_allclose(delta[k].numpy(), ref, atol=1e-4)
+    np.testing.assert_allclose(
+        ld.numpy(), clean_logit_diffs(Engine.of(teacher), data).numpy(), atol=1e-5
+    )
+
+
+def test_teacher_cache_effects_equal_recomputed(teacher, ioi_task):
+    delta, _ = causal_effects(Engine.of(teacher), ioi_task.test, ioi_task.sites(), batch_size=5)
+    np.testing.assert_allclose(delta.numpy(), ioi_task.test_delta.numpy(), atol=1e-5)
+
+
+def test_consistency_matches_scipy_and_self_is_one():
+    g = np.random.default_rng(0)
+    t, s = g.normal(size=(3, 20)), g.normal(size=(3, 20))
+    per, pooled = causal_consistency(t, s)
+    np.testing.assert_allclose(per, [pearsonr(t[k], s[k]).statistic for k in range(3)], atol=1e-12)
+    np.testing.assert_allclose(pooled, pearsonr(t.ravel(), s.ravel()).statistic, atol=1e-12)
+    per, pooled = causal_consistency(t, t)
+    np.testing.assert_allclose(per, 1.0, atol=1e-12)
+    assert abs(pooled - 1.0) < 1e-12
+
+
+def test_model_with_itself_is_fully_consistent(teacher, ioi_task):
+    identity = {c.layer: c.layer for c in ioi_task.checkpoints}
+    metrics, per_ckpt, _ = evaluate_student(teacher, ioi_task, identity, batch_size=4)
+    assert abs(metrics["consistency"] - 1.0) < 1e-6
+    np.testing.assert_allclose(per_ckpt["consistency"].to_numpy(), 1.0, atol=1e-6)
+    assert metrics["accuracy"] == 1.0  # the test set keeps only pairs the teacher gets right

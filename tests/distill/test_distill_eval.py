@@ -1,0 +1,77 @@
+"""Evaluation metrics: accuracy, OOD degradation, perplexity (vs the model's own loss),
+information-purity probes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from mechscope.distill.evaluate import accuracy, ood_degradation, perplexity
+from mechscope.distill.heldout import PASSAGES, load_passages
+from mechscope.distill.purity import information_purity, probe_accuracy, purity_labels
+from mechscope.engine import Engine
+
+
+def test_accuracy_and_degradation():
+    assert accuracy(np.array([1.0, -2.0, 0.5, 0.0])) == 0.5
+    assert math.isnan(accuracy(np.array([])))
+    out = ood_degradation(0.9, {"a": 0.6, "b": 0.8})
+    np.testing.assert_allclose([out["a"], out["b"], out["mean"]], [0.3, 0.1, 0.2], atol=1e-12)
+
+
+def test_perplexity_matches_hf_loss(teacher):
+    texts = list(PASSAGES[:3])
+    got = perplexity(Engine.of(teacher), texts, batch_size=2)
+    nll, n = 0.0, 0
+    for t in texts:  # one unpadded row at a time, the model's own mean cross-entropy
+        ids = torch.tensor([teacher.tokenizer(t)["input_ids"]])
+        with torch.no_grad():
+            loss = teacher.model(ids, labels=ids).loss
+        nll += float(loss) * (ids.shape[1] - 1)
+        n += ids.shape[1] - 1
+    np.testing.assert_allclose(got, math.exp(nll / n), rtol=1e-4)
+
+
+def test_load_passages_from_file(tmp_path):
+    p = tmp_path / "t.txt"
+    p.write_text("first passage here.\n\nsecond one.\n")
+    assert load_passages(p) == ["first passage here.", "second one."]
+    assert load_passages(None) == list(PASSAGES)
+
+
+def test_probe_separable_vs_random_labels():
+    g = np.random.default_rng(0)
+    y = np.repeat([0, 1], 50)
+    x = g.normal(size=(100, 5))
+    x[:, 0] += 6 * y  # task label linearly readable
+    control = g.integers(0, 2, size=100)
+    assert probe_accuracy(x, y) == 1.0
+    assert probe_accuracy(x, control) < 0.8
+    assert math.isnan(probe_accuracy(x, np.zeros(100, dtype=int)))
+
+
+def test_information_purity_selectivity_is_task_minus_control():
+    g = np.random.default_rng(1)
+    n = 80
+    task = np.repeat([0, 1], n // 2)
+    control = np.tile([0, 1], n // 2)
+    h_corrupt = g.normal(size=(n, 1, 1, 6))
+    h_corrupt[..., 1] += 5 * control[:, None, None]  # template info shared by both prompts
+    h_clean = h_corrupt.copy()
+    h_clean[..., 0] += 5 * task[:, None, None] + 0.1 * g.normal(size=(n, 1, 1))
+    df = information_purity(h_clean, h_corrupt, {"task": task, "control": control}, [3], ["end"])
+    h = df[df.representation == "h"].iloc[0]
+    d = df[df.representation == "d"].iloc[0]
+    for row in (h, d):
+        np.testing.assert_allclose(row.selectivity, row.task_acc - row.control_acc, atol=1e-12)
+    assert d.selectivity > h.selectivity  # the difference cancels the shared control signal
+
+
+def test_purity_labels_ioi(ioi_task):
+    labels = ioi_task.train.labels
+    orders = [p.id for p in ioi_task.train.pairs]
+    assert set(labels) == {"task", "control"} and len(labels["task"]) == len(orders)
+    assert set(np.unique(labels["task"])) <= {0, 1}
+    assert purity_labels("unknown", [])["task"].shape == (0,)

@@ -1,0 +1,85 @@
+"""A trial killed mid-training resumes from its checkpoint and ends where an uninterrupted
+trial ends; the trainer's schedule and batches are pure functions of (seed, step)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from mechscope.distill.config import TrainSpec
+from mechscope.distill.trainer import autocast_dtype, batch_indices, lr_multiplier
+from mechscope.distill.trial import Trial, run_trial
+from mechscope.runs import read_table
+
+
+class Killed(RuntimeError):
+    pass
+
+
+@pytest.mark.parametrize("method", ["rcid", pytest.param("fitnets", marks=pytest.mark.slow)])
+def test_killed_trial_resumes_from_checkpoint(tiny_cfg, teacher, tmp_path, method):
+    cfg = tiny_cfg(
+        methods=[method],
+        train={"steps": 6, "batch_size": 4, "checkpoint_every": 2, "keep_checkpoint": True},
+    )
+    trial = Trial(cfg.students[1], cfg.tasks[0], method, 0)
+
+    def kill_after_3(step: int, _parts: dict) -> None:
+        if step == 3:
+            raise Killed
+
+    with pytest.raises(Killed):
+        run_trial(cfg, trial, tmp_path / "a", teacher=teacher, on_step=kill_after_3)
+    folder = tmp_path / "a" / "trials" / trial.name
+    assert (folder / "checkpoints" / "last.pt").is_file()
+    assert not (folder / "tables" / "metrics.parquet").exists()
+    state = torch.load(folder / "checkpoints" / "last.pt", weights_only=True)
+    assert state["step"] == 2  # the step-3 checkpoint was never written
+
+    calls = []
+    resumed = run_trial(
+        cfg, trial, tmp_path / "a", teacher=teacher, on_step=lambda s, _p: calls.append(s)
+    )
+    assert calls == [3, 4, 5, 6]  # steps 1-2 came from the checkpoint
+    assert int(resumed["resumed_from"].iloc[0]) == 2
+
+    fresh = run_trial(cfg, trial, tmp_path / "b", teacher=teacher)
+    assert int(fresh["resumed_from"].iloc[0]) == 0
+    for col in ("accuracy", "consistency", "perplexity"):
+        np.testing.assert_allclose(resumed[col].to_numpy(), fresh[col].to_numpy(), atol=1e-5)
+    log_a = read_table(folder, "train_log")
+    log_b = read_table(tmp_path / "b" / "trials" / trial.name, "train_log")
+    assert list(log_a["step"]) == [1, 2, 3, 4, 5, 6]
+    np.testing.assert_allclose(log_a["loss"].to_numpy(), log_b["loss"].to_numpy(), atol=1e-5)
+
+    again = run_trial(
+        cfg,
+        trial,
+        tmp_path / "a",
+        teacher=teacher,
+        on_step=lambda *_: pytest.fail("a finished trial must not train again"),
+    )
+    assert again["trial"].iloc[0] == trial.name
+
+
+def test_lr_schedule_warmup_then_cosine():
+    total, warm = 10, 2
+    lrs = [lr_multiplier(s, total, warm) for s in range(total)]
+    np.testing.assert_allclose(lrs[:2], [0.5, 1.0], atol=1e-12)
+    np.testing.assert_allclose(lrs[2], 1.0, atol=1e-12)
+    np.testing.assert_allclose(lrs[6], 0.5 * (1 + np.cos(np.pi * 4 / 8)), atol=1e-12)
+    assert all(a >= b for a, b in itertools.pairwise(lrs[2:]))
+
+
+def test_batches_deterministic_and_precision_on_cpu():
+    a = batch_indices(20, 4, seed=1, step=7)
+    assert torch.equal(a, batch_indices(20, 4, seed=1, step=7))
+    assert len(set(a.tolist())) == 4
+    assert not torch.equal(a, batch_indices(20, 4, seed=2, step=7))
+    assert autocast_dtype("bf16", torch.device("cpu")) is None
+    assert autocast_dtype("fp32", torch.device("cuda")) is None
+    assert autocast_dtype("fp16", torch.device("cuda")) == torch.float16
+    assert TrainSpec().precision == "auto"

@@ -1,0 +1,160 @@
+"""A tiny study end to end: grid, teacher cache reuse, summary (mean ± std), report section,
+CLI, shipped configs, pilot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from mechscope.distill.cli import app
+from mechscope.distill.config import load_study_config
+from mechscope.distill.report import distill_section
+from mechscope.distill.study import expand_trials, run_study
+from mechscope.distill.summarize import format_summary, summarize_study, summary_table
+from mechscope.runs import RunDir
+
+CONFIGS = sorted(
+    (Path(__file__).resolve().parents[2] / "src" / "mechscope" / "distill" / "configs").glob(
+        "*.yaml"
+    )
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_study(tmp_path_factory, teacher, tiny_raw):
+    from mechscope.distill.config import parse_study_config
+
+    cfg = parse_study_config(
+        tiny_raw(
+            seeds=[0, 1],
+            methods=["informed_fitnets"],
+            students=[tiny_raw()["students"][1]],
+            checkpoints={"k": 3, "mapping": "cka"},
+        )
+    )
+    root = tmp_path_factory.mktemp("study")
+    done = []
+    study = run_study(cfg, root, teacher=teacher, on_trial=lambda t, df: done.append(t.name))
+    return cfg, study, done
+
+
+def test_grid_runs_every_trial_once(tiny_study):
+    cfg, study, done = tiny_study
+    assert sorted(done) == sorted(t.name for t in expand_trials(cfg))
+    assert len(done) == 2
+    assert len(list((study.path / "teacher").iterdir())) == 1  # one cache per task
+
+
+def test_summary_mean_std_match_pandas(tiny_study):
+    _, study, _ = tiny_study
+    summary, md = summarize_study(study.path)
+    trials = pd.concat(
+        [pd.read_parquet(p) for p in sorted(study.path.glob("trials/*/tables/metrics.parquet"))]
+    )
+    for _, row in summary.iterrows():
+        sel = trials[(trials.method == row.method) & (trials.student == row.student)]
+        np.testing.assert_allclose(row.accuracy_mean, sel.accuracy.mean(), atol=1e-12)
+        np.testing.assert_allclose(row.consistency_std, np.std(sel.consistency, ddof=1), atol=1e-12)
+        assert row.n_seeds == 2
+    assert list(summary.method) == ["informed_fitnets"]
+    assert "±" in md and md.count("\n") == 1 + len(summary)
+    assert (study.path / "figures" / "distill-consistency-vs-accuracy.png").is_file()
+
+
+def test_report_section_blocks(tiny_study):
+    _, study, _ = tiny_study
+    summarize_study(study.path)
+    blocks = distill_section(RunDir.open(study.path))
+    kinds = [type(b).__name__ for b in blocks]
+    assert kinds.count("FigureBlock") >= 1 and "TableBlock" in kinds
+
+
+def test_single_seed_std_is_blank():
+    df = pd.DataFrame(
+        {
+            "student": "s",
+            "task": "t",
+            "method": "rcid",
+            "seed": [0],
+            "accuracy": [0.5],
+            "consistency": [0.1],
+            "perplexity": [3.0],
+            "ood_degradation": [np.nan],
+        }
+    )
+    s = summary_table(df)
+    assert np.isnan(s.accuracy_std.iloc[0])
+    assert "| 0.500 |" in format_summary(s) and "–" in format_summary(s)
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_shipped_configs_validate(path):
+    cfg = load_study_config(path)
+    assert cfg.methods and cfg.seeds
+
+
+def test_shipped_configs_present():
+    stems = {p.stem for p in CONFIGS}
+    assert {
+        "cpu_study",
+        "exp1_mechanism_preservation",
+        "exp2_rcid_comparison",
+        "exp3_robustness_correlation",
+        "exp4_information_purity",
+        "exp5_cross_architecture",
+    } <= stems
+
+
+def test_cli_check_reports_one_line_error(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "name: x\nteacher: tiny:llama\nstudents: [{name: s, kind: narrow, hidden: 8, "
+        "n_layers: 1, n_heads: 1}]\ntasks: [{name: ioi}]\nmethods: [telepathy]\n"
+        "seeds: [0]\n"
+    )
+    result = CliRunner().invoke(app, ["check", str(bad)])
+    assert result.exit_code == 2
+    assert "telepathy" in result.output and result.output.strip().count("\n") == 0
+    listed = CliRunner().invoke(app, ["configs"])
+    assert listed.exit_code == 0 and "cpu_study" in listed.output
+
+
+def test_pilot_reports_each_check(teacher):
+    from mechscope.distill.pilot import pilot_table, run_pilot
+    from mechscope.distill.students import layer_subset_student
+
+    names = ["Mary", "John", "trophy", "step"]
+    checks = run_pilot(
+        teacher,
+        layer_subset_student(teacher, [0]),
+        n_accuracy=12,
+        n_pairs=6,
+        names=names,
+        min_names=3,
+    )
+    table = pilot_table(checks)
+    assert len(table) == 5 and list(table.columns) == ["name", "passed", "value", "expected"]
+    assert checks[1].passed is True and checks[1].value == "4 of 4"
+    assert checks[4].passed is None  # the student's baseline is informational
+    strict = run_pilot(teacher, None, n_accuracy=12, n_pairs=6, names=names, min_names=20)
+    assert len(strict) == 4 and strict[1].passed is False
+
+
+def test_summary_orders_methods_as_in_the_note():
+    df = pd.DataFrame(
+        {
+            "student": "s",
+            "task": "t",
+            "method": ["rcid", "standard_kd", "fitnets"],
+            "seed": 0,
+            "accuracy": 0.5,
+            "consistency": 0.1,
+            "perplexity": 3.0,
+            "ood_degradation": 0.0,
+        }
+    )
+    assert list(summary_table(df).method) == ["standard_kd", "fitnets", "rcid"]

@@ -1,0 +1,49 @@
+"""Shared constants and records of the report's browser test."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts" / "report"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+VIEWPORT = {"width": 1280, "height": 900}
+#: Demo parts that run on the random ``tiny:llama`` model. ``lens`` needs prompts longer than
+#: the tiny model's 512-token context and ``distill`` needs IOI names that are single tokens
+#: of the tiny tokenizer; the full demo (``$MECHSCOPE_E2E_RUN``) covers them.
+#: ``$MECHSCOPE_E2E_PARTS`` overrides the list (comma-separated, or ``all``).
+DEFAULT_PARTS = ("overview", "attribution")
+#: URL schemes a self-contained report may load.
+LOCAL_SCHEMES = ("file:", "data:", "blob:", "about:")
+
+
+@dataclass
+class Report:
+    """A built report and the demo parts it was asked to contain (empty: unknown)."""
+
+    path: Path
+    parts: tuple[str, ...]
+
+
+@dataclass
+class LoadedPage:
+    """The report open in Chromium, with everything the page said or asked for."""
+
+    page: object  # playwright.sync_api.Page
+    report: Report
+    console_errors: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)
+    blocked: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)

@@ -1,0 +1,110 @@
+"""Candidate-restricted readouts against a plain computation from the model's hidden states."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from lens_helpers import reference_lens_logprobs
+
+from mechscope.errors import InputError
+from mechscope.lens.candidates import CandidateSample, candidate_scores, prepare_candidates
+from mechscope.lens.candidates_run import CandidatesConfig, per_sample_curves, run_candidates
+from mechscope.runs import RunDir, read_table
+
+PROMPT = "She said, in a furious voice: I just won the lottery! The speaker sounds"
+WORDS = ["happy", "sad", "angry", "Mary"]
+
+
+def _sample(sid="e1", a="happy", b="angry", **kw) -> CandidateSample:
+    return CandidateSample.model_validate(
+        {
+            "id": sid,
+            "prompt": PROMPT,
+            "candidates": WORDS,
+            "semantic_label": a,
+            "prosody_label": b,
+            **kw,
+        }
+    )
+
+
+def _word_ids(tiny, word: str) -> list[int]:
+    full = tiny.tokenizer(PROMPT + " " + word).input_ids
+    return full[len(tiny.tokenizer(PROMPT).input_ids) :]
+
+
+def test_first_token_scores_equal_plain_readout(tiny):
+    prep = prepare_candidates(
+        _sample(), tiny.tokenizer, label_a="semantic_label", label_b="prosody_label"
+    )
+    scores = candidate_scores(tiny, prep, "first")  # [L, K]
+    ids = tiny.tokenizer(PROMPT).input_ids
+    ref = reference_lens_logprobs(tiny, ids)[:, -1]  # [L, V] at the last prompt token
+    first = [_word_ids(tiny, w)[0] for w in WORDS]
+    np.testing.assert_allclose(scores, ref[:, first], atol=1e-5)
+    assert (prep.label_a, prep.label_b) == (0, 2)
+
+
+def test_summed_scores_equal_plain_teacher_forcing(tiny):
+    prep = prepare_candidates(
+        _sample(), tiny.tokenizer, label_a="semantic_label", label_b="prosody_label", policy="sum"
+    )
+    scores = candidate_scores(tiny, prep, "sum")
+    n_p = len(tiny.tokenizer(PROMPT).input_ids)
+    assert any(len(_word_ids(tiny, w)) > 1 for w in WORDS)  # the policy matters here
+    for k, word in enumerate(WORDS):
+        wid = _word_ids(tiny, word)
+        ref = reference_lens_logprobs(tiny, tiny.tokenizer(PROMPT).input_ids + wid)
+        want = sum(ref[:, n_p - 1 + j, tok] for j, tok in enumerate(wid))  # [L]
+        np.testing.assert_allclose(scores[:, k], want, atol=1e-4)
+
+
+def test_curves_equal_plain_loop():
+    rng = np.random.default_rng(0)
+    scores = rng.normal(size=(6, 4))
+    got = per_sample_curves(scores, 0, 2)
+    for layer in range(6):
+        win = int(np.argmax(scores[layer]))
+        assert got["win_a"][layer] == (win == 0) and got["win_b"][layer] == (win == 2)
+        assert got["win_other"][layer] == (win not in (0, 2))
+        assert got["margin"][layer] == pytest.approx(scores[layer, 2] - scores[layer, 0])
+        p = np.exp(scores[layer]) / np.exp(scores[layer]).sum()
+        assert got["restricted_p_a"][layer] == pytest.approx(p[0])
+        assert got["restricted_p_b"][layer] == pytest.approx(p[2])
+
+
+def test_run_warns_about_multi_token_words_and_keeps_conflicts(tiny, tmp_path):
+    samples = [_sample("e1"), _sample("e2", "sad", "angry"), _sample("e3", "sad", "sad")]
+    run = RunDir.create(tmp_path, "c", {"t": 1})
+    with pytest.warns(UserWarning, match="not a single token") as record:
+        result = run_candidates(
+            run, tiny, samples, CandidatesConfig(n_resamples=200), progress=False
+        )
+    listed = str(record[0].message)
+    multi = [w for w in WORDS if len(_word_ids(tiny, w)) > 1]
+    assert multi and all(repr(w) in listed for w in multi)
+    assert [s["sample_id"] for s in result.samples] == ["e1", "e2"]  # e3's labels agree
+    curves = read_table(run, "lens_candidates_curves")
+    win = curves[curves.metric.isin(["win_a", "win_b", "win_other"])]
+    np.testing.assert_allclose(win.groupby("layer")["mean"].sum(), 1.0, atol=1e-12)
+    frame = read_table(run, "lens_candidates")
+    assert len(frame) == 2 * tiny.n_layers * len(WORDS)
+
+
+def test_bad_candidate_inputs_name_the_sample(tiny):
+    with pytest.raises(InputError, match=r"sample 'e9'.*prosody_label"):
+        prepare_candidates(
+            _sample("e9", "happy", "furious"),
+            tiny.tokenizer,
+            label_a="semantic_label",
+            label_b="prosody_label",
+        )
+    with pytest.raises(InputError, match=r"sample 'e1'.*readout"):
+        prepare_candidates(
+            _sample(),
+            tiny.tokenizer,
+            label_a="semantic_label",
+            label_b="prosody_label",
+            policy="sum",
+            readout=2,
+        )

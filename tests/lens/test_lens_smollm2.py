@@ -1,0 +1,38 @@
+"""Real-model check on SmolLM2-135M with a HumanEval sample (chat template, tool segment)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mechscope.data.humaneval import build_humaneval_samples
+from mechscope.engine import Engine
+from mechscope.lens.paired import PairedOptions, analyse_sample
+from mechscope.lens.prepare import prepare_sample
+from mechscope.lens.samples import LensSample
+
+pytestmark = pytest.mark.slow
+
+
+def test_humaneval_sample_on_smollm2(smollm2):
+    record = build_humaneval_samples(tool_role="user", limit=1)[0]
+    sample = LensSample.model_validate(record)
+    prep = prepare_sample(
+        sample, smollm2.tokenizer, ("agentic", "assisted"), max_context=smollm2.max_context
+    )
+    agentic = prep.conditions["agentic"]
+    seg = agentic.segments["tool_response"]
+    ids = [agentic.ids[i] for i in seg]
+    assert "def check(candidate)" in smollm2.tokenizer.decode(ids)
+    diff = analyse_sample(Engine.of(smollm2), prep, PairedOptions())
+    with torch.no_grad():
+        logits = smollm2.model(torch.tensor([agentic.ids])).logits[0].double()
+    lp = torch.log_softmax(logits, -1)
+    t = torch.arange(prep.n_tokens)
+    want = -lp[agentic.cont_start - 1 + t, torch.tensor(prep.cont_ids)].numpy()
+    np.testing.assert_allclose(diff.metric("nll_a")[-1], want, atol=1e-3, rtol=1e-4)
+    for mass in diff.attention.values():
+        np.testing.assert_allclose(mass.sum(-1), 1.0, atol=1e-4)
+    js = diff.metric("js")
+    assert np.all(js >= 0) and np.all(js <= np.log(2))

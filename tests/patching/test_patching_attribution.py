@@ -1,0 +1,140 @@
+"""Attribution patching: exact on a model made linear, and its agreement statistics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+from torch import nn
+
+from mechscope.models import load_model
+from mechscope.patching import PatchSpec, agreement, patch_pairs, prepare_pair, top_k_overlap
+
+
+class _Ones(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ones_like(x)
+
+
+@pytest.fixture(scope="module")
+def linear_lm():
+    """A tiny Llama whose logits are linear in every activation.
+
+    Norms become identities, queries are zero (attention is a uniform causal average, so
+    the pattern no longer depends on the input) and the MLP gate is the constant 1 (the
+    MLP becomes ``down(up(x))``). What remains is a composition of linear maps.
+    """
+    lm = load_model("tiny:llama", seed=3)
+    model = lm.model.model
+    model.norm = nn.Identity()
+    with torch.no_grad():  # without norms, rescale so that effects are far above rounding
+        model.embed_tokens.weight.mul_(20.0)
+        lm.model.lm_head.weight.mul_(20.0)
+        for block in model.layers:
+            block.input_layernorm = nn.Identity()
+            block.post_attention_layernorm = nn.Identity()
+            block.self_attn.q_proj.weight.zero_()
+            block.mlp.act_fn = _Ones()
+            for lin in (
+                block.self_attn.v_proj,
+                block.self_attn.o_proj,
+                block.mlp.up_proj,
+                block.mlp.down_proj,
+            ):
+                lin.weight.mul_(8.0)
+    return lm
+
+
+CASES = [
+    ("resid_pre", "position"),
+    ("attn_out", "position"),
+    ("z", "position"),
+    ("mlp_out", "span"),
+    ("resid_post", "all"),
+]
+
+
+@pytest.mark.parametrize(("site", "granularity"), CASES)
+@pytest.mark.parametrize("metric", ["logit_diff", "target_logit"])
+def test_attribution_is_exact_on_a_linear_model(linear_lm, same_pair, site, granularity, metric):
+    spec = PatchSpec(
+        site=site,
+        granularity=granularity,
+        directions=("denoising", "noising"),
+        attribution=True,
+        attribution_metric=metric,
+    )
+    result = patch_pairs(linear_lm, [same_pair], spec, progress=False)
+    for res in result.pairs:
+        exact = res.exact_change(metric)
+        scale = max(1.0, float(np.abs(exact).max()))
+        assert np.abs(exact).max() > 1e-3  # the grid has real effects to estimate
+        np.testing.assert_allclose(res.attribution, exact, atol=1e-4 * scale)
+    for a in agreement(result, k=3):
+        exact = result.direction(a.direction)[0].exact_change(metric)
+        if np.ptp(exact) > 1e-3:  # a constant grid ("all" at resid_post) has no correlation
+            assert a.pearson == pytest.approx(1.0, abs=1e-6)
+        if np.unique(np.round(np.abs(exact), 3)).size == exact.size:  # no ties in the ranking
+            assert a.top_k_overlap == 1.0
+
+
+def test_attribution_matches_a_raw_autograd_reference(lm, same_pair):
+    """On the (nonlinear) tiny model: (source - base) · grad from plain hooks and autograd."""
+    spec = PatchSpec(site="resid_pre", directions=("denoising",), attribution=True)
+    res = patch_pairs(lm, [same_pair], spec, progress=False).pairs[0]
+    p = prepare_pair(same_pair, lm.tokenizer, "denoising", spec)
+    for layer in range(lm.n_layers):
+        acts = {}
+
+        def grab(module, args, kwargs, key, acts=acts):
+            x = args[0] if args else kwargs["hidden_states"]
+            acts[key] = x
+            if x.requires_grad:
+                x.retain_grad()
+
+        block = lm.model.model.layers[layer]
+        h = block.register_forward_pre_hook(lambda m, a, k: grab(m, a, k, "base"), with_kwargs=True)
+        try:
+            logits = lm.model(input_ids=torch.tensor([p.base_ids]), use_cache=False).logits
+            (logits[0, -1, p.correct_id] - logits[0, -1, p.wrong_id]).backward()
+        finally:
+            h.remove()
+        h = block.register_forward_pre_hook(lambda m, a, k: grab(m, a, k, "src"), with_kwargs=True)
+        try:
+            with torch.no_grad():
+                lm.model(input_ids=torch.tensor([p.source_ids]), use_cache=False)
+        finally:
+            h.remove()
+        base = acts["base"]
+        expected = ((acts["src"] - base.detach()) * base.grad).sum(-1)[0].double().numpy()
+        np.testing.assert_allclose(res.attribution[layer, :, 0], expected, atol=1e-5)
+    lm.model.zero_grad(set_to_none=True)
+
+
+def test_agreement_statistics_against_scipy(lm, same_pair):
+    spec = PatchSpec(
+        site="resid_pre",
+        directions=("denoising", "noising"),
+        attribution=True,
+        skip_identical=False,
+    )
+    result = patch_pairs(lm, [same_pair], spec, progress=False)
+    for a in agreement(result, k=7):
+        res = result.direction(a.direction)[0]
+        atp, exact = res.attribution.ravel(), res.exact_change("logit_diff").ravel()
+        assert a.pearson == pytest.approx(
+            stats.pearsonr(atp.astype(np.float64), exact.astype(np.float64)).statistic, abs=1e-6
+        )
+        top = lambda x: set(np.argsort(-np.abs(x))[:7].tolist())  # noqa: E731
+        assert a.top_k_overlap == pytest.approx(len(top(atp) & top(exact)) / 7)
+        assert a.n_cells == atp.size
+
+
+def test_top_k_overlap_by_hand():
+    a = np.array([5.0, -4.0, 0.1, 0.2, 3.0])
+    b = np.array([0.0, -9.0, 8.0, 0.3, 1.0])
+    # top-2 |a| = {0, 1}; top-2 |b| = {1, 2}
+    assert top_k_overlap(a, b, 2) == 0.5
+    assert top_k_overlap(a, a, 3) == 1.0
+    assert top_k_overlap(a, b, 99) == 1.0  # k capped at the number of cells

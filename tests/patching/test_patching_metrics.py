@@ -1,0 +1,77 @@
+"""Readout metrics against float64 numpy/scipy, with and without a candidate set."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from patching_reference import ref_metrics
+
+from mechscope.patching import Reference, normalized_effect, readout_metrics
+from mechscope.patching.plan import plan_chunks
+
+
+@pytest.mark.parametrize("candidates", [None, (3, 7, 11, 2)])
+def test_readout_metrics_match_scipy(candidates):
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, 13, generator=gen) * 3  # [rows, vocab]
+    base = torch.randn(13, generator=gen) * 3
+    ref = Reference(base, correct_id=3, wrong_id=7, target_id=7, candidate_ids=candidates)
+    got = readout_metrics(logits, ref)
+    for r in range(6):
+        expected = ref_metrics(
+            logits[r].numpy(), base.numpy(), 3, 7, 7, list(candidates) if candidates else None
+        )
+        for name, value in expected.items():
+            assert float(got[name][r]) == pytest.approx(value, abs=1e-5), name
+
+
+def test_flips_follow_argmax():
+    base = torch.tensor([0.0, 5.0, 1.0])  # base predicts token 1
+    logits = torch.tensor([[9.0, 0.0, 0.0], [0.0, 9.0, 0.0], [0.0, 0.0, 9.0]])
+    got = readout_metrics(logits, Reference(base, correct_id=2, wrong_id=1, target_id=2))
+    assert got["flip_to_target"].tolist() == [0.0, 0.0, 1.0]
+    assert got["flip_from_base"].tolist() == [1.0, 0.0, 1.0]
+    # restricted to {1, 2}, row 0's prediction is a tie broken to the first candidate
+    got = readout_metrics(logits, Reference(base, 2, 1, 2, candidate_ids=(1, 2)))
+    assert got["flip_to_target"].tolist() == [0.0, 0.0, 1.0]
+
+
+def test_normalized_effect():
+    assert normalized_effect(3.0, clean=5.0, corrupt=1.0) == pytest.approx(0.5)
+    assert normalized_effect(np.array([1.0, 5.0]), 5.0, 1.0).tolist() == [0.0, 1.0]
+    assert np.isnan(normalized_effect(2.0, 1.0, 1.0))
+
+
+def _cost(chunks, layers, n_layers, overhead):
+    total = 0.0
+    for chunk in chunks:
+        a = min(layers[i] for i in chunk)
+        total += n_layers * overhead + a + (n_layers - a) * len(chunk)
+    return total
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_plan_chunks_is_an_optimal_partition(seed):
+    rng = np.random.default_rng(seed)
+    layers = rng.integers(0, 5, size=7).tolist()
+    max_rows = int(rng.integers(2, 5))
+    chunks = plan_chunks(layers, 5, max_rows, overhead_rows=2.0)
+    assert sorted(i for c in chunks for i in c) == list(range(7))
+    assert all(len(c) <= max_rows for c in chunks)
+    # brute force over contiguous partitions of the layer-sorted rows
+    order = sorted(range(7), key=lambda i: (layers[i], i))
+    best = float("inf")
+    for cuts in itertools.product([0, 1], repeat=6):
+        parts, cur = [], [order[0]]
+        for cut, i in zip(cuts, order[1:], strict=True):
+            if cut:
+                parts.append(cur)
+                cur = []
+            cur.append(i)
+        parts.append(cur)
+        if all(len(p) <= max_rows for p in parts):
+            best = min(best, _cost(parts, layers, 5, 2.0))
+    assert _cost(chunks, layers, 5, 2.0) == pytest.approx(best)

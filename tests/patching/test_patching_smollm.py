@@ -1,0 +1,49 @@
+"""Real-model checks on smollm2-135m (slow): the IOI picture and the demo part."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mechscope.patching import PatchSpec, patch_pairs
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def smollm():
+    from mechscope.errors import ModelSpecError
+    from mechscope.models import load_model
+
+    try:
+        return load_model("smollm2-135m")
+    except ModelSpecError as exc:
+        pytest.skip(f"demo model not installed: {exc}")
+
+
+def test_ioi_effect_moves_from_the_name_to_the_final_position(smollm):
+    from mechscope.patching.demo import ioi_demo_pairs
+
+    pairs = ioi_demo_pairs(smollm, 2)
+    layers = (0, 10, 27)
+    res = patch_pairs(smollm, pairs, PatchSpec(layers=layers), progress=False)
+    eff = res.stack("normalized_effect", "denoising")[..., 0].mean(0)  # [layers, positions]
+    s2 = res.pairs[0].roles.index("S2")
+    end = len(res.pairs[0].units) - 1
+    # layer 0, S2: the patched run is the clean run (only that token differs)
+    assert eff[0, s2] == pytest.approx(1.0, abs=1e-3)
+    assert eff[1, s2] > 0.5  # mid layers: still carried at the name token
+    assert eff[2, end] > 0.5 and eff[2, s2] < 0.5  # late layers: moved to the readout
+    others = [q for q in range(end) if q != s2]
+    assert np.abs(eff[:, others]).max() < 0.2
+
+
+def test_demo_part_quick(smollm, tmp_path):
+    from mechscope.patching.demo import demo
+    from mechscope.patching.report import patching_section, saved_parts
+    from mechscope.runs import RunDir
+
+    run = RunDir.create(tmp_path, "demo", {"quick": True})
+    demo(run, smollm, quick=True)
+    assert saved_parts(run) == ["patching", "patching_heads", "patching_spans"]
+    assert len(patching_section(run)) > 10
