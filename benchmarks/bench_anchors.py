@@ -1,15 +1,18 @@
 """Attention suppression of a 40-sentence trace on smollm2-135m: batched vs one forward each.
 
 - mechscope: :func:`mechscope.anchors.suppression.suppression_matrix` — every sentence's
-  suppression is a batch row (rows sized by the memory budget), logits are computed only
-  from the earliest position a chunk's suppression can reach, KL in fp64 by blocks;
+  suppression is a batch row, rows ordered by span end; each batch continues from the
+  unsuppressed pass's key/value cache at its earliest span end (nothing before it can
+  change), so only later positions are recomputed; KL in fp64 by blocks;
 - baseline: the loop of the published analysis — one unbatched forward per sentence of an
   independent copy of the model (transformers' SDPA attention) with a hand-built 4-D
   attention mask hiding the sentence from later queries, full logits, then the same KL and
   sentence aggregation.
 
 Both produce the ``[target, source]`` matrix of mean log(KL + 1e-9); the script prints the
-two times, the speed ratio and the agreement (max |Δ|, Pearson r over defined cells).
+two times (wall and CPU), the speed ratios and the agreement (max |Δ|, Pearson r over
+defined cells). On 2 CPU cores (torch 2.13): loop 79.4 s, mechscope 36.3 s, 2.19× (1 thread:
+2.16×); max |Δ mean log KL| 4.3e-4 (SDPA vs explicit fp32 attention), r = 1.000000.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_anchors.py [--sentences 40]
         [--threads N] [--rows-per-chunk R] [--json out.json]

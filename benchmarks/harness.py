@@ -106,8 +106,12 @@ def compare(
     o, p = timings.wall[ours], timings.wall[peer]
     ratio, spread = paired_ratio(o, p)
     cpu_ratio, _ = paired_ratio(timings.cpu[ours], timings.cpu[peer])
-    extra = {"cpu_ratio": round(cpu_ratio, 4), "reps": len(o)}
+    extra = {"cpu_ratio": round(cpu_ratio, 4), "reps": len(o), "wall_ours": o, "wall_peer": p}
     extra.update(fields.pop("extra", {}))
+    of_medians = statistics.median(o) / statistics.median(p)
+    if abs(of_medians / ratio - 1) > 0.1:  # the load changed between repetitions
+        shift = f"load shifted during the run: medians {of_medians:.2f}x apart, paired {ratio:.2f}x"
+        fields["note"] = "; ".join(x for x in (fields.get("note", ""), shift) if x)
     return Case(
         case=case,
         ours_s=statistics.median(o),

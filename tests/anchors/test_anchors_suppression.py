@@ -95,6 +95,17 @@ def test_batched_rows_equal_one_sentence_at_a_time(tiny):
     np.testing.assert_allclose(many.matrix, one.matrix, atol=1e-4, equal_nan=True)
 
 
+@pytest.mark.parametrize("reuse", [True, False])
+def test_equals_eager_with_and_without_prefix_reuse(tiny, reference_kl, reuse):
+    _, eng, _, tokens = tiny
+    opts = SuppressionOptions(rows_per_chunk=3, reuse_prefix=reuse)
+    result = suppression_matrix(eng, tokens, opts)
+    for i, (_, end) in enumerate(tokens.ranges):
+        np.testing.assert_allclose(
+            result.token_kl[i, end:], reference_kl[i, end:], rtol=1e-6, atol=1e-12
+        )
+
+
 def test_alignment_and_first_tokens_plain_loop(tiny, reference_kl):
     _, _, _, tokens = tiny
     kl = reference_kl

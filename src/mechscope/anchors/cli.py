@@ -37,15 +37,15 @@ def _open_run(out: Path, model: str, lm):  # -> RunDir
 
 def _traces(run, input: Path | None, lm, batch_size: int, trace_tokens: int):
     """Traces from INPUT (problems solved greedily, saved in the run) or from the run."""
-    from mechscope.anchors.prefix_sampler import SharedPrefixSampler
     from mechscope.anchors.problems import load_inputs
     from mechscope.anchors.run_blackbox import base_traces, load_traces, save_traces
+    from mechscope.anchors.sampler import HFSampler
 
     if input is None:
         return load_traces(run)
     traces, problems = load_inputs(input)
-    if problems:
-        sampler = SharedPrefixSampler(lm.model, lm.tokenizer, batch_size=batch_size)
+    if problems:  # greedy, many problems per batch
+        sampler = HFSampler(lm.model, lm.tokenizer, batch_size=batch_size)
         traces += base_traces(run, sampler, lm.tokenizer, problems, trace_tokens)
     save_traces(run, traces)
     return traces

@@ -23,6 +23,7 @@ from mechscope.anchors.report import SETTINGS_TABLE
 from mechscope.anchors.rollouts import RolloutSettings
 from mechscope.anchors.run_blackbox import analyze_run, base_traces, resample_run, save_traces
 from mechscope.anchors.run_whitebox import receivers_run, suppression_run
+from mechscope.anchors.sampler import HFSampler
 from mechscope.anchors.suppression import SuppressionOptions
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
@@ -38,7 +39,7 @@ class DemoSettings:
     rollouts: int = 10  # N per chunk position
     forced: int = 10  # forced-answer rollouts per position
     max_chunks: int = 4  # resample chunks 0..max_chunks-1 of each trace
-    rollout_tokens: int = 80  # max new tokens per rollout
+    rollout_tokens: int = 64  # max new tokens per rollout
     forced_tokens: int = 4  # the answer and its closing brace
     batch_size: int = 10
     top_k: int = 16
@@ -49,7 +50,7 @@ class DemoSettings:
     def quick(cls) -> DemoSettings:
         return cls(
             problems=1, trace_tokens=96, rollouts=4, forced=4, max_chunks=2,
-            rollout_tokens=72, batch_size=4, n_random=2,
+            rollout_tokens=64, batch_size=4, n_random=2,
         )  # fmt: skip
 
 
@@ -96,7 +97,8 @@ def demo(run: RunDir, lm: LoadedModel, quick: bool) -> None:
     problems = demo_problems()[: s.problems]
     budget = _trace_tokens(lm, problems, s.trace_tokens)
     with run.timed("anchors_base_traces"):
-        traces = base_traces(run, sampler, lm.tokenizer, problems, budget)
+        greedy = HFSampler(lm.model, lm.tokenizer, batch_size=len(problems))  # one batch
+        traces = base_traces(run, greedy, lm.tokenizer, problems, budget)
         save_traces(run, traces)
     settings = RolloutSettings(
         n=s.rollouts,

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mechscope.anchors.answers import extract_gsm8k
-from mechscope.anchors.sampler import HFSampler
+from mechscope.anchors.sampler import Sampler
 from mechscope.anchors.trace import Trace
 from mechscope.errors import InputError
 
@@ -156,7 +156,7 @@ def cut_after_answer(text: str) -> str:
 
 
 def generate_traces(
-    sampler: HFSampler, tokenizer, problems: list[Problem], *, max_new_tokens: int = 200
+    sampler: Sampler, tokenizer, problems: list[Problem], *, max_new_tokens: int = 200
 ) -> list[Trace]:
     """Greedy reasoning for every problem, as traces (InputError if one has no chunk)."""
     prompts = [reasoning_prompt(tokenizer, p.question) for p in problems]

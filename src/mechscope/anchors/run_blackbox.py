@@ -25,7 +25,7 @@ from mechscope.anchors.rollouts import (
     resample_trace,
     shard_id,
 )
-from mechscope.anchors.sampler import HFSampler, Sampler
+from mechscope.anchors.sampler import Sampler
 from mechscope.anchors.sentence_matrix import sentence_matrix
 from mechscope.anchors.taxonomy import Labeler, RuleLabeler
 from mechscope.anchors.trace import Trace
@@ -42,15 +42,20 @@ ROLLOUTS_PART = "anchors_rollouts"
 
 
 def base_traces(
-    run: RunDir, sampler: HFSampler, tokenizer, problems: Sequence[Problem], max_new_tokens: int
+    run: RunDir, sampler: Sampler, tokenizer, problems: Sequence[Problem], max_new_tokens: int
 ) -> list[Trace]:
-    """Greedy reasoning trace of every problem, one shard each (reused on a rerun)."""
+    """Greedy reasoning trace of every problem, one shard each (reused on a rerun).
+
+    The problems still to do go to ``sampler`` in one call (an :class:`HFSampler` batches
+    them with left padding); each trace is written as its own shard.
+    """
     store = ShardStore(run, BASE_PART)
+    todo = [p for p in problems if not store.done(p.id)]
+    if todo:
+        for trace in generate_traces(sampler, tokenizer, todo, max_new_tokens=max_new_tokens):
+            store.write(trace.id, {"text": trace.text, "gold": trace.gold})
     out = []
-    for problem in track(problems, "anchors: base traces"):
-        if not store.done(problem.id):
-            trace = generate_traces(sampler, tokenizer, [problem], max_new_tokens=max_new_tokens)[0]
-            store.write(problem.id, {"text": trace.text, "gold": trace.gold})
+    for problem in problems:
         payload = store.read(problem.id)
         out.append(Trace.from_text(problem.id, payload["text"], payload["gold"]))
     return out

@@ -3,13 +3,16 @@
 For a source sentence ``i`` with tokens ``[s_i, e_i)``, every query at or after ``e_i``
 is kept from attending to those tokens, in all layers and heads, before the softmax
 (:class:`~mechscope.engine.SuppressAttention`). One batched forward handles many source
-sentences: batch row ``r`` suppresses sentence ``r`` (``rows_per_chunk`` rows per forward).
+sentences: batch row ``r`` suppresses sentence ``r`` (``rows_per_chunk`` rows per forward,
+rows ordered by span end). Nothing before a span's end can change, so by default a chunk of
+rows continues from the base pass's key/value cache at its earliest span end
+(:mod:`mechscope.anchors.suppression_cache`) instead of recomputing the prefix.
 
 Formulas (``P_p``, ``Q_p``: next-token distributions at logits position ``p`` without and
 with the suppression, ``softmax(logits / temperature)``):
 
-- ``KL_i(p) = KL(P_p ‖ Q_p)`` in nats over the full vocabulary, from log-softmax in fp64
-  (:func:`mechscope.stats.kl_from_logp`; fp32 rounding alone is ~1e-7 nats, see
+- ``KL_i(p) = KL(P_p ‖ Q_p) = Σ_v P(v) (log P(v) − log Q(v))`` in nats over the full
+  vocabulary, from log-softmax in fp64 (fp32 rounding alone is ~1e-7 nats, see
   :func:`_kl_fp64`);
 - a target token ``t`` of sentence ``j`` is scored by the distribution that *predicts* it:
   position ``p = t - 1`` (``alignment="next_token"``, default). The published code scores
@@ -39,11 +42,11 @@ import numpy as np
 import pandas as pd
 import torch
 
+from mechscope.anchors.suppression_cache import base_pass, can_reuse, suppressed_tail_logits
 from mechscope.anchors.trace_tokens import TraceTokens
 from mechscope.engine import Engine, SuppressAttention
 from mechscope.engine.sweep import rows_per_chunk, run_chunks
 from mechscope.errors import InputError
-from mechscope.stats import kl_from_logp
 
 Alignment = Literal["next_token", "same_position"]
 
@@ -57,6 +60,7 @@ class SuppressionOptions:
     alignment: Alignment = "next_token"
     first_tokens: int | None = None
     rows_per_chunk: int | None = None  # None: sized by the engine's memory budget
+    reuse_prefix: bool = True  # continue from the base key/value cache (causal models)
     layers: tuple[int, ...] | None = None  # None: all layers
     heads: tuple[int, ...] | None = None  # None: all heads
 
@@ -95,8 +99,19 @@ def _kl_fp64(base: torch.Tensor, sup: torch.Tensor, temperature: float) -> torch
         stop = min(n_pos, start + step)
         lp = torch.log_softmax(base[start:stop].double() / temperature, dim=-1)  # [b, vocab]
         lq = torch.log_softmax(sup[:, start:stop].double() / temperature, dim=-1)  # [r, b, V]
-        out[:, start:stop] = kl_from_logp(lp.expand_as(lq), lq).cpu()
+        # Σ p (log p − log q): p once per block, not per row; log-softmax of finite logits
+        # is finite, so p = 0 terms are exactly 0 (kl_from_logp's general case not needed).
+        kl = ((lp - lq) * lp.exp()).sum(dim=-1)  # [r, b]
+        out[:, start:stop] = kl.clamp_min(0.0).cpu()
     return out
+
+
+def _default_rows(eng: Engine, seq: int, n_rows: int, reuse: bool) -> int:
+    """Rows per forward: what the memory budget allows; with prefix reuse also at most
+    ``ceil(n_rows / 8)``, so the chunks (rows ordered by span end) start late enough for the
+    reuse to pay (compute ∝ Σ rows × (seq − first) over chunks)."""
+    budget = rows_per_chunk(eng.lm, seq, logits_positions=seq)
+    return min(budget, max(1, -(-n_rows // 8))) if reuse else budget
 
 
 def position_kl(
@@ -115,25 +130,31 @@ def position_kl(
     seq = int(input_ids.shape[1])
     spans = spans.reshape(-1, 2).long()
     layers, heads = opts.layers, opts.heads
-    # The base pass takes the same explicit attention path (an empty span blocks nothing),
-    # so base and suppressed rows differ only by the suppression.
-    base = eng.run(input_ids, [SuppressAttention((0, 0), layers, heads)]).logits[0]  # [seq, V]
-    size = opts.rows_per_chunk or rows_per_chunk(eng.lm, seq, logits_positions=seq)
+    reuse = opts.reuse_prefix and can_reuse(eng, seq)
+    if reuse:
+        base, cache = base_pass(eng, input_ids, layers, heads)  # [seq, V], key/value cache
+    else:
+        # The same explicit attention path as the suppressed rows (an empty span blocks
+        # nothing), so base and suppressed rows differ only by the suppression.
+        base = eng.run(input_ids, [SuppressAttention((0, 0), layers, heads)]).logits[0]
+    size = opts.rows_per_chunk or _default_rows(eng, seq, spans.shape[0], reuse)
 
     def run(rows: Sequence[int]) -> tuple[list[int], np.ndarray]:
         chunk = spans[list(rows)]  # [c, 2]
         first = max(0, min(int(chunk[:, 1].min()), seq - 1))  # earliest reachable position
-        ids = input_ids.expand(len(rows), -1)  # [c, seq]
-        out = eng.run(
-            ids, [SuppressAttention(chunk, layers, heads)], logits=torch.arange(first, seq)
-        )
-        kl = _kl_fp64(base[first:], out.logits, opts.temperature)  # [c, seq - first]
+        if reuse:
+            logits = suppressed_tail_logits(eng, input_ids, cache, chunk, first, layers, heads)
+        else:
+            ids = input_ids.expand(len(rows), -1)  # [c, seq]
+            keep = torch.arange(first, seq)
+            logits = eng.run(ids, [SuppressAttention(chunk, layers, heads)], logits=keep).logits
+        kl = _kl_fp64(base[first:], logits, opts.temperature)  # [c, seq - first]
         full = np.full((len(rows), seq), np.nan)
         full[:, first:] = kl.numpy()
         return list(rows), full
 
+    order = sorted(range(spans.shape[0]), key=lambda r: int(spans[r, 1]))  # similar ends
     result = np.full((spans.shape[0], seq), np.nan)
-    order = list(range(spans.shape[0]))
     for rows, values in run_chunks(order, run, size=size, description="suppression"):
         result[rows] = values
     return result
