@@ -6,7 +6,7 @@ is kept from attending to those tokens, in all layers and heads, before the soft
 sentences: batch row ``r`` suppresses sentence ``r`` (``rows_per_chunk`` rows per forward,
 rows ordered by span end). Nothing before a span's end can change, so by default a chunk of
 rows continues from the base pass's key/value cache at its earliest span end
-(:mod:`mechscope.anchors.suppression_cache`) instead of recomputing the prefix.
+(``Engine.run(resume=…)``, :mod:`mechscope.engine.prefix`) instead of recomputing the prefix.
 
 Formulas (``P_p``, ``Q_p``: next-token distributions at logits position ``p`` without and
 with the suppression, ``softmax(logits / temperature)``):
@@ -42,9 +42,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mechscope.anchors.suppression_cache import base_pass, can_reuse, suppressed_tail_logits
 from mechscope.anchors.trace_tokens import TraceTokens
 from mechscope.engine import Engine, SuppressAttention
+from mechscope.engine.prefix import Resume, can_resume
 from mechscope.engine.sweep import rows_per_chunk, run_chunks
 from mechscope.errors import InputError
 
@@ -130,24 +130,21 @@ def position_kl(
     seq = int(input_ids.shape[1])
     spans = spans.reshape(-1, 2).long()
     layers, heads = opts.layers, opts.heads
-    reuse = opts.reuse_prefix and can_reuse(eng, seq)
-    if reuse:
-        base, cache = base_pass(eng, input_ids, layers, heads)  # [seq, V], key/value cache
-    else:
-        # The same explicit attention path as the suppressed rows (an empty span blocks
-        # nothing), so base and suppressed rows differ only by the suppression.
-        base = eng.run(input_ids, [SuppressAttention((0, 0), layers, heads)]).logits[0]
+    reuse = opts.reuse_prefix and can_resume(eng.lm, seq)
+    # The same explicit attention path as the suppressed rows (an empty span blocks
+    # nothing), so base and suppressed rows differ only by the suppression.
+    base_out = eng.run(input_ids, [SuppressAttention((0, 0), layers, heads)], cache=reuse)
+    base = base_out.logits[0]  # [seq, vocab]
     size = opts.rows_per_chunk or _default_rows(eng, seq, spans.shape[0], reuse)
 
     def run(rows: Sequence[int]) -> tuple[list[int], np.ndarray]:
         chunk = spans[list(rows)]  # [c, 2]
         first = max(0, min(int(chunk[:, 1].min()), seq - 1))  # earliest reachable position
-        if reuse:
-            logits = suppressed_tail_logits(eng, input_ids, cache, chunk, first, layers, heads)
-        else:
-            ids = input_ids.expand(len(rows), -1)  # [c, seq]
-            keep = torch.arange(first, seq)
-            logits = eng.run(ids, [SuppressAttention(chunk, layers, heads)], logits=keep).logits
+        ids = input_ids.expand(len(rows), -1)  # [c, seq]
+        resume = Resume(base_out.cache, first) if reuse else None
+        suppress = [SuppressAttention(chunk, layers, heads)]
+        out = eng.run(ids, suppress, logits=torch.arange(first, seq), resume=resume)
+        logits = out.logits  # [c, seq - first, vocab]
         kl = _kl_fp64(base[first:], logits, opts.temperature)  # [c, seq - first]
         full = np.full((len(rows), seq), np.nan)
         full[:, first:] = kl.numpy()

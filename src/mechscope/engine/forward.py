@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
+from transformers import DynamicCache
 
 from mechscope.engine import attention
 from mechscope.engine.edits import apply_ablation, apply_gate, apply_patch, select
@@ -27,6 +28,7 @@ from mechscope.engine.interventions import (
     ReduceAttention,
     SuppressAttention,
 )
+from mechscope.engine.prefix import KVCache, Resume, dynamic_cache, tail_plan
 from mechscope.engine.sites import Site
 from mechscope.errors import SiteError
 from mechscope.models.loaded import LoadedModel
@@ -34,11 +36,13 @@ from mechscope.models.loaded import LoadedModel
 
 @dataclass
 class RunOutput:
-    """What a pass returns: logits (if asked), reads by site, reductions by layer."""
+    """What a pass returns: logits (if asked), reads by site, reductions by layer, and the
+    key/value cache (if asked)."""
 
     logits: torch.Tensor | None  # [batch, seq|kept, vocab]
     reads: dict[Site, torch.Tensor] = field(default_factory=dict)
     reductions: dict[int, list[Any]] = field(default_factory=dict)
+    cache: KVCache | None = None
 
     def __getitem__(self, site: Site) -> torch.Tensor:
         return self.reads[site]
@@ -74,6 +78,8 @@ class Engine:
         logits: bool | int | torch.Tensor = True,
         expand: tuple[int, int] | None = None,
         grad: bool = False,
+        cache: bool = False,
+        resume: Resume | None = None,
     ) -> RunOutput:
         """Run the model once with ``interventions``.
 
@@ -81,11 +87,23 @@ class Engine:
         positions, or a 1-D tensor of positions. ``expand=(layer, n)``: the input has one row;
         at ``resid_pre[layer]`` it is repeated to ``n`` rows, so layers below ``layer`` are
         computed once for a batch of variants that differ only from ``layer`` on.
+        ``cache=True`` keeps the pass's keys and values (``RunOutput.cache``);
+        ``resume=Resume(cache, start)`` computes only positions ``start …`` on top of an
+        unedited pass's cache (:mod:`mechscope.engine.prefix`: nothing may edit the prefix;
+        reads and logits cover the tail).
         """
         lm = self.lm
         device = lm.device
         input_ids = input_ids.to(device)
         self._check(interventions, input_ids.shape[1])
+        kv, plan = None, None
+        if resume is not None:
+            plan = tail_plan(lm, resume, input_ids, interventions, logits, position_ids)
+            input_ids, interventions = plan.input_ids, plan.interventions
+            logits, position_ids = plan.logits, plan.position_ids
+            kv = dynamic_cache(lm, resume, input_ids.shape[0], expand)
+        elif cache:
+            kv = DynamicCache(config=lm.model.config)
         out = RunOutput(logits=None)
         handles: list[RemovableHandle] = []
         work: dict[int, attention.AttentionWork] = defaultdict(attention.AttentionWork)
@@ -96,7 +114,9 @@ class Engine:
         try:
             self._install(interventions, out, handles, work, expand)
             with torch.set_grad_enabled(grad):
-                kwargs: dict[str, Any] = {"use_cache": False}
+                kwargs: dict[str, Any] = {"use_cache": kv is not None}
+                if kv is not None:
+                    kwargs["past_key_values"] = kv
                 if attention_mask is not None:
                     kwargs["attention_mask"] = attention_mask.to(device)
                 if position_ids is not None:
@@ -112,6 +132,10 @@ class Engine:
             for site, _value in list(out.reads.items()):
                 if site.name == "logits":
                     out.reads[site] = select(result.logits, site)
+            if cache and kv is not None:
+                out.cache = KVCache.from_dynamic(kv)
+            if plan is not None:
+                out.reads = plan.rekey(out.reads)
         finally:
             for handle in handles:
                 handle.remove()
