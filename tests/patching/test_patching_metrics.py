@@ -10,7 +10,7 @@ import torch
 from patching_reference import ref_metrics
 
 from mechscope.patching import Reference, normalized_effect, readout_metrics
-from mechscope.patching.plan import plan_chunks
+from mechscope.patching.plan import chunk_cost, plan_chunks
 
 
 @pytest.mark.parametrize("candidates", [None, (3, 7, 11, 2)])
@@ -75,3 +75,46 @@ def test_plan_chunks_is_an_optimal_partition(seed):
         if all(len(p) <= max_rows for p in parts):
             best = min(best, _cost(parts, layers, 5, 2.0))
     assert _cost(chunks, layers, 5, 2.0) == pytest.approx(best)
+
+
+def _cost2(chunks, layers, starts, n_layers, seq, overhead):
+    return sum(
+        chunk_cost([layers[i] for i in c], [starts[i] for i in c], n_layers, seq, overhead)
+        for c in chunks
+    )
+
+
+def _best_contiguous(order, layers, starts, n_layers, seq, max_rows, overhead):
+    best = float("inf")
+    for cuts in itertools.product([0, 1], repeat=len(order) - 1):
+        parts, cur = [], [order[0]]
+        for cut, i in zip(cuts, order[1:], strict=True):
+            if cut:
+                parts.append(cur)
+                cur = []
+            cur.append(i)
+        parts.append(cur)
+        if all(len(p) <= max_rows for p in parts):
+            best = min(best, _cost2(parts, layers, starts, n_layers, seq, overhead))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_plan_chunks_with_prefix_reuse_is_the_best_of_both_orders(seed):
+    rng = np.random.default_rng(seed)
+    n, n_layers, seq = 7, 5, 9
+    layers = rng.integers(0, n_layers, size=n).tolist()
+    starts = rng.integers(0, seq, size=n).tolist()
+    max_rows = int(rng.integers(2, 5))
+    chunks = plan_chunks(layers, n_layers, max_rows, row_starts=starts, seq=seq, overhead_rows=1.0)
+    assert sorted(i for c in chunks for i in c) == list(range(n))
+    assert all(len(c) <= max_rows for c in chunks)
+    orders = [
+        sorted(range(n), key=lambda i: (layers[i], starts[i], i)),
+        sorted(range(n), key=lambda i: (starts[i], layers[i], i)),
+    ]
+    best = min(_best_contiguous(o, layers, starts, n_layers, seq, max_rows, 1.0) for o in orders)
+    assert _cost2(chunks, layers, starts, n_layers, seq, 1.0) == pytest.approx(best)
+    # reusing prefixes never costs more than ignoring them
+    plain = plan_chunks(layers, n_layers, max_rows, seq=seq, overhead_rows=1.0)
+    assert best <= _cost2(plain, layers, starts, n_layers, seq, 1.0) + 1e-9

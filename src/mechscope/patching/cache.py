@@ -1,6 +1,7 @@
-"""One read pass per prompt: the site's activation at every swept layer and the readout
-logits. Both directions of a pair reuse the same two caches (the clean run is the source
-when denoising and the base when noising)."""
+"""One read pass per prompt: the site's activation at every swept layer, the readout
+logits and (where the model allows prefix reuse) the key/value cache. Both directions of a
+pair reuse the same two caches (the clean run is the source when denoising and the base
+when noising)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,19 @@ from dataclasses import dataclass
 import torch
 
 from mechscope.engine import Engine, Read, Site
+from mechscope.engine.prefix import KVCache, can_resume
 
 
 @dataclass(frozen=True)
 class RunCache:
     """A prompt's activations at one site: ``acts[layer]`` is ``[1, seq, d_model]`` (or
-    ``[1, seq, heads, d_head]`` for ``z``); ``logits`` ``[vocab]`` fp32 at its last token."""
+    ``[1, seq, heads, d_head]`` for ``z``); ``logits`` ``[vocab]`` fp32 at its last token;
+    ``kv``: the unedited pass's keys and values (None where prefixes cannot be reused)."""
 
     ids: tuple[int, ...]
     acts: dict[int, torch.Tensor]
     logits: torch.Tensor
+    kv: KVCache | None = None
 
 
 def read_caches(
@@ -33,9 +37,13 @@ def read_caches(
     for length, idx in by_len.items():
         batch = torch.tensor([list(prompts[i]) for i in idx], dtype=torch.long)  # [b, seq]
         sites = [Site(site, layer) for layer in layers]
-        res = eng.run(batch, [Read(s) for s in sites], logits=torch.tensor([length - 1]))
+        keep_kv = can_resume(eng.lm, length)
+        res = eng.run(
+            batch, [Read(s) for s in sites], logits=torch.tensor([length - 1]), cache=keep_kv
+        )
         logits = res.logits[:, 0].float()  # [b, vocab]
         for row, i in enumerate(idx):
             acts = {s.layer: res.reads[s][row : row + 1].detach() for s in sites}
-            out[i] = RunCache(tuple(prompts[i]), acts, logits[row].detach())  # type: ignore[arg-type]
+            kv = res.cache.row(row) if res.cache is not None else None
+            out[i] = RunCache(tuple(prompts[i]), acts, logits[row].detach(), kv)  # type: ignore[arg-type]
     return out  # type: ignore[return-value]

@@ -3,10 +3,13 @@
 Every variant (layer, unit, head) is one batch row. Rows are grouped by
 :func:`~mechscope.patching.plan.plan_chunks`; a chunk is one ``Engine.run`` on the base
 prompt with ``expand=(lowest layer, rows)``, one ``Patch`` per layer with a per-row mask
-(a row's mask is True only at its own layer, positions and head), and logits requested at
-the readout position only. Variants whose source value equals the base value exactly
-(in a causal model: every position before the first differing token) cannot change the
-run and take the base run's numbers without a forward (``skip_identical``).
+(a row's mask is True only at its own layer, positions and head), logits requested at the
+readout position only, and — in a causal model — only the positions from the chunk's
+earliest patched one on, on top of the base run's key/value cache
+(``resume``). Variants that cannot change the readout take the base run's numbers without
+a forward: with ``skip_identical``, those whose source value equals the base value
+exactly (in a causal model: every position before the first differing token), and, in a
+causal model, those that patch only positions after the readout.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import numpy as np
 import torch
 
 from mechscope.engine import Engine, Patch, Site
+from mechscope.engine.prefix import Resume
 from mechscope.engine.sweep import rows_per_chunk
 from mechscope.patching.cache import RunCache
 from mechscope.patching.metrics import Reference, logit_diff, normalized_effect, readout_metrics
@@ -156,6 +160,9 @@ def sweep_pair(
     if spec.skip_identical:
         for i, layer in enumerate(res.layers):
             skip[i] = _identical(p, spec, base, values[layer], layer, res.heads)
+    starts = [min(pos) for pos in base_pos]  # earliest patched position of each unit
+    if eng.lm.causal:  # a patch after the readout cannot reach it
+        skip |= np.asarray([s > p.readout for s in starts])[None, :, None]
     variants = [v for v in np.ndindex(n_l, n_u, n_h) if not skip[v]]
     metrics = {k: np.empty((n_l, n_u, n_h), dtype=np.float32) for k in _METRIC_KEYS}
     base_row = readout_metrics(base.logits[None], ref)
@@ -167,13 +174,18 @@ def sweep_pair(
     seq = len(p.base_ids)
     max_rows = rows_per_chunk(eng.lm, seq, budget_bytes=spec.budget_bytes)
     row_layers = [res.layers[v[0]] for v in variants]
+    row_starts = [starts[v[1]] for v in variants] if base.kv is not None else None
     ids = torch.tensor([p.base_ids], dtype=torch.long)  # [1, seq]
     readout = torch.tensor([p.readout])
-    for chunk in plan_chunks(row_layers, eng.lm.n_layers, max_rows):
+    chunks = plan_chunks(row_layers, eng.lm.n_layers, max_rows, row_starts=row_starts, seq=seq)
+    for chunk in chunks:
         rows = [variants[i] for i in chunk]
         patches = _chunk_patches(spec, rows, res, base_pos, values, seq)
         low = min(res.layers[v[0]] for v in rows)
-        out = eng.run(ids, patches, logits=readout, expand=(low, len(rows)))
+        resume = None
+        if base.kv is not None:
+            resume = Resume(base.kv, min(starts[v[1]] for v in rows))
+        out = eng.run(ids, patches, logits=readout, expand=(low, len(rows)), resume=resume)
         logits = out.logits[:, 0].float()  # [rows, vocab]
         got = readout_metrics(logits, ref)
         index = tuple(np.array(rows).T)

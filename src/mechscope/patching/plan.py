@@ -1,17 +1,21 @@
 """Group patch variants into forward passes so that the sweep does the least work.
 
-A variant patched at layer ``l`` shares everything below ``l`` with the unpatched base run,
-so a chunk whose lowest layer is ``a`` runs layers ``< a`` once on a single row and only
-layers ``>= a`` on all ``n`` rows (``Engine.run(expand=(a, n))``). Mixing a low layer into a
-chunk of high layers makes every row pay for the low layers; splitting too finely pays the
-fixed per-forward cost many times. The planner minimises, over contiguous groupings of
-the variants sorted by layer, the cost in row-layers::
+A variant patched at layer ``l`` from position ``s`` on shares with the unpatched base run
+everything below layer ``l`` and — in a causal model — every position before ``s``. So a
+chunk whose lowest layer is ``a`` and earliest patched position is ``f`` runs only the
+positions ``f …`` (on top of the base run's key/value cache, ``Engine.run(resume=…)``),
+layers ``< a`` once on a single row and layers ``>= a`` on all ``n`` rows
+(``Engine.run(expand=(a, n))``). Its cost in token-layers is::
 
-    cost(chunk) = n_layers * overhead + a + (n_layers - a) * n
+    cost(chunk) = n_layers * overhead * seq + (seq - f) * (a + (n_layers - a) * n)
 
-where ``overhead`` is the per-layer fixed cost of a forward expressed in rows. Exact
-dynamic programming over the sorted rows, vectorised over the last chunk's start, takes
-milliseconds for thousands of variants.
+where ``overhead`` is the fixed per-layer cost of one forward expressed in rows. Mixing a
+low layer or an early position into a chunk makes every row pay for it; splitting too
+finely pays the fixed cost many times. The planner minimises the total over contiguous
+groupings of the variants in two orders — layer-major and position-major — and keeps the
+cheaper plan. Exact dynamic programming over each order, vectorised over the last chunk's
+start, takes milliseconds for thousands of variants. Without prefix reuse every start is 0
+and the cost reduces to grouping by layer alone.
 """
 
 from __future__ import annotations
@@ -25,29 +29,67 @@ import numpy as np
 OVERHEAD_ROWS = 4.0
 
 
+def chunk_cost(
+    layers: Sequence[int], starts: Sequence[int], n_layers: int, seq: int, overhead_rows: float
+) -> float:
+    """Token-layers of one forward over the rows with these layers and first positions."""
+    a, f = min(layers), min(starts)
+    return n_layers * overhead_rows * seq + (seq - f) * (a + (n_layers - a) * len(layers))
+
+
 def plan_chunks(
     row_layers: Sequence[int],
     n_layers: int,
     max_rows: int,
     *,
+    row_starts: Sequence[int] | None = None,
+    seq: int = 1,
     overhead_rows: float = OVERHEAD_ROWS,
 ) -> list[list[int]]:
     """Partition variant indices into chunks (each a list of indices into ``row_layers``).
 
-    Chunks hold at most ``max_rows`` variants and contiguous layers in ascending order.
+    ``row_starts``: each variant's earliest patched position (None: all 0, no prefix
+    reuse); ``seq``: the sequence length. Chunks hold at most ``max_rows`` variants.
     """
     if max_rows < 1:
         raise ValueError(f"max_rows must be >= 1, got {max_rows}")
-    order = sorted(range(len(row_layers)), key=lambda i: (row_layers[i], i))
-    a = np.asarray([row_layers[i] for i in order], dtype=np.float64)  # [rows], ascending
+    starts = [0] * len(row_layers) if row_starts is None else list(row_starts)
+    if len(starts) != len(row_layers):
+        raise ValueError("one start position per variant expected")
+    seq = max(seq, max(starts, default=0) + 1)
+    idx = range(len(row_layers))
+    orders = [sorted(idx, key=lambda i: (row_layers[i], starts[i], i))]
+    if any(starts):
+        orders.append(sorted(idx, key=lambda i: (starts[i], row_layers[i], i)))
+    plans = [
+        _best_split(o, row_layers, starts, n_layers, seq, max_rows, overhead_rows) for o in orders
+    ]
+    return min(plans, key=lambda plan: plan[0])[1]
+
+
+def _best_split(
+    order: list[int],
+    row_layers: Sequence[int],
+    starts: Sequence[int],
+    n_layers: int,
+    seq: int,
+    max_rows: int,
+    overhead_rows: float,
+) -> tuple[float, list[list[int]]]:
+    """Cheapest contiguous partition of ``order``: ``(cost, chunks)``."""
+    a = np.asarray([row_layers[i] for i in order], dtype=np.float64)  # [rows]
+    f = np.asarray([starts[i] for i in order], dtype=np.float64)  # [rows]
     n = len(order)
     best = np.full(n + 1, np.inf)  # best[j]: cost of the first j rows
     best[0] = 0.0
     cut = np.zeros(n + 1, dtype=np.int64)
-    for j in range(1, n + 1):  # the last chunk is rows i..j-1, its lowest layer a[i]
+    fixed = n_layers * overhead_rows * seq
+    for j in range(1, n + 1):  # the last chunk is rows i..j-1
         lo = max(0, j - max_rows)
         i = np.arange(lo, j)
-        cost = best[lo:j] + n_layers * overhead_rows + a[i] + (n_layers - a[i]) * (j - i)
+        low = np.minimum.accumulate(a[lo:j][::-1])[::-1]  # min layer over i..j-1
+        first = np.minimum.accumulate(f[lo:j][::-1])[::-1]  # min start over i..j-1
+        cost = best[lo:j] + fixed + (seq - first) * (low + (n_layers - low) * (j - i))
         k = int(np.argmin(cost))
         best[j], cut[j] = cost[k], lo + k
     chunks: list[list[int]] = []
@@ -56,4 +98,4 @@ def plan_chunks(
         i = int(cut[j])
         chunks.append(order[i:j])
         j = i
-    return chunks[::-1]
+    return float(best[n]), chunks[::-1]
