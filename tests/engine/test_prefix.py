@@ -117,3 +117,29 @@ def test_bidirectional_models_cannot_resume():
     cache = Engine.of(stories).run(_ids(stories), cache=True).cache
     with pytest.raises(ValueError, match="causal"):
         eng.run(ids, resume=Resume(cache, 3))
+
+
+def test_gathered_rows_of_two_prompts_equal_their_own_passes(model):
+    lm, eng = model
+    ids = torch.cat([_ids(lm), _ids(lm).flip(1)])  # two prompts [2, seq]
+    index = torch.tensor([0, 1, 1, 0])
+    layer, start = lm.n_layers // 2, 6
+    site = Site("resid_pre", layer)
+    act = eng.run(ids, [Read(site)], logits=False)[site]  # [2, seq, d]
+    value = act[index] + torch.randn(
+        (4, *act.shape[1:]), generator=torch.Generator().manual_seed(3)
+    )  # fmt: skip
+    mask = torch.zeros(4, SEQ, dtype=torch.bool)
+    mask[torch.arange(4), torch.tensor([6, 7, 9, 11])] = True
+    patch = Patch(site, value, mask=mask)
+    keep = torch.arange(start, SEQ)
+    gathered = eng.run(ids, [patch], expand=(layer, index), logits=keep).logits
+    base = eng.run(ids, cache=True, logits=False)
+    resumed = eng.run(
+        ids, [patch], expand=(layer, index), logits=keep, resume=Resume(base.cache, start)
+    ).logits
+    for r in range(4):
+        one = Patch(site, value[r : r + 1], mask=mask[r : r + 1])
+        ref = eng.run(ids[index[r] : index[r] + 1], [one], logits=keep).logits
+        torch.testing.assert_close(gathered[r : r + 1], ref, atol=ATOL, rtol=0)
+        torch.testing.assert_close(resumed[r : r + 1], ref, atol=ATOL, rtol=0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from patching_reference import patch_once, read_site, ref_metrics, run_hooked
+from patching_reference import ioi_like, patch_once, read_site, ref_metrics, run_hooked
 
 from mechscope.patching import PatchSpec, patch_pairs
 from mechscope.patching.prepare import prepare_pair, units
@@ -97,3 +97,32 @@ def test_normalized_effect_from_clean_and_corrupt_runs(lm, same_pair):
         # the base run's own logit difference is the corrupt one when denoising
         own = "corrupt_logit_diff" if res.direction == "denoising" else "clean_logit_diff"
         assert b["base_logit_diff"] == pytest.approx(b[own], abs=1e-6)
+
+
+@pytest.mark.parametrize(("site", "granularity"), [("resid_pre", "position"), ("z", "span")])
+def test_pairs_sharing_forwards_equal_one_patch_per_forward(lm, site, granularity):
+    """Equal-length pairs are swept in shared forwards (rows gathered from several base
+    prompts); a pair of another length in the same call takes its own forwards."""
+    pairs = [
+        ioi_like("a", "Mary", "John", "Mary", "store"),
+        ioi_like("b", "John", "Mary", "John", "house"),
+        ioi_like("c", "Mary", "John", "Mary", "store", corrupt_place="park"),
+        ioi_like("d", "Mary", "John", "Mary", "house"),
+    ]
+    spec = PatchSpec(
+        site=site,
+        granularity=granularity,
+        positions=POSITIONS if granularity == "position" else None,
+        budget_bytes=400_000,
+    )
+    if granularity == "position":  # position grids need equal lengths
+        pairs = [p for p in pairs if p.id != "c"]
+    res = patch_pairs(lm, pairs, spec, progress=False)
+    assert [r.pair_id for r in res.pairs] == [p.id for p in pairs]
+    for pair, got in zip(pairs, res.pairs, strict=True):
+        ref = loop_reference(lm, pair, spec, "denoising")
+        for (i, u, j), metrics in ref.items():
+            for name, value in metrics.items():
+                assert got.metrics[name][i, u, j] == pytest.approx(value, abs=ATOL), (
+                    pair.id, name, i, u, j,
+                )  # fmt: skip

@@ -41,6 +41,14 @@ class PassState:
     padding_mask: torch.Tensor | None  # [batch, seq] 1 = token, 0 = pad
     cache: dict[Any, Any] = field(default_factory=dict)
     """Masks shared by every layer of the pass (built at the first layer that needs them)."""
+    rows: torch.Tensor | None = None
+    """``expand=(layer, index)``: the input row each expanded row continues."""
+
+    def fit_rows(self, mask: torch.Tensor | None, batch: int) -> torch.Tensor | None:
+        """A per-input-row mask ``[B, ...]`` for the ``batch`` rows of a gathered layer."""
+        if mask is None or mask.shape[0] in (1, batch) or self.rows is None:
+            return mask
+        return mask.index_select(0, self.rows.to(mask.device))
 
 
 ACTIVE: ContextVar[PassState | None] = ContextVar("mechscope_pass", default=None)
@@ -63,6 +71,8 @@ def mechscope_attention(
     if bidirectional:
         attention_mask = _padding_only_mask(state, query)
         kwargs["is_causal"] = False
+    if state is not None:
+        attention_mask = state.fit_rows(attention_mask, query.shape[0])
     if work is None or not work.needs_explicit():
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs

@@ -76,7 +76,7 @@ class Engine:
         attention_mask: torch.Tensor | None = None,  # [batch, seq]
         position_ids: torch.Tensor | None = None,  # [batch, seq]
         logits: bool | int | torch.Tensor = True,
-        expand: tuple[int, int] | None = None,
+        expand: tuple[int, int | torch.Tensor] | None = None,
         grad: bool = False,
         cache: bool = False,
         resume: Resume | None = None,
@@ -87,6 +87,8 @@ class Engine:
         positions, or a 1-D tensor of positions. ``expand=(layer, n)``: the input has one row;
         at ``resid_pre[layer]`` it is repeated to ``n`` rows, so layers below ``layer`` are
         computed once for a batch of variants that differ only from ``layer`` on.
+        ``expand=(layer, index)`` with a 1-D tensor: row ``r`` from ``layer`` on continues
+        input row ``index[r]`` (variants of several prompts in one pass).
         ``cache=True`` keeps the pass's keys and values (``RunOutput.cache``);
         ``resume=Resume(cache, start)`` computes only positions ``start …`` on top of an
         unedited pass's cache (:mod:`mechscope.engine.prefix`: nothing may edit the prefix;
@@ -108,7 +110,9 @@ class Engine:
         handles: list[RemovableHandle] = []
         work: dict[int, attention.AttentionWork] = defaultdict(attention.AttentionWork)
         state = attention.PassState(
-            work=work, padding_mask=None if attention_mask is None else attention_mask.to(device)
+            work=work,
+            padding_mask=None if attention_mask is None else attention_mask.to(device),
+            rows=expand[1] if expand is not None and isinstance(expand[1], torch.Tensor) else None,
         )
         token = attention.ACTIVE.set(state)
         try:
@@ -177,7 +181,7 @@ class Engine:
         out: RunOutput,
         handles: list[RemovableHandle],
         work: dict[int, attention.AttentionWork],
-        expand: tuple[int, int] | None,
+        expand: tuple[int, int | torch.Tensor] | None,
     ) -> None:
         lm = self.lm
         ops: dict[tuple[str, int], list[Intervention]] = defaultdict(list)
@@ -220,7 +224,7 @@ class Engine:
         def transform(act: torch.Tensor) -> torch.Tensor:
             for item in items:
                 if isinstance(item, _Expand):
-                    act = act.expand(item.n, *act.shape[1:])
+                    act = item.apply(act)
                 elif isinstance(item, Read):
                     out.reads[item.site] = select(act, item.site)
                 elif isinstance(item, Patch):
@@ -255,7 +259,14 @@ class Engine:
 
 @dataclass
 class _Expand:
-    n: int
+    """Repeat a one-row batch to ``n`` rows, or gather input rows by an index."""
+
+    n: int | torch.Tensor
+
+    def apply(self, act: torch.Tensor) -> torch.Tensor:
+        if isinstance(self.n, torch.Tensor):
+            return act.index_select(0, self.n.to(act.device))
+        return act.expand(self.n, *act.shape[1:])
 
 
 def _pre_hook(transform: Any) -> Any:

@@ -60,6 +60,14 @@ class KVCache:
         """Row ``i`` of a batched pass's cache (batch 1)."""
         return KVCache(tuple((k[i : i + 1], v[i : i + 1]) for k, v in self.layers))
 
+    @classmethod
+    def stack(cls, caches: Sequence[KVCache]) -> KVCache:
+        """One batched cache from caches of equal length (rows in order)."""
+        layers = zip(*(c.layers for c in caches), strict=True)
+        return cls(
+            tuple((torch.cat([k for k, _ in kv]), torch.cat([v for _, v in kv])) for kv in layers)
+        )
+
 
 @dataclass(frozen=True)
 class Resume:
@@ -77,19 +85,27 @@ def can_resume(lm: LoadedModel, seq: int) -> bool:
 
 
 def dynamic_cache(
-    lm: LoadedModel, resume: Resume, batch: int, expand: tuple[int, int] | None
+    lm: LoadedModel,
+    resume: Resume,
+    batch: int,
+    expand: tuple[int, int | torch.Tensor] | None,
 ) -> DynamicCache:
-    """A fresh cache holding the prefix ``[0, start)`` with each layer's batch size: the
-    input's ``batch`` below an ``expand`` layer, its ``n`` rows from it on."""
+    """A fresh cache holding the prefix ``[0, start)`` with each layer's rows: the input's
+    ``batch`` rows below an ``expand`` layer, the expanded (or gathered) rows from it on."""
     cache, start = resume.cache, resume.start
     if cache.batch not in (1, batch):
         raise ValueError(f"cache of {cache.batch} rows cannot continue a {batch}-row input")
     data = []
     for layer, (k, v) in enumerate(cache.layers):
-        rows = expand[1] if expand is not None and layer >= expand[0] else batch
         k, v = k[:, :, :start], v[:, :, :start]  # [1|b, kv, start, d_head]
-        if k.shape[0] != rows:
-            k, v = k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)
+        if k.shape[0] != batch:
+            k, v = k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1)
+        if expand is not None and layer >= expand[0]:
+            rows = expand[1]
+            if isinstance(rows, torch.Tensor):
+                k, v = k.index_select(0, rows.to(k.device)), v.index_select(0, rows.to(v.device))
+            else:
+                k, v = k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)
         data.append((k, v))
     return DynamicCache(ddp_cache_data=data, config=lm.model.config)
 

@@ -15,12 +15,13 @@ causal model, those that patch only positions after the readout.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from mechscope.engine import Engine, Patch, Site
-from mechscope.engine.prefix import Resume
+from mechscope.engine.prefix import KVCache, Resume
 from mechscope.engine.sweep import rows_per_chunk
 from mechscope.patching.cache import RunCache
 from mechscope.patching.metrics import Reference, logit_diff, normalized_effect, readout_metrics
@@ -141,6 +142,45 @@ def _identical(
     return out
 
 
+@dataclass
+class _PairGrid:
+    """One pair's sweep while it is being filled: its grid, values and skipped variants."""
+
+    p: PreparedPair
+    res: PairResult
+    ref: Reference
+    base: RunCache
+    values: dict[int, torch.Tensor]  # layer -> [1|units, seq, ...] in base coordinates
+    base_pos: list[list[int]]
+    starts: list[int]  # per unit: its earliest patched position
+    skip: np.ndarray  # [layers, units, heads]
+    metrics: dict[str, np.ndarray]
+    kept: np.ndarray | None
+
+
+def _grid(
+    eng: Engine, spec: PatchSpec, p: PreparedPair, base: RunCache, source: RunCache, keep: bool
+) -> _PairGrid:
+    res = new_result(eng, p, spec, base, source)
+    ref = reference(p, base)
+    n_l, n_u, n_h = res.shape
+    _, _, base_pos, _ = units(p, spec)
+    values = {layer: aligned_values(p, spec, base, source, layer) for layer in res.layers}
+    skip = np.zeros((n_l, n_u, n_h), dtype=bool)
+    if spec.skip_identical:
+        for i, layer in enumerate(res.layers):
+            skip[i] = _identical(p, spec, base, values[layer], layer, res.heads)
+    starts = [min(pos) for pos in base_pos]
+    if eng.lm.causal:  # a patch after the readout cannot reach it
+        skip |= np.asarray([s > p.readout for s in starts])[None, :, None]
+    metrics = {k: np.empty((n_l, n_u, n_h), dtype=np.float32) for k in _METRIC_KEYS}
+    base_row = readout_metrics(base.logits[None], ref)
+    for k in _METRIC_KEYS:
+        metrics[k][skip] = float(base_row[k][0])
+    kept = base.logits.float().expand(n_l, n_u, n_h, -1).clone().numpy() if keep else None
+    return _PairGrid(p, res, ref, base, values, base_pos, starts, skip, metrics, kept)
+
+
 def sweep_pair(
     eng: Engine,
     p: PreparedPair,
@@ -151,57 +191,73 @@ def sweep_pair(
     keep_logits: bool = False,
 ) -> PairResult:
     """Exact patching of ``p`` on ``spec``'s grid (``base`` / ``source``: their caches)."""
-    res = new_result(eng, p, spec, base, source)
-    ref = reference(p, base)
-    n_l, n_u, n_h = res.shape
-    _, _, base_pos, _ = units(p, spec)
-    values = {layer: aligned_values(p, spec, base, source, layer) for layer in res.layers}
-    skip = np.zeros((n_l, n_u, n_h), dtype=bool)
-    if spec.skip_identical:
-        for i, layer in enumerate(res.layers):
-            skip[i] = _identical(p, spec, base, values[layer], layer, res.heads)
-    starts = [min(pos) for pos in base_pos]  # earliest patched position of each unit
-    if eng.lm.causal:  # a patch after the readout cannot reach it
-        skip |= np.asarray([s > p.readout for s in starts])[None, :, None]
-    variants = [v for v in np.ndindex(n_l, n_u, n_h) if not skip[v]]
-    metrics = {k: np.empty((n_l, n_u, n_h), dtype=np.float32) for k in _METRIC_KEYS}
-    base_row = readout_metrics(base.logits[None], ref)
-    for k in _METRIC_KEYS:
-        metrics[k][skip] = float(base_row[k][0])
-    kept = None
-    if keep_logits:
-        kept = base.logits.float().expand(n_l, n_u, n_h, -1).clone().numpy()
-    seq = len(p.base_ids)
+    return sweep_pairs(eng, [(p, base, source)], spec, keep_logits=keep_logits)[0]
+
+
+def sweep_pairs(
+    eng: Engine,
+    items: Sequence[tuple[PreparedPair, RunCache, RunCache]],
+    spec: PatchSpec,
+    *,
+    keep_logits: bool = False,
+) -> list[PairResult]:
+    """Exact patching of several pairs; pairs whose base prompts have the same length share
+    forwards (a chunk gathers the rows of every pair it holds: ``expand=(layer, index)``),
+    so short prompts fill the batch instead of paying a forward's fixed cost each."""
+    grids = [_grid(eng, spec, p, base, source, keep_logits) for p, base, source in items]
+    by_len: dict[int, list[int]] = {}
+    for j, g in enumerate(grids):
+        by_len.setdefault(len(g.p.base_ids), []).append(j)
+    for seq, members in by_len.items():
+        _sweep_same_length(eng, spec, [grids[j] for j in members], seq)
+    out = []
+    for g in grids:
+        clean, corrupt = g.res.baseline["clean_logit_diff"], g.res.baseline["corrupt_logit_diff"]
+        g.metrics["normalized_effect"] = np.asarray(
+            normalized_effect(g.metrics["logit_diff"].astype(np.float64), clean, corrupt),
+            dtype=np.float32,
+        )
+        g.res.metrics, g.res.logits = g.metrics, g.kept
+        g.res.baseline.update(forward_rows=float((~g.skip).sum()), skipped=float(g.skip.sum()))
+        out.append(g.res)
+    return out
+
+
+def _sweep_same_length(eng: Engine, spec: PatchSpec, grids: list[_PairGrid], seq: int) -> None:
+    """Fill the grids of pairs whose base prompts have ``seq`` tokens (readout: the last)."""
+    variants = [
+        (j, *v) for j, g in enumerate(grids) for v in np.ndindex(g.skip.shape) if not g.skip[v]
+    ]  # (pair, layer index, unit, head)
+    if not variants:
+        return
+    reuse = all(g.base.kv is not None for g in grids)
+    row_layers = [grids[j].res.layers[li] for j, li, _, _ in variants]
+    row_starts = [grids[j].starts[u] for j, _, u, _ in variants] if reuse else None
     max_rows = rows_per_chunk(eng.lm, seq, budget_bytes=spec.budget_bytes)
-    row_layers = [res.layers[v[0]] for v in variants]
-    row_starts = [starts[v[1]] for v in variants] if base.kv is not None else None
-    ids = torch.tensor([p.base_ids], dtype=torch.long)  # [1, seq]
-    readout = torch.tensor([p.readout])
+    readout = torch.tensor([seq - 1])
     chunks = plan_chunks(row_layers, eng.lm.n_layers, max_rows, row_starts=row_starts, seq=seq)
     for chunk in chunks:
         rows = [variants[i] for i in chunk]
-        patches = _chunk_patches(spec, rows, res, base_pos, values, seq)
-        low = min(res.layers[v[0]] for v in rows)
+        pairs = sorted({j for j, *_ in rows})
+        slot = {j: k for k, j in enumerate(pairs)}
+        ids = torch.tensor([grids[j].p.base_ids for j in pairs], dtype=torch.long)  # [B, seq]
+        index = torch.tensor([slot[j] for j, *_ in rows])  # [rows]: each row's input row
+        low = min(row_layers[i] for i in chunk)
         resume = None
-        if base.kv is not None:
-            resume = Resume(base.kv, min(starts[v[1]] for v in rows))
-        out = eng.run(ids, patches, logits=readout, expand=(low, len(rows)), resume=resume)
+        if reuse:
+            first = min(grids[j].starts[u] for j, _, u, _ in rows)
+            resume = Resume(KVCache.stack([grids[j].base.kv for j in pairs]), first)
+        patches = _chunk_patches(spec, rows, grids, seq)
+        out = eng.run(ids, patches, logits=readout, expand=(low, index), resume=resume)
         logits = out.logits[:, 0].float()  # [rows, vocab]
-        got = readout_metrics(logits, ref)
-        index = tuple(np.array(rows).T)
-        for k in _METRIC_KEYS:
-            metrics[k][index] = got[k].cpu().numpy()
-        if kept is not None:
-            kept[index] = logits.cpu().numpy()
-    clean, corrupt = res.baseline["clean_logit_diff"], res.baseline["corrupt_logit_diff"]
-    metrics["normalized_effect"] = np.asarray(
-        normalized_effect(metrics["logit_diff"].astype(np.float64), clean, corrupt),
-        dtype=np.float32,
-    )
-    res.metrics = metrics
-    res.logits = kept
-    res.baseline.update(forward_rows=float(len(variants)), skipped=float(skip.sum()))
-    return res
+        for j in pairs:
+            mine = [r for r, row in enumerate(rows) if row[0] == j]
+            got = readout_metrics(logits[mine], grids[j].ref)
+            cells = tuple(np.array([rows[r][1:] for r in mine]).T)
+            for k in _METRIC_KEYS:
+                grids[j].metrics[k][cells] = got[k].cpu().numpy()
+            if grids[j].kept is not None:
+                grids[j].kept[cells] = logits[mine].cpu().numpy()
 
 
 _METRIC_KEYS = (
@@ -218,33 +274,28 @@ _METRIC_KEYS = (
 
 
 def _chunk_patches(
-    spec: PatchSpec,
-    rows: list[tuple[int, int, int]],
-    res: PairResult,
-    base_pos: list[list[int]],
-    values: dict[int, torch.Tensor],
-    seq: int,
+    spec: PatchSpec, rows: list[tuple[int, int, int, int]], grids: list[_PairGrid], seq: int
 ) -> list[Patch]:
-    """One masked ``Patch`` per layer present in the chunk."""
+    """One masked ``Patch`` per layer present in the chunk; row ``r`` takes its own pair's
+    (and, for spans, its own unit's) value."""
     n = len(rows)
     by_layer: dict[int, list[int]] = {}
-    for r, (li, _, _) in enumerate(rows):
-        by_layer.setdefault(li, []).append(r)
+    for r, (j, li, _, _) in enumerate(rows):
+        by_layer.setdefault(grids[j].res.layers[li], []).append(r)
     patches = []
-    for li, members in by_layer.items():
-        layer = res.layers[li]
-        shape = (n, seq, values[layer].shape[2]) if spec.per_head else (n, seq)
+    for layer, members in by_layer.items():
+        sample = grids[rows[members[0]][0]].values[layer]  # [1|U, seq, ...]
+        shape = (n, seq, sample.shape[2]) if spec.per_head else (n, seq)
         mask = torch.zeros(shape, dtype=torch.bool)
+        value = torch.zeros((n, *sample.shape[1:]), dtype=sample.dtype)  # [rows, seq, ...]
         for r in members:
-            _, ui, hi = rows[r]
-            pos = base_pos[ui]
+            j, _, ui, hi = rows[r]
+            g = grids[j]
+            v = g.values[layer]
+            value[r] = v[ui if v.shape[0] > 1 else 0]
             if spec.per_head:
-                mask[r, pos, res.heads[hi]] = True
+                mask[r, g.base_pos[ui], g.res.heads[hi]] = True
             else:
-                mask[r, pos] = True
-        value = values[layer]
-        if value.shape[0] > 1:  # span grid: each row takes its own unit's value
-            unit_of_row = torch.tensor([rows[r][1] for r in range(n)])
-            value = value[unit_of_row]  # [rows, seq, ...]
+                mask[r, g.base_pos[ui]] = True
         patches.append(Patch(Site(spec.site, layer), value, mask=mask))
     return patches

@@ -1,8 +1,9 @@
 """The patching workflow: pairs in, a typed result (and a run directory) out.
 
-Per pair: one read pass for the clean and the corrupt prompt (batched together when they
-have the same length), then for each direction the exact sweep and/or attribution
-patching, reusing those two caches. In a run directory each pair is one resumable shard;
+Pairs go in groups (up to :data:`GROUP_PAIRS`): one read pass for all their prompts
+(batched by length), then for each direction one exact sweep in which pairs of equal
+length share forwards, and/or attribution patching, reusing those caches. In a run
+directory each pair is one shard, written as soon as its group is done;
 the long table, the per-pair baselines and the attribution agreement are written as
 Parquet for the report.
 """
@@ -13,11 +14,12 @@ from collections.abc import Sequence
 
 from mechscope.data.pairs import ContrastivePair
 from mechscope.engine import Engine
+from mechscope.engine.sweep import DEFAULT_BUDGET
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 from mechscope.patching.attribution import agreement_frame, attribute_pair
 from mechscope.patching.cache import read_caches
-from mechscope.patching.exact import new_result, sweep_layers, sweep_pair
+from mechscope.patching.exact import new_result, sweep_layers, sweep_pairs
 from mechscope.patching.prepare import prepare_pair
 from mechscope.patching.result import (
     PairResult,
@@ -26,10 +28,12 @@ from mechscope.patching.result import (
     shard_payload,
 )
 from mechscope.patching.spec import PatchSpec
-from mechscope.progress import track
-from mechscope.runs import RunDir, ShardStore, run_sharded, write_table
+from mechscope.progress import make_progress, track
+from mechscope.runs import RunDir, ShardStore, write_table
 
 PART = "patching"
+#: Pairs swept together: equal-length pairs share forwards, which pays for short prompts.
+GROUP_PAIRS = 16
 
 
 def _check_ids(pairs: Sequence[ContrastivePair]) -> None:
@@ -42,27 +46,58 @@ def _check_ids(pairs: Sequence[ContrastivePair]) -> None:
         seen.add(p.id)
 
 
+def patch_group(
+    lm: LoadedModel,
+    pairs: Sequence[ContrastivePair],
+    spec: PatchSpec,
+    *,
+    keep_logits: bool = False,
+) -> list[list[PairResult]]:
+    """Every direction of ``spec`` for a few pairs: one read pass over all their prompts,
+    then one exact sweep per direction in which pairs of equal length share forwards.
+    Returns each pair's results (one per direction), in order."""
+    eng = Engine.of(lm)
+    prepared = [
+        [prepare_pair(pair, lm.tokenizer, d, spec) for d in spec.directions] for pair in pairs
+    ]
+    layers = sweep_layers(eng, spec)
+    prompts = [ids for ps in prepared for ids in (ps[0].base_ids, ps[0].source_ids)]
+    by_ids = {c.ids: c for c in read_caches(eng, prompts, spec.site, layers)}
+    out: list[list[PairResult]] = [[] for _ in pairs]
+    for k in range(len(spec.directions)):
+        items = [
+            (ps[k], by_ids[tuple(ps[k].base_ids)], by_ids[tuple(ps[k].source_ids)])
+            for ps in prepared
+        ]
+        if spec.exact:
+            results = sweep_pairs(eng, items, spec, keep_logits=keep_logits)
+        else:
+            results = [new_result(eng, p, spec, base, source) for p, base, source in items]
+        for i, ((p, base, source), res) in enumerate(zip(items, results, strict=True)):
+            if spec.attribution:
+                attribute_pair(eng, p, spec, base, source, res)
+            out[i].append(res)
+    return out
+
+
 def patch_pair(
     lm: LoadedModel, pair: ContrastivePair, spec: PatchSpec, *, keep_logits: bool = False
 ) -> list[PairResult]:
     """Every direction of ``spec`` for one pair (one read pass per prompt)."""
-    eng = Engine.of(lm)
-    prepared = [prepare_pair(pair, lm.tokenizer, d, spec) for d in spec.directions]
-    layers = sweep_layers(eng, spec)
-    first = prepared[0]
-    caches = read_caches(eng, [first.base_ids, first.source_ids], spec.site, layers)
-    by_ids = {c.ids: c for c in caches}
-    out = []
-    for p in prepared:
-        base, source = by_ids[tuple(p.base_ids)], by_ids[tuple(p.source_ids)]
-        if spec.exact:
-            res = sweep_pair(eng, p, spec, base, source, keep_logits=keep_logits)
-        else:
-            res = new_result(eng, p, spec, base, source)
-        if spec.attribution:
-            attribute_pair(eng, p, spec, base, source, res)
-        out.append(res)
-    return out
+    return patch_group(lm, [pair], spec, keep_logits=keep_logits)[0]
+
+
+def group_size(lm: LoadedModel, pairs: Sequence[ContrastivePair], spec: PatchSpec) -> int:
+    """Pairs per group: up to :data:`GROUP_PAIRS`, fewer when their cached activations (both
+    prompts, every layer) would pass the memory budget."""
+    longest = max(len(lm.tokenizer(t).input_ids) for p in pairs for t in (p.clean, p.corrupt))
+    per_pair = 2 * lm.n_layers * longest * lm.d_model * 4  # bytes of fp32 reads
+    budget = spec.budget_bytes or DEFAULT_BUDGET
+    return max(1, min(GROUP_PAIRS, budget // (2 * per_pair)))
+
+
+def _groups(items: Sequence[ContrastivePair], size: int) -> list[Sequence[ContrastivePair]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def patch_pairs(
@@ -78,8 +113,14 @@ def patch_pairs(
     for p in pairs:  # fail before any forward on a bad pair
         for d in spec.directions:
             prepare_pair(p, lm.tokenizer, d, spec)
-    it = track(pairs, "patching") if progress else pairs
-    results = [r for p in it for r in patch_pair(lm, p, spec, keep_logits=keep_logits)]
+    groups = _groups(pairs, group_size(lm, pairs, spec))
+    it = track(groups, "patching") if progress else groups
+    results = [
+        r
+        for g in it
+        for per_pair in patch_group(lm, g, spec, keep_logits=keep_logits)
+        for r in per_pair
+    ]
     return PatchingResult(results, spec.site, spec.granularity)
 
 
@@ -98,15 +139,16 @@ def run_patching(
         for d in spec.directions:
             prepare_pair(p, lm.tokenizer, d, spec)
     store = ShardStore(run, name)
-
-    def one(pair: ContrastivePair) -> dict:
-        return shard_payload(patch_pair(lm, pair, spec))
-
-    with run.timed(name):
-        payloads = run_sharded(
-            store, [(p.id, p) for p in pairs], one, description=f"patching {spec.site}"
+    todo = [p for p in pairs if not store.done(p.id)]
+    with run.timed(name), make_progress() as bar:
+        task = bar.add_task(
+            f"patching {spec.site}", total=len(pairs), completed=len(pairs) - len(todo)
         )
-    results = [r for payload in payloads for r in from_shard_payload(payload)]
+        for group in _groups(todo, group_size(lm, pairs, spec)) if todo else []:
+            for pair, res in zip(group, patch_group(lm, group, spec), strict=True):
+                store.write(pair.id, shard_payload(res))  # atomic: a kill loses the group
+            bar.advance(task, len(group))
+    results = [r for p in pairs for r in from_shard_payload(store.read(p.id))]
     result = PatchingResult(results, spec.site, spec.granularity)
     write_table(run, name, result.to_frame())
     write_table(run, f"{name}_baselines", result.baselines())
