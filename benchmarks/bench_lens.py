@@ -205,11 +205,13 @@ def to_case(r: dict) -> harness.Case:
     ratios = [a / u for a, u in zip(r["t_analysis_s"], r["t_unembed_s"], strict=True)]
     model_mb = r["model_rss_gb"] * 1024
     dense_mb = 2 * L * n * vocab * 4 / 2**20  # [layers x tokens x vocab] fp32, both conditions
+    ram_mb = (harness.machine().get("ram_gb") or 0) * 1024
+    too_big = " (more than this machine's memory)" if dense_mb > ram_mb else ""
     note = (
         f"{r['check_note']}; peak beyond the model {r['peak_beyond_model_gb'] * 1024:.0f} MB "
         f"(limit {MEMORY_LIMIT_GB * 1024:.0f} MB); mem peer = model + the dense "
         f"[{L} x {n} x {vocab}] fp32 log-probs of both conditions ({dense_mb / 1024:.1f} GB), "
-        f"computed, not run: it exceeds this machine's memory"
+        f"computed, not run{too_big}"
     )
     return harness.Case(
         case=f"paired lens dNLL/JS/KL, {L} layers x {n} tokens x 2 conditions",
