@@ -5,8 +5,8 @@ model's own final norm and unembedding, and returns the NLL of each next token a
 layer: ``[layers + 1, tokens - 1]``.
 
 - mechscope: one ``Engine.run`` with a ``Read`` of every ``resid_pre`` (the last row is the
-  model's own logits), then ``lens_logprobs`` layer by layer: never more than one layer's
-  ``[tokens, vocab]`` at a time;
+  model's own logits), then ``lens_logprobs`` layer by layer, all tokens in one chunk:
+  never more than one layer's ``[tokens, vocab]`` at a time;
 - TransformerLens 3.9: ``run_with_cache`` (residual hooks only), ``accumulated_resid(
   apply_ln=True)`` (``ln_final`` recomputed per state), ``unembed``, ``log_softmax``: the
   textbook logit lens, holding ``[layers + 1, tokens, vocab]``. The ``HookedTransformer`` is
@@ -70,7 +70,8 @@ def lens_ours(lm: LoadedModel, ids: torch.Tensor) -> torch.Tensor:
     eng = Engine.of(lm)
     sites = [Site("resid_pre", layer) for layer in range(lm.n_layers)]
     out = eng.run(ids, [Read(s) for s in sites])
-    rows = [_nll(lens_logprobs(eng, out[s][0])[None], ids)[0] for s in sites]
+    chunk = ids.shape[1]  # one unembedding per layer: [tokens, vocab] is 100 MB at 512
+    rows = [_nll(lens_logprobs(eng, out[s][0], chunk=chunk)[None], ids)[0] for s in sites]
     rows.append(_nll(torch.log_softmax(out.logits[0].float(), -1)[None], ids)[0])
     return torch.stack(rows)  # [L + 1, T - 1]
 
