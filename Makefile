@@ -1,6 +1,6 @@
 # mechscope: two commands do all the set-up on a fresh machine.
 #   make demo   creates .venv, installs, runs the main job on smollm2-135m -> runs/demo/report.html
-#   make test   creates .venv if missing, installs dev extras, runs the test suite
+#   make test   creates .venv if missing, installs dev extras and Chromium, runs the test suite
 #   make bench  also creates .bench-venv (the peers) and writes benchmarks/RESULTS.md
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -29,12 +29,16 @@ demo: $(STAMP)
 demo-quick: $(STAMP)
 	$(VENV)/bin/mechscope demo --quick --out runs/demo-quick
 
+# The fast suite includes the end-to-end tests (tests/e2e): a quick demo on a tiny model,
+# its resumption after Ctrl-C and kill, and its report in headless Chromium (installed here
+# with apt-get when possible; without it the browser tests skip and say why). Screenshots
+# land in test-artifacts/.
 test: $(STAMP)
+	@bash scripts/install_browser.sh
 	$(VENV)/bin/ruff check .
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 -q -m "not slow"
 
 test-slow: $(STAMP)
-	bash scripts/install_browser.sh
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 -q -m slow
 
 lint: $(STAMP)

@@ -10,6 +10,7 @@ from rich.console import Console
 from mechscope.errors import MechscopeError
 
 USER_ERRORS: tuple[type[BaseException], ...] = (MechscopeError, FileNotFoundError)
+INTERRUPTED = 130  # the shell's exit code for a process ended by Ctrl-C (128 + SIGINT)
 
 
 def run_app(app: typer.Typer, argv: list[str] | None = None) -> None:
@@ -18,14 +19,14 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> None:
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]  # accepted anywhere on the line
     try:
-        app(args=args, standalone_mode=False)
+        # Outside standalone mode typer turns Ctrl-C (and typer.Exit) into a returned code.
+        code = app(args=args, standalone_mode=False)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
     except KeyboardInterrupt:
-        Console(stderr=True).print("interrupted; rerun the same command to resume")
-        sys.exit(130)
+        code = INTERRUPTED
     except USER_ERRORS as exc:
         if debug:
             raise
@@ -39,3 +40,7 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> None:
             exc.show()
             sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
         raise
+    if isinstance(code, int) and not isinstance(code, bool) and code:
+        if code == INTERRUPTED:
+            Console(stderr=True).print("interrupted; rerun the same command to resume")
+        sys.exit(code)

@@ -55,3 +55,24 @@ def test_debug_shows_traceback() -> None:
         timeout=120,
     )
     assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+def test_ctrl_c_exits_130_and_says_how_to_resume(capsys):
+    import typer
+
+    from mechscope.cli_errors import run_app
+
+    app = typer.Typer()
+
+    @app.command()
+    def stop() -> None:
+        raise KeyboardInterrupt
+
+    @app.command()
+    def other() -> None:
+        """A second command, so that the first is addressed by name."""
+
+    with pytest.raises(SystemExit) as exc:
+        run_app(app, ["stop"])
+    assert exc.value.code == 130
+    assert "rerun the same command to resume" in capsys.readouterr().err

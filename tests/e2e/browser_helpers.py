@@ -19,11 +19,6 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 VIEWPORT = {"width": 1280, "height": 900}
-#: Demo parts that run on the random ``tiny:llama`` model. ``lens`` needs prompts longer than
-#: the tiny model's 512-token context and ``distill`` needs IOI names that are single tokens
-#: of the tiny tokenizer; the full demo (``$MECHSCOPE_E2E_RUN``) covers them.
-#: ``$MECHSCOPE_E2E_PARTS`` overrides the list (comma-separated, or ``all``).
-DEFAULT_PARTS = ("overview", "attribution")
 #: URL schemes a self-contained report may load.
 LOCAL_SCHEMES = ("file:", "data:", "blob:", "about:")
 

@@ -1,77 +1,117 @@
-"""Fixtures for the report's end-to-end test: a real demo report, opened in headless Chromium.
+"""Fixtures for the end-to-end tests: a real quick demo, and its report in headless Chromium.
 
-The report is built by ``mechscope demo`` in a subprocess (as a user would run it), or taken
-from ``$MECHSCOPE_E2E_RUN`` (a finished demo run directory, e.g. the full demo in CI). The
-browser is Debian's ``/usr/bin/chromium`` driven by Playwright's Python API; without either
-the tests skip and say which is missing (``scripts/install_browser.sh`` installs Chromium).
+The demo runs as a user would run it (``mechscope demo --quick`` in a subprocess) on a tiny
+model every part accepts (``demo_model.py``), with every part, so the report holds every
+section the demo can produce. ``$MECHSCOPE_E2E_RUN`` points the tests at a finished demo
+run directory instead (e.g. the full demo on smollm2-135m); ``$MECHSCOPE_E2E_PARTS``
+(comma-separated) limits the parts. The browser is Debian's ``/usr/bin/chromium`` driven
+by Playwright's Python API; without either the browser tests skip and say which is missing
+(``scripts/install_browser.sh``, run by ``make test``, installs Chromium).
+
+With pytest-xdist the model and the demo are built once for all workers (a file lock in
+the session's shared temporary folder).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from browser_helpers import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
-    DEFAULT_PARTS,
-    LOCAL_SCHEMES,
-    VIEWPORT,
-    LoadedPage,
-    Report,
-)
+import yaml
+from browser_helpers import CHROMIUM, CHROMIUM_ARGS, LOCAL_SCHEMES, VIEWPORT, LoadedPage, Report
+from demo_helpers import demo_command, demo_env
+from demo_model import save_demo_model
 from filelock import FileLock
 
 
-def _parts() -> tuple[str, ...]:
+def _shared_root(tmp_path_factory) -> Path:
+    """A folder all xdist workers of this session see (each has its own basetemp below it)."""
+    root = tmp_path_factory.getbasetemp()
+    return root.parent if os.environ.get("PYTEST_XDIST_WORKER") is not None else root
+
+
+def _parts() -> list[str]:
     raw = os.environ.get("MECHSCOPE_E2E_PARTS", "").strip()
-    if raw == "all":
-        return ()
-    return tuple(p.strip() for p in raw.split(",") if p.strip()) if raw else DEFAULT_PARTS
+    return [p.strip() for p in raw.split(",") if p.strip()] if raw and raw != "all" else []
 
 
 @pytest.fixture(scope="session")
-def demo_report(tmp_path_factory) -> Report:
-    """``report.html`` of ``$MECHSCOPE_E2E_RUN``, or of a fresh quick demo on ``tiny:llama``."""
+def demo_model(tmp_path_factory) -> Path:
+    """The tiny demo model's directory, built once per session."""
+    return _model_dir(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory) -> Path:
+    """A finished quick demo: ``$MECHSCOPE_E2E_RUN``, or one run now on the tiny demo model."""
     given = os.environ.get("MECHSCOPE_E2E_RUN")
     if given:
-        path = Path(given) / "report.html"
-        if not path.is_file():
+        if not (Path(given) / "report.html").is_file():
             pytest.fail(f"MECHSCOPE_E2E_RUN={given} has no report.html")
-        return Report(path, ())
-    # Parallel workers share one build: each session fixture runs once per worker.
-    shared = os.environ.get("PYTEST_XDIST_WORKER") is not None
-    root = tmp_path_factory.getbasetemp()
-    root = root.parent if shared else root
-    out, parts = root / "e2e-demo", _parts()
+        return Path(given)
+    root = _shared_root(tmp_path_factory)
+    out = root / "e2e-demo"
     with FileLock(str(root / "e2e-demo.lock")):
         if not (out / "report.html").is_file():
-            _run_demo(out, parts)
-    return Report(out / "report.html", parts)
+            model = _model_dir(tmp_path_factory)
+            cmd = demo_command(out, model, _parts())
+            done = subprocess.run(
+                cmd, env=demo_env(), capture_output=True, text=True, timeout=900, check=False
+            )
+            if done.returncode != 0:
+                pytest.fail(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    return out
 
 
-def _run_demo(out: Path, parts: tuple[str, ...]) -> None:
-    """``mechscope demo --quick`` on ``tiny:llama``, as a user would run it."""
-    script = Path(sys.executable).with_name("mechscope")  # the installed command, if any
-    cmd = [str(script)] if script.is_file() else [sys.executable, "-m", "mechscope.cli"]
-    cmd += ["demo", "--quick", "--model", "tiny:llama"]
-    cmd += ["--out", str(out)] + [arg for p in parts for arg in ("--only", p)]
-    env = os.environ | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    env |= {"MECHSCOPE_PROGRESS": "0"}
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200, check=False)
+def _model_dir(tmp_path_factory) -> Path:
+    """Build the tiny demo model once for all workers (written aside, then renamed)."""
+    root = _shared_root(tmp_path_factory)
+    path = root / "e2e-model"
+    with FileLock(str(root / "e2e-model.lock")):
+        if not (path / "config.json").is_file():
+            tmp = root / "e2e-model.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            save_demo_model(tmp)
+            tmp.rename(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def demo_report(demo_run: Path) -> Report:
+    """The demo's ``report.html`` and the parts its config says it ran."""
+    config = yaml.safe_load((demo_run / "config.yaml").read_text(encoding="utf-8")) or {}
+    return Report(demo_run / "report.html", tuple(config.get("parts") or ()))
+
+
+def _chromium_runs() -> str | None:
+    """Why ``/usr/bin/chromium`` cannot be used here, or None when it starts."""
+    if not CHROMIUM.exists():
+        return f"{CHROMIUM} not found (scripts/install_browser.sh installs it; needs root + apt)"
+    try:
+        done = subprocess.run(
+            [str(CHROMIUM), "--headless", "--no-sandbox", "--version"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{CHROMIUM} does not start: {exc}"
     if done.returncode != 0:
-        pytest.fail(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stderr[-3000:]}")
+        return f"{CHROMIUM} --version exited {done.returncode}: {done.stderr.strip()[:200]}"
+    return None
 
 
 @pytest.fixture(scope="session")
 def browser() -> Iterator[object]:
     """Headless Debian Chromium (never a browser downloaded by Playwright)."""
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} not found (run scripts/install_browser.sh as root)")
+    why = _chromium_runs()
+    if why:
+        pytest.skip(why)
     try:
         from playwright.sync_api import sync_playwright
     except ImportError as exc:

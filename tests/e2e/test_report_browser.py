@@ -1,9 +1,11 @@
 """The demo's report.html in a real browser: it loads cleanly, draws, responds, stays offline.
 
-Generic over sections: whatever workflows the run holds, every section needs a title and
-content, every plotly figure an SVG of real size with its caption underneath, and every
-heatmap or point figure a hover label where a reader points. Screenshots of the page and of
-each section are kept in ``test-artifacts/report/`` for a person to look at.
+Generic over sections: whatever workflows the run holds, every part of the demo needs its
+section with a title and content, every plotly figure an SVG of real size with its caption
+underneath, and every heatmap or point figure a hover label where a reader points. The
+header must give the time of every part, and the anchors section its sentence graph.
+Screenshots of the page and of each section are kept in ``test-artifacts/report/`` for a
+person to look at.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 import pytest
 from browser_helpers import ARTIFACTS, LOCAL_SCHEMES, VIEWPORT, LoadedPage
 
-pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.xdist_group("browser")]
+pytestmark = [pytest.mark.browser]
 
 PLOTS = ".plotly-graph-div"
 SECTIONS_JS = """() => [...document.querySelectorAll('main > section')].map(s => ({
@@ -45,22 +47,49 @@ FIGURES_JS = """() => {
     };
   });
 }"""
+HEADER_JS = """() => Object.fromEntries([...document.querySelectorAll('.header-table')].map(t => [
+  t.querySelector('h3').textContent,
+  Object.fromEntries([...t.querySelectorAll('tr')].map(r =>
+    [r.querySelector('th').textContent, r.querySelector('td').textContent])),
+]))"""
+# Sentence graphs: node markers carry the sentence text; arcs are line traces.
+GRAPHS_JS = """() => [...document.querySelectorAll('#anchors .plotly-graph-div')]
+  .filter(d => ((d.querySelector('.gtitle') || {}).textContent || '').startsWith('Sentence graph'))
+  .map(d => ({
+    id: d.id,
+    nodes: d.data.filter(t => t.mode === 'markers+text')
+      .reduce((n, t) => n + t.x.length, 0),
+    edges: d.data.filter(t => t.mode === 'lines').length,
+  }))"""
 BLOCK_RECTS_JS = """() => [...document.querySelectorAll('main > section')].map(s =>
   [...s.querySelectorAll(':scope > .block')].map(b => {
     const r = b.getBoundingClientRect(); return [r.top, r.bottom];
   }))"""
-# Where a reader points: the centre of a heatmap, else the marker or bar nearest the centre.
+# Where a reader points: the heatmap cell with a value nearest the centre (blank NaN cells,
+# e.g. the upper triangle of a suppression matrix, have no label), else the marker or bar
+# nearest the centre.
 TARGET_JS = """(div) => {
   const area = div.querySelector('.nsewdrag').getBoundingClientRect();
   const cx = area.left + area.width / 2, cy = area.top + area.height / 2;
-  if (div.data.some(t => t.type === 'heatmap')) return [cx, cy];
   let best = null, bestD = Infinity;
+  const keep = (x, y) => {
+    const d = (x - cx) ** 2 + (y - cy) ** 2;
+    if (d < bestD) { bestD = d; best = [x, y]; }
+  };
+  const hm = div.calcdata.find(cd => cd[0].trace.type === 'heatmap');  // decoded values
+  if (hm) {
+    const box = div.getBoundingClientRect(), xa = div._fullLayout.xaxis, ya = div._fullLayout.yaxis;
+    hm[0].z.forEach((row, i) => Array.from(row).forEach((v, j) => {
+      if (v !== null && Number.isFinite(v)) {
+        keep(box.left + xa._offset + xa.l2p(j), box.top + ya._offset + ya.l2p(i));
+      }
+    }));
+    return best;
+  }
   for (const p of div.querySelectorAll('.scatterlayer .point, .barlayer .point')) {
     const r = p.getBoundingClientRect();
     if (r.width === 0 && r.height === 0) continue;
-    const x = r.left + r.width / 2, y = r.top + r.height / 2;
-    const d = (x - cx) ** 2 + (y - cy) ** 2;
-    if (d < bestD) { bestD = d; best = [x, y]; }
+    keep(r.left + r.width / 2, r.top + r.height / 2);
   }
   return best;
 }"""
@@ -87,6 +116,37 @@ def test_every_section_has_a_title_and_content(loaded: LoadedPage):
     assert loaded.page.evaluate(TOC_JS) == [f"#{s['id']}" for s in sections]
     missing = set(loaded.report.parts) - {s["id"] for s in sections}
     assert not missing, f"demo parts without a section: {sorted(missing)}"
+
+
+def test_header_gives_the_time_of_every_part(loaded: LoadedPage):
+    tables = loaded.page.evaluate(HEADER_JS)
+    assert "Time per part" in tables, f"no time-per-part table in the header: {sorted(tables)}"
+    times = tables["Time per part"]
+    for part in loaded.report.parts:
+        assert part in times, f"no time for part {part!r}"
+        assert times[part].endswith(" s") and "unfinished" not in times[part], times[part]
+    assert "total" in times
+
+
+def test_anchors_sentence_graph_has_sentences_and_dependencies(loaded: LoadedPage):
+    if "anchors" not in loaded.report.parts:
+        pytest.skip("the demo ran without the anchors part")
+    graphs = loaded.page.evaluate(GRAPHS_JS)
+    assert graphs, "the anchors section has no sentence graph"
+    for g in graphs:
+        assert g["nodes"] >= 2, f"{g['id']}: {g['nodes']} sentence node(s)"
+        assert g["edges"] >= 1, f"{g['id']}: no dependency arcs"
+    plot = loaded.page.locator(f"#{graphs[0]['id']}")
+    plot.scroll_into_view_if_needed()
+    node = plot.locator(".scatterlayer .point").last
+    box = node.bounding_box()
+    assert box is not None, "the graph's nodes are not drawn"
+    loaded.page.mouse.move(box["x"] + box["width"] / 2 - 6, box["y"] + box["height"] / 2 - 6)
+    loaded.page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, steps=3)
+    label = plot.locator(".hoverlayer .hovertext")
+    label.first.wait_for(state="visible", timeout=5_000)
+    assert "importance" in (label.first.text_content() or ""), "node hover without its text"
+    loaded.page.mouse.move(0, 0)
 
 
 def test_every_figure_is_drawn_with_its_caption_below(loaded: LoadedPage):

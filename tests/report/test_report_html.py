@@ -141,3 +141,17 @@ def test_labels_cannot_inject_html(run, isolated_sections, monkeypatch):
     html = build_report(run, static_figures=False).read_text(encoding="utf-8")
     assert "<script>alert(1)" not in html
     assert "Injection &lt;b&gt;title&lt;/b&gt;" in html
+
+
+def test_header_gives_the_time_of_each_part_and_of_each_step(run, isolated_sections):
+    run.record_part("overview", 1.5, done=True)
+    run.record_part("patching", 75.0, done=False)
+    run.record_timing("patching_spans", 12.0)
+    tables = {t["title"]: str(t["html"]) for t in report_html.manifest_tables(run.manifest)}
+    parts = tables["Time per part"]
+    assert "<th>overview</th><td>1.5 s</td>" in parts
+    assert "<th>patching</th><td>1 min 15 s (unfinished)</td>" in parts
+    assert "<th>total</th><td>1 min 16 s</td>" in parts
+    assert "<th>patching_spans</th><td>12.0 s</td>" in tables["Time per step"]
+    html = report_html.build_report(run).read_text(encoding="utf-8")
+    assert "Time per part" in html and "1 min 15 s (unfinished)" in html

@@ -52,6 +52,7 @@ def test_create_writes_layout_config_and_manifest(tmp_path):
     assert "mechscope" in m["versions"]
     assert m["platform"] == platform.platform()
     assert m["end"] is None and m["status"] == "running" and m["timings"] == {}
+    assert m["parts"] == {}
     assert m["config_type"] == "Cfg"
     assert not run.resumed
 
@@ -70,6 +71,22 @@ def test_timings_accumulate_and_finish_sets_end(run):
     assert m["status"] == "finished" and m["end"] is not None
     with pytest.raises(InputError):
         run.record_timing("lens", -1.0)
+
+
+def test_parts_sum_their_sessions_and_stay_done(run):
+    assert not run.part_done("lens")
+    run.record_part("lens", 2.5, done=False)  # an interrupted session
+    assert not run.part_done("lens")
+    run.record_part("lens", 1.0, done=True)  # the session that finished it
+    run.record_part("patching", 4.0, done=True)
+    run.record_part("lens", 0.0, done=False)  # a later session cannot undo "done"
+    parts = run.manifest["parts"]
+    assert list(parts) == ["lens", "patching"]  # the order they first ran
+    assert parts["lens"] == {"seconds": pytest.approx(3.5), "done": True}
+    assert run.part_done("lens") and run.part_done("patching")
+    assert run.manifest["timings"] == {}  # steps and parts are kept apart
+    with pytest.raises(InputError, match="non-negative"):
+        run.record_part("lens", -1.0, done=True)
 
 
 def test_same_config_resumes(tmp_path):

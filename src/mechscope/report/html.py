@@ -69,11 +69,27 @@ def manifest_tables(manifest: dict[str, Any]) -> list[dict[str, Any]]:
         {"title": "Run", "html": kv_html(run)},
         {"title": "Environment", "html": kv_html(env)},
     ]
+    parts = manifest.get("parts") or {}
+    if parts:
+        tables.append({"title": "Time per part", "html": kv_html(part_times(parts))})
     timings = manifest.get("timings") or {}
     if timings:
         shown = {part: format_seconds(float(s)) for part, s in timings.items()}
-        tables.append({"title": "Timings", "html": kv_html(shown)})
+        tables.append(
+            {"title": "Timings" if not parts else "Time per step", "html": kv_html(shown)}
+        )
     return tables
+
+
+def part_times(parts: dict[str, Any]) -> dict[str, str]:
+    """Wall time of each top-level part (summed over sessions) and their total; a part that
+    never finished says so."""
+    shown = {}
+    for name, entry in parts.items():
+        text = format_seconds(float(entry.get("seconds", 0.0)))
+        shown[name] = text if entry.get("done") else f"{text} (unfinished)"
+    shown["total"] = format_seconds(sum(float(e.get("seconds", 0.0)) for e in parts.values()))
+    return shown
 
 
 def collect_sections(run: RunDir, static_dir: Path | None) -> list[dict[str, Any]]:

@@ -87,7 +87,8 @@ def new_manifest(
     seed: int,
     argv: list[str],
 ) -> dict[str, Any]:
-    """The manifest of a run that starts now; ``end`` and ``timings`` are filled later."""
+    """The manifest of a run that starts now; ``end``, ``timings`` (wall time of each step)
+    and ``parts`` (wall time and state of each top-level part) are filled later."""
     return {
         "format": MANIFEST_FORMAT,
         "name": name,
@@ -104,4 +105,5 @@ def new_manifest(
         "platform": platform.platform(),
         "python_executable": sys.executable,
         "timings": {},
+        "parts": {},
     }

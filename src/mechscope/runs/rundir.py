@@ -4,7 +4,7 @@ Layout::
 
     runs/<name>/
       config.yaml      the exact config (resume requires the same one)
-      manifest.json    versions, platform, model, seed, command line, times
+      manifest.json    versions, platform, model, seed, command line, times of each part
       figures/         static PNG + SVG copies of report figures
       tables/          long-format results (Parquet)
       arrays/          dense arrays (npz)
@@ -194,6 +194,27 @@ class RunDir:
             timings[part] = round(float(timings.get(part, 0.0)) + float(seconds), 6)
 
         self._update_manifest(add)
+
+    def record_part(self, part: str, seconds: float, *, done: bool) -> None:
+        """Add one session's wall time to a top-level part (a demo part) and mark it done.
+
+        ``manifest["parts"]`` keeps the parts in the order they first ran; a part's time is
+        the sum over the sessions that worked on it, and ``done`` tells a rerun it may skip
+        the part altogether (its results are all saved).
+        """
+        if not seconds >= 0:
+            raise InputError(f"a non-negative number of seconds, got {seconds}", field=part)
+
+        def add(m: dict[str, Any]) -> None:
+            entry = m.setdefault("parts", {}).setdefault(part, {"seconds": 0.0, "done": False})
+            entry["seconds"] = round(float(entry["seconds"]) + float(seconds), 6)
+            entry["done"] = bool(entry["done"] or done)
+
+        self._update_manifest(add)
+
+    def part_done(self, part: str) -> bool:
+        """Whether :meth:`record_part` marked ``part`` done in this run."""
+        return bool(self.manifest.get("parts", {}).get(part, {}).get("done", False))
 
     @contextmanager
     def timed(self, part: str) -> Iterator[None]:

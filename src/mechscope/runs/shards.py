@@ -143,13 +143,14 @@ def run_sharded(
     todo = [(sample_id, item) for sample_id, item in items if not store.done(sample_id)]
     if todo:
         bar = make_progress() if progress else None  # honours MECHSCOPE_PROGRESS=0
+        label = description or store.part
         if bar is not None:
             bar.start()
-            task = bar.add_task(
-                description or store.part, total=len(ids), completed=len(ids) - len(todo)
-            )
+            task = bar.add_task(label, total=len(ids), completed=len(ids) - len(todo))
         try:
             for sample_id, item in todo:
+                if bar is not None:  # which sample is in flight
+                    bar.update(task, description=f"{label} · {sample_id[:32]}")
                 payload = fn(item)
                 if not isinstance(payload, dict):
                     raise InputError(

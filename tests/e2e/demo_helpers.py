@@ -1,0 +1,75 @@
+"""Running ``mechscope demo`` as a user would, and comparing what two runs saved."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+#: Columns that hold how long something took: they differ between any two runs.
+TIME_COLUMNS = ("seconds", "train_seconds", "cpu_seconds")
+
+
+def demo_command(out: Path, model: Path | str, parts: list[str] | tuple[str, ...] = ()) -> list:
+    """``mechscope demo --quick --model MODEL --out OUT [--only P ...]``."""
+    script = Path(sys.executable).with_name("mechscope")  # the installed command, if any
+    cmd = [str(script)] if script.is_file() else [sys.executable, "-m", "mechscope.cli"]
+    cmd += ["demo", "--quick", "--model", str(model), "--out", str(out)]
+    return cmd + [arg for p in parts for arg in ("--only", p)]
+
+
+def demo_env() -> dict[str, str]:
+    """Offline, no progress bars, one thread (two pytest workers share two cores)."""
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return env | {"MECHSCOPE_PROGRESS": "0", "OMP_NUM_THREADS": "1"}
+
+
+def saved_results(run: Path) -> dict[str, object]:
+    """Every table (without timing columns) and array a run saved, by relative path.
+
+    Tables and arrays are what figures and reports are made from; two runs with the same
+    results here give the same report, up to the header's dates and times.
+    """
+    out: dict[str, object] = {}
+    for path in sorted(run.rglob("*.parquet")):
+        if "shards" in path.relative_to(run).parts:
+            continue
+        df = pd.read_parquet(path)
+        out[str(path.relative_to(run))] = df.drop(columns=[c for c in TIME_COLUMNS if c in df])
+    for path in sorted(run.rglob("*.npz")):
+        if "shards" in path.relative_to(run).parts:
+            continue
+        with np.load(path, allow_pickle=False) as data:
+            out[str(path.relative_to(run))] = {k: data[k] for k in data.files}
+    return out
+
+
+def differences(a: dict[str, object], b: dict[str, object]) -> list[str]:
+    """Where two :func:`saved_results` differ (``[]`` when they are the same)."""
+    diffs = [f"only in one run: {k}" for k in sorted(set(a) ^ set(b))]
+    for key in sorted(set(a) & set(b)):
+        x, y = a[key], b[key]
+        if isinstance(x, pd.DataFrame):
+            try:
+                pd.testing.assert_frame_equal(x, y, check_exact=False, rtol=1e-6, atol=1e-9)
+            except AssertionError as exc:
+                diffs.append(f"{key}: {str(exc).splitlines()[0]}")
+        else:
+            if set(x) != set(y):
+                diffs.append(f"{key}: arrays {sorted(x)} vs {sorted(y)}")
+                continue
+            for name in x:
+                if not _same_array(x[name], y[name]):
+                    diffs.append(f"{key}[{name}] differs")
+    return diffs
+
+
+def _same_array(x: np.ndarray, y: np.ndarray) -> bool:
+    if x.shape != y.shape or x.dtype.kind != y.dtype.kind:
+        return False
+    if x.dtype.kind in "fc":
+        return bool(np.allclose(x, y, rtol=1e-6, atol=1e-9, equal_nan=True))
+    return bool(np.array_equal(x, y))
