@@ -21,6 +21,7 @@ from mechscope.runs import RunDir, weights_fingerprint
 PARTS = [
     ("overview", "mechscope.overview.demo"),
     ("lens", "mechscope.lens.demo"),
+    ("lens_study", "mechscope.lens.study.demo"),
     ("patching", "mechscope.patching.demo"),
     ("attribution", "mechscope.attribution.demo"),
     ("anchors", "mechscope.anchors.demo"),
