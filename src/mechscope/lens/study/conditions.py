@@ -69,7 +69,17 @@ def length_matched_tests(
             sample=task_id,
             field="other_tests",
         )
-    return tokenizer.decode(ids[:n_tokens]), used
+    # Decoding a cut and tokenising it again can merge tokens across the cut (runs of
+    # spaces): take a few more ids until the text itself has the target count.
+    best = tokenizer.decode(ids[:n_tokens])
+    for k in range(n_tokens, min(len(ids), n_tokens + 16) + 1):
+        text = tokenizer.decode(ids[:k])
+        count = token_count(tokenizer, text)
+        if abs(count - n_tokens) < abs(token_count(tokenizer, best) - n_tokens):
+            best = text
+        if count >= n_tokens:
+            break
+    return best, used
 
 
 def _user_index(messages: Sequence[dict]) -> int:
