@@ -59,8 +59,9 @@ def pass_rate_figure(rates: pd.DataFrame) -> Figure:
             )
         ],
         "HumanEval pass rate per arm",
-        "",
         "pass rate",
+        "",
+        horizontal=True,
         caption=(
             "Share of tasks whose completion passes all of the task's unit tests in the "
             "sandbox; whiskers are 95% Wilson score intervals. 'canonical solution' runs "
