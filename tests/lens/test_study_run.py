@@ -104,6 +104,8 @@ def test_lens_curves_per_quadrant_with_the_difference(study):
     empty = controls[(controls.variant == "empty") & (controls.quantity == "tool_mass")]
     assert (empty["mean"] == 0).all()
     assert len(controls) == 4 * 2 * 4  # variants × modes × quantities
+    gap = read_table(study["run"], TABLES["mode_gap"])
+    assert len(gap) == 4 * 2 and (gap["max_abs"] < 1e-3).all()  # rotary: only rounding
 
 
 def test_a_limited_run_extends_and_a_rerun_resumes(study, tiny):

@@ -63,5 +63,5 @@ def test_one_task_end_to_end_matches_a_plain_forward(smollm2):
     np.testing.assert_allclose(diff.metric("nll_b")[-1, sem], nll.numpy()[sem], atol=NLL_ATOL)
     pm = pair_diff(payload, "tests", "position_matched")
     assert pm.position_ids["agentic"] == pm.position_ids[ASSISTED]
-    # a rotary model: moving the prompt changes nothing but rounding
-    np.testing.assert_allclose(pm.metrics[:, :, sem], diff.metrics[:, :, sem], atol=1e-2)
+    # a rotary model: moving the prompt changes nothing but fp32 rounding
+    np.testing.assert_allclose(pm.metrics[:, :, sem], diff.metrics[:, :, sem], atol=1e-3)

@@ -100,6 +100,17 @@ def _quadrant_blocks(run: RunDir, mode: str) -> list:
     c, a, al = sel(curves), sel(att), sel(aligned)
     tag = mode.replace("_", "-")
     blocks: list = [TextBlock(f"### Real tool response (the task's tests), {MODE_LABEL[mode]}")]
+    gap = _table(run, "mode_gap")
+    if mode == "position_matched" and not gap.empty:
+        blocks.append(
+            TableBlock(
+                gap,
+                caption="How far position matching moved ΔNLL and JS: max and mean absolute "
+                "difference from the as-run value over tasks, layers and semantic tokens. "
+                "For rotary models attention depends only on relative positions, so this is "
+                "rounding; for absolute position embeddings it is the position confound.",
+            )
+        )
     counts = _table(run, "groups")
     counts = counts[counts["variant"] == "tests"]["quadrant"].value_counts()
     for g in QUADRANTS:

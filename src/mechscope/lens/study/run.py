@@ -35,6 +35,7 @@ from mechscope.lens.study.payload import task_payload
 from mechscope.lens.study.tables import (
     head_frame,
     lens_frames,
+    mode_gap_frame,
     outcome_frame,
     pass_rate_frame,
     quadrant_frames,
@@ -63,6 +64,7 @@ TABLES = {
     "tasks": "lens_study_tasks",
     "skipped": "lens_study_skipped",
     "settings": "lens_study_settings",
+    "mode_gap": "lens_study_mode_gap",
 }
 
 
@@ -225,6 +227,7 @@ def study_tables(
         "groups": groups,
         "heads": head_frame(payloads, config.variants),
         "tasks": task_frame(payloads, config.variants),
+        "mode_gap": mode_gap_frame(payloads, config.variants),
     }
     tables |= lens_frames(payloads, groups, config.variants, config.aggregate_options())
     return tables

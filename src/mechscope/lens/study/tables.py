@@ -198,6 +198,25 @@ def head_frame(payloads: Mapping[str, dict], variants: Sequence[str]) -> pd.Data
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def mode_gap_frame(payloads: Mapping[str, dict], variants: Sequence[str]) -> pd.DataFrame:
+    """How much position matching moved each metric: max and mean ``|position-matched −
+    as run|`` over tasks, layers and semantic tokens, per variant."""
+    rows = []
+    for v in variants:
+        gaps: dict[str, list[np.ndarray]] = {"dnll": [], "js": []}
+        for pay in payloads.values():
+            a, b = pair_diff(pay, v, "as_run"), pair_diff(pay, v, "position_matched")
+            for m in gaps:
+                gaps[m].append(np.abs(a.metric(m) - b.metric(m))[:, a.semantic].ravel())
+        for m, parts in gaps.items():
+            x = np.concatenate(parts)
+            x = x[~np.isnan(x)]
+            rows.append(
+                {"variant": v, "metric": m, "max_abs": float(x.max()), "mean_abs": float(x.mean())}
+            )
+    return pd.DataFrame(rows)
+
+
 def task_frame(payloads: Mapping[str, dict], variants: Sequence[str]) -> pd.DataFrame:
     """Per task: continuation length, tool-response tokens per variant, time spent."""
     rows = []
