@@ -96,7 +96,10 @@ def _quadrant_blocks(run: RunDir, mode: str) -> list:
     att = _table(run, "attention")
     aligned = _table(run, "aligned")
     corr = _table(run, "correlation_summary")
-    sel = lambda df: df[(df["variant"] == "tests") & (df["mode"] == mode)]  # noqa: E731
+
+    def sel(df: pd.DataFrame) -> pd.DataFrame:
+        return df[(df["variant"] == "tests") & (df["mode"] == mode)]
+
     c, a, al = sel(curves), sel(att), sel(aligned)
     tag = mode.replace("_", "-")
     blocks: list = [TextBlock(f"### Real tool response (the task's tests), {MODE_LABEL[mode]}")]
