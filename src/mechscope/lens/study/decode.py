@@ -2,11 +2,12 @@
 
 Each row arrives with its prompt's cache (every prompt token but the last) and that last
 token. The caches are left-padded to a common length and stacked into one batch (pad keys
-are masked out; every row keeps its own position ids), so a task's conditions decode
-together, one forward per step for all rows. A row stops at an end-of-sequence token, at a
-stop string, or at its token budget, and leaves the batch at once (its cache rows are
-dropped), so finished rows cost nothing. Greedy by default; with ``temperature > 0`` a
-seeded ``torch.Generator`` per row samples with nucleus (top-p) truncation.
+are masked out; every row keeps its own position ids), so the arms of several tasks decode
+together, one forward per step for all rows, into buffers allocated once. A row stops at
+an end-of-sequence token, at a stop string, or at its token budget; the batch drops its
+finished rows whenever a quarter of it has finished. Greedy by default; with
+``temperature > 0`` a seeded ``torch.Generator`` per row samples with nucleus (top-p)
+truncation.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class _PreallocatedLayer(DynamicLayer):
 
     ``DynamicLayer`` concatenates on every step, copying the whole cache of every layer
     each time: quadratic in the number of new tokens. Here a step writes only its own
-    slot; the buffers double in the rare case they fill up.
+    slot; the buffers grow in the rare case they fill up.
     """
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, capacity: int):

@@ -105,12 +105,11 @@ def run_in_group(
     env: dict[str, str],
 ) -> Finished:
     """Run ``argv`` in a new session (its own process group) and wait at most ``timeout``
-    seconds; past that, SIGKILL the whole group, children included. stderr goes to a file
-    in ``cwd`` (so a chatty program cannot block on a full pipe); its last
+    seconds; past that, SIGKILL the whole group, children included. stderr goes to an
+    anonymous temporary file (so a chatty program cannot block on a full pipe); its last
     :data:`STDERR_TAIL` characters are returned."""
-    err_path = cwd / ".stderr"
     start = time.perf_counter()
-    with open(err_path, "wb") as err:
+    with tempfile.TemporaryFile() as err:  # unlinked at once: the program cannot touch it
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,
@@ -130,8 +129,10 @@ def run_in_group(
             out, _ = proc.communicate()
         finally:
             _kill_group(proc.pid)  # anything left in the group (normally nothing)
-    seconds = time.perf_counter() - start
-    stderr = err_path.read_bytes()[-4 * STDERR_TAIL :].decode("utf-8", "replace")
+        seconds = time.perf_counter() - start
+        size = err.seek(0, os.SEEK_END)
+        err.seek(max(0, size - 4 * STDERR_TAIL))
+        stderr = err.read().decode("utf-8", "replace")
     return Finished(
         proc.returncode, out.decode("utf-8", "replace"), stderr[-STDERR_TAIL:], timed_out, seconds
     )
