@@ -26,6 +26,7 @@ from mechscope.runs.rundir import MANIFEST_FILE
 PARTS = [
     ("overview", "mechscope.overview.demo"),
     ("lens", "mechscope.lens.demo"),
+    ("lens_study", "mechscope.lens.study.demo"),
     ("patching", "mechscope.patching.demo"),
     ("attribution", "mechscope.attribution.demo"),
     ("anchors", "mechscope.anchors.demo"),

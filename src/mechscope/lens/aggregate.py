@@ -67,10 +67,15 @@ def ci_rows(
     strata: Sequence[str] | None = None,
     **labels: object,
 ) -> pd.DataFrame:
-    """Mean curve with bootstrap CI over axis 0 of ``values [n, points]`` as rows."""
+    """Mean curve with bootstrap CI over axis 0 of ``values [n, points]`` as rows.
+
+    With ``strata``, resampling is stratified; when no stratum has two samples (a few
+    samples, each in its own group) it cannot be, and all samples are resampled together.
+    """
     n = values.shape[0]
     kw = dict(confidence=opts.confidence, n_resamples=opts.n_resamples, seed=opts.seed)
-    if n >= 2 and strata is not None and len(set(strata)) > 1:
+    sizes = [list(strata).count(g) for g in set(strata)] if strata is not None else [n]
+    if n >= 2 and len(sizes) > 1 and max(sizes) >= 2:
         ci = stratified_curve_ci(values, strata, **kw)
         mean, low, high = ci.mean, ci.low, ci.high
     elif n >= 2:

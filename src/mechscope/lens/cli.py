@@ -136,3 +136,12 @@ def candidates(
     console.print(f"{len(result.samples)} samples read out; tables in {run.tables_dir}")
     console.print(f"report: {build_report(run)}")
     run.finish()
+
+
+def _mount_study() -> None:
+    from mechscope.lens.study.cli import app as study_app
+
+    app.add_typer(study_app, name="study", help="Whole studies on real benchmarks (HumanEval).")
+
+
+_mount_study()

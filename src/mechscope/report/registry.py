@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Sequence
 
-WORKFLOWS = ("overview", "lens", "patching", "attribution", "anchors", "distill")
+WORKFLOWS = ("overview", "lens", "lens.study", "patching", "attribution", "anchors", "distill")
 
 
 def load_sections(workflows: Sequence[str] = WORKFLOWS, package: str = "mechscope") -> list[str]:

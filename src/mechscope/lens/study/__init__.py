@@ -1,0 +1,33 @@
+"""The HumanEval tool-response study: ``mechscope lens study humaneval`` as a library.
+
+Does a model read the tool response it is given? For every HumanEval task the model
+answers with the task alone (*assisted*) and with the task plus a ``read_file`` call and its
+result (*agentic*); completions are tested in a sandbox, tasks fall into pass/fail
+quadrants, and the paired teacher-forced lens runs on the canonical solutions with the
+quadrant as group, for the real tool response and three content controls, as run and
+position-matched. See ``docs/lens-study.md``.
+
+>>> from mechscope.lens.study import StudyConfig, run_study  # doctest: +SKIP
+>>> run = RunDir.create("runs", "study", config := StudyConfig())  # doctest: +SKIP
+>>> result = run_study(run, load_model("smollm2-135m"), config, limit=10)  # doctest: +SKIP
+"""
+
+from mechscope.lens.study.conditions import VARIANTS
+from mechscope.lens.study.config import StudyConfig
+from mechscope.lens.study.outcomes import QUADRANTS, quadrant
+from mechscope.lens.study.run import TABLES, StudyResult, plan_study, run_study
+from mechscope.lens.study.sandbox import ExecResult, Limits, run_program
+
+__all__ = [
+    "QUADRANTS",
+    "TABLES",
+    "VARIANTS",
+    "ExecResult",
+    "Limits",
+    "StudyConfig",
+    "StudyResult",
+    "plan_study",
+    "quadrant",
+    "run_program",
+    "run_study",
+]

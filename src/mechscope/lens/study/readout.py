@@ -1,0 +1,56 @@
+"""Logit-lens statistics for many condition pairs that share forward passes.
+
+A task's pairs (agentic variant × as-run/position-matched, each against assisted) use a
+handful of distinct forwards: one assisted pass serves every as-run pair, each agentic pass
+serves its as-run and its position-matched pair. Unembedding is the expensive part of the
+readout (``tokens × d_model × vocab`` per layer and pass), so each distinct pass is
+unembedded once per layer and token chunk, and every pair's NLLs, JS and KLs come from
+those logits through :func:`mechscope.lens.logit_lens.paired_stats` — the same arithmetic
+as the paired analysis, so the numbers are the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from mechscope.engine import Engine
+from mechscope.lens.logit_lens import CHUNK_BYTES, chunk_sizes, paired_stats
+
+
+@torch.inference_mode()
+def shared_pair_readout(
+    engine: Engine,
+    hidden: Sequence[torch.Tensor],  # each [layers, T, d_model]: a distinct forward pass
+    pairs: Sequence[tuple[int, int]],  # (index of A, index of B) into ``hidden``
+    targets: torch.Tensor,  # [T] continuation token ids
+    *,
+    chunk_tokens: int | None = None,
+) -> torch.Tensor:
+    """``[pairs, 6, layers, T]`` fp32: NLL under A, under B, ΔNLL = A − B, JS, KL(A‖B),
+    KL(B‖A) — the metric order of :data:`mechscope.lens.results.METRICS`."""
+    lm = engine.lm
+    n_layers, n = int(hidden[0].shape[0]), int(hidden[0].shape[1])
+    used = sorted({i for pair in pairs for i in pair})
+    _, sub = chunk_sizes(lm.vocab_size, n, chunk_tokens)
+    chunk = chunk_tokens or max(sub, CHUNK_BYTES // (len(used) * lm.vocab_size * 4))
+    chunk = max(1, min(chunk, n))
+    stats = torch.empty(len(pairs), 5, n_layers, n, dtype=torch.float32)
+    for layer in range(n_layers):
+        for start in range(0, n, chunk):
+            stop = min(start + chunk, n)
+            z = {i: engine.unembed(hidden[i][layer, start:stop]) for i in used}  # [c, V] fp32
+            for p, (a, b) in enumerate(pairs):
+                both = torch.stack([z[a], z[b]], dim=1)  # [c, 2, V]
+                for s in range(0, stop - start, sub):
+                    e = min(s + sub, stop - start)
+                    stats[p, :, layer, start + s : start + e] = paired_stats(
+                        both[s:e], targets[start + s : start + e]
+                    )
+                del both
+            del z
+    nll_a, nll_b = stats[:, 0], stats[:, 1]
+    return torch.stack(
+        [nll_a, nll_b, nll_a - nll_b, stats[:, 2], stats[:, 3], stats[:, 4]], dim=1
+    )  # [pairs, 6, L, T]

@@ -1,0 +1,220 @@
+"""Report section of the HumanEval tool-response study (reads saved tables; no model)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from mechscope.lens.figures import attention_figure, sample_heatmap
+from mechscope.lens.study.conditions import TOOL
+from mechscope.lens.study.figures import (
+    MODE_LABEL,
+    QUADRANT_TEXT,
+    group_curves,
+    group_heatmap,
+    head_mass_figure,
+    mass_by_group,
+    pass_rate_figure,
+    quadrant_figure,
+    variant_curves,
+    variant_mass,
+)
+from mechscope.lens.study.outcomes import QUADRANTS
+from mechscope.lens.study.run import TABLES
+from mechscope.lens.study.task_run import MODES
+from mechscope.report import FigureBlock, TableBlock, TextBlock, register_section
+from mechscope.runs import RunDir, has_table, read_table
+
+SETTINGS = ("model", "temperature", "top_p", "max_new_tokens", "gen_prefix", "timeout")
+
+
+def _table(run: RunDir, key: str) -> pd.DataFrame:
+    return read_table(run, TABLES[key]) if has_table(run, TABLES[key]) else pd.DataFrame()
+
+
+def _intro(run: RunDir, quadrants: pd.DataFrame, skipped: pd.DataFrame) -> TextBlock:
+    settings = _table(run, "settings")
+    cfg = settings.iloc[0].to_dict() if not settings.empty else {}
+    cfg = {k: cfg.get(k, run.config.get(k, "?")) for k in SETTINGS}
+    n = int(quadrants["n"].iloc[0])
+    decoding = (
+        "greedy"
+        if str(cfg["temperature"]) in ("0", "0.0", "?")
+        else f"sampled (temperature {cfg['temperature']}, top-p {cfg['top_p']})"
+    )
+    skip = (
+        f" {len(skipped)} task(s) longer than the model's context were skipped."
+        if len(skipped)
+        else ""
+    )
+    return TextBlock(
+        f"**HumanEval tool-response study** of `{cfg['model']}` on {n} task(s).{skip} Each "
+        "task is answered in two arms: *assisted* (the task alone) and *agentic* (the task, "
+        "a `read_file` call and its result). Completions are decoded "
+        f"{decoding} (at most {cfg['max_new_tokens']} new tokens, generation prompt "
+        f"`{cfg['gen_prefix']}`) and tested in a sandboxed subprocess (time limit "
+        f"{cfg['timeout']} s). The canonical solution is then teacher-forced after both "
+        "prompts: ΔNLL = NLL(agentic) − NLL(assisted) per layer and token (logit lens; "
+        "negative = the tool response helps), JS between the two next-token distributions, "
+        "and attention mass on the tool response. Content controls replace the tool "
+        "response by the task's own specification, other tasks' tests of the same token "
+        "length, or nothing. *Position-matched* curves move the assisted prompt to the "
+        "agentic prompt's positions, so the same token sits at the same position id."
+    )
+
+
+def _outcome_blocks(run: RunDir) -> list:
+    blocks: list = []
+    rates, quadrants = _table(run, "pass_rates"), _table(run, "quadrants")
+    blocks.append(FigureBlock(pass_rate_figure(rates), name="lens-study-pass-rates"))
+    blocks.append(
+        TableBlock(
+            quadrants,
+            caption="Quadrant counts per tool-response variant, pass rates of both arms, and "
+            "the exact McNemar p-value of G10 against G01 (does the tool response change "
+            "which tasks pass?). " + QUADRANT_TEXT,
+        )
+    )
+    blocks.append(FigureBlock(quadrant_figure(quadrants), name="lens-study-quadrants"))
+    outcomes = _table(run, "outcomes")
+    reasons = pd.crosstab(outcomes["arm"], outcomes["reason"]).reset_index()
+    blocks.append(
+        TableBlock(
+            reasons,
+            caption="How each arm's completions ended: passed, assertion (a test failed), "
+            "crash (another exception), syntax_error, timeout (killed at the time limit), "
+            "memory, refused (the sandbox blocked an operation), exit, killed (a signal), "
+            "no_result (exited before reporting). Programs, completions and stderr are in "
+            "the run's tables/lens_study_outcomes.parquet and shards/lens_study_tests/.",
+        )
+    )
+    return blocks
+
+
+def _quadrant_blocks(run: RunDir, mode: str) -> list:
+    """The note's three figures per quadrant for the real tool response, one mode."""
+    curves = _table(run, "curves")
+    att = _table(run, "attention")
+    aligned = _table(run, "aligned")
+    corr = _table(run, "correlation_summary")
+
+    def sel(df: pd.DataFrame) -> pd.DataFrame:
+        return df[(df["variant"] == "tests") & (df["mode"] == mode)]
+
+    c, a, al = sel(curves), sel(att), sel(aligned)
+    tag = mode.replace("_", "-")
+    blocks: list = [TextBlock(f"### Real tool response (the task's tests), {MODE_LABEL[mode]}")]
+    gap = _table(run, "mode_gap")
+    if mode == "position_matched" and not gap.empty:
+        blocks.append(
+            TableBlock(
+                gap,
+                caption="How far position matching moved ΔNLL and JS: max and mean absolute "
+                "difference from the as-run value over tasks, layers and semantic tokens. "
+                "For rotary models attention depends only on relative positions, so this is "
+                "rounding; for absolute position embeddings it is the position confound.",
+            )
+        )
+    counts = _table(run, "groups")
+    counts = counts[counts["variant"] == "tests"]["quadrant"].value_counts()
+    for g in QUADRANTS:
+        if counts.get(g, 0) and ((al["group"] == g) & (al["alignment"] == "progress")).any():
+            fig = group_heatmap(al, "dnll", g, int(counts[g]), mode)
+            blocks.append(FigureBlock(fig, name=f"lens-study-heat-{tag}-{g}"))
+    for metric in ("dnll", "js"):
+        blocks.append(
+            FigureBlock(group_curves(c, metric, mode), name=f"lens-study-curve-{tag}-{metric}")
+        )
+    if (c["kind"] == "difference").any():
+        blocks.append(
+            FigureBlock(group_curves(c, "dnll", mode, "difference"), name=f"lens-study-diff-{tag}")
+        )
+    else:
+        blocks.append(
+            TextBlock("No G10 − G01 difference curve: it needs at least two tasks in each.")
+        )
+    if (a["segment"] == TOOL).any():
+        blocks.append(FigureBlock(mass_by_group(a, mode), name=f"lens-study-mass-{tag}"))
+    if not corr.empty:
+        part = sel(corr)
+        part = part[(part["condition"] == "agentic") & (part["segment"] == TOOL)]
+        blocks.append(
+            TableBlock(
+                part[["group", "mean", "low", "high", "n"]],
+                caption="Per task, Pearson r between the tool-response mass and ΔNLL over "
+                "the layer × semantic-token grid; mean over the tasks of each quadrant with a "
+                "95% bootstrap CI. Negative r: where the model attends to the tool response, "
+                "the agentic prompt predicts the canonical token better.",
+            )
+        )
+    return blocks
+
+
+def _control_blocks(run: RunDir) -> list:
+    curves, att, controls = _table(run, "curves"), _table(run, "attention"), _table(run, "controls")
+    blocks: list = [
+        TextBlock("### Content controls: what if the tool response says something else?")
+    ]
+    mass = att[
+        (att["mode"] == "as_run")
+        & (att["condition"] == "agentic")
+        & (att["segment"] == TOOL)
+        & (att["group"] == "all")
+    ]
+    if not mass.empty:
+        blocks.append(FigureBlock(variant_mass(mass), name="lens-study-control-mass"))
+    for mode in MODES:
+        for metric in ("dnll", "js"):
+            part = curves[
+                (curves["mode"] == mode)
+                & (curves["metric"] == metric)
+                & (curves["group"] == "all")
+                & (curves["kind"] == "curve")
+            ]
+            name = f"lens-study-control-{mode.replace('_', '-')}-{metric}"
+            blocks.append(FigureBlock(variant_curves(part, metric, mode), name=name))
+    rates = _table(run, "pass_rates").set_index("arm")
+    table = controls.pivot_table(
+        index=["variant", "mode"], columns="quantity", values="mean", sort=False
+    ).reset_index()
+    table["agentic pass rate"] = [rates.loc[v, "rate"] for v in table["variant"]]
+    blocks.append(
+        TableBlock(
+            table,
+            caption="Per variant and mode, means over tasks: tool_mass (attention on the tool "
+            "response, layers averaged), dnll_mean (ΔNLL averaged over layers), dnll_final "
+            "(ΔNLL at the last layer, i.e. of the model's own prediction), js_mean; and the "
+            "agentic arm's pass rate. CIs: tables/lens_study_controls.parquet.",
+        )
+    )
+    return blocks
+
+
+@register_section("lens_study", "Lens study: reading the tool response (HumanEval)", order=11)
+def study_section(run: RunDir) -> list:
+    quadrants = _table(run, "quadrants")
+    if quadrants.empty:
+        return []
+    blocks: list = [_intro(run, quadrants, _table(run, "skipped"))]
+    blocks += _outcome_blocks(run)
+    for mode in MODES:
+        blocks += _quadrant_blocks(run, mode)
+    example = _table(run, "example")
+    if not example.empty:
+        sample = str(example["sample"].iloc[0])
+        fig = sample_heatmap(example, sample, "dnll", "agentic − assisted")
+        blocks.append(FigureBlock(fig, name="lens-study-example"))
+    att = _table(run, "attention")
+    seg = att[(att["variant"] == "tests") & (att["mode"] == "as_run")]
+    blocks.append(FigureBlock(attention_figure(seg, "agentic"), name="lens-study-segments"))
+    heads = _table(run, "heads")
+    if not heads.empty and (heads["variant"] == "tests").any():
+        blocks.append(FigureBlock(head_mass_figure(heads), name="lens-study-heads"))
+    blocks += _control_blocks(run)
+    blocks.append(
+        TableBlock(
+            _table(run, "tasks"),
+            caption="Per task: continuation tokens, generation prompt and tool-response "
+            "token counts per arm, and seconds spent per step.",
+        )
+    )
+    return blocks

@@ -1,0 +1,233 @@
+"""``run_study``: the HumanEval tool-response study from tasks to tables, resumable per task.
+
+Steps, each with its own shards and progress bar:
+
+1. ``lens_study`` (model): per task, one completion per arm and the paired lens of every
+   (variant, mode) on the canonical solution (:mod:`mechscope.lens.study.task_run`); tasks
+   are processed ``tasks_per_batch`` at a time (shortest prompts first) so their
+   completions decode in one batch, and each group's readout runs in a worker thread
+   beside the next group's forward passes;
+2. ``lens_study_tests`` (sandbox): per task, every completion's tests, and the canonical
+   solution's (:mod:`mechscope.lens.study.execute`);
+3. tables (no model): outcomes, pass rates, quadrants, lens curves per (variant, mode),
+   controls (:mod:`mechscope.lens.study.tables`), written as Parquet for the report.
+
+Every task is prepared and checked before any model work or any file is written; tasks
+whose longest prompt does not fit the model's context are skipped and listed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from mechscope.data.humaneval import load_humaneval_problems
+from mechscope.engine import Engine
+from mechscope.errors import InputError
+from mechscope.lens.study.arms import PreparedTask, prepare_task
+from mechscope.lens.study.conditions import task_conditions
+from mechscope.lens.study.config import StudyConfig
+from mechscope.lens.study.execute import execute_task
+from mechscope.lens.study.payload import task_payload
+from mechscope.lens.study.tables import (
+    head_frame,
+    lens_frames,
+    mode_gap_frame,
+    outcome_frame,
+    pass_rate_frame,
+    quadrant_frames,
+    task_frame,
+)
+from mechscope.lens.study.task_run import TaskWork, model_work
+from mechscope.models.loaded import LoadedModel
+from mechscope.progress import make_progress
+from mechscope.runs import RunDir, ShardStore, run_sharded, write_table
+
+PART = "lens_study"
+TESTS_PART = "lens_study_tests"
+TABLES = {
+    "outcomes": "lens_study_outcomes",
+    "pass_rates": "lens_study_pass_rates",
+    "quadrants": "lens_study_quadrants",
+    "groups": "lens_study_groups",
+    "curves": "lens_study_curves",
+    "attention": "lens_study_attention",
+    "aligned": "lens_study_aligned",
+    "correlation": "lens_study_corr",
+    "correlation_summary": "lens_study_corr_summary",
+    "controls": "lens_study_controls",
+    "example": "lens_study_example_tokens",
+    "heads": "lens_study_head_mass",
+    "tasks": "lens_study_tasks",
+    "skipped": "lens_study_skipped",
+    "settings": "lens_study_settings",
+    "mode_gap": "lens_study_mode_gap",
+}
+
+
+@dataclass
+class StudyPlan:
+    """The checked tasks of a run and the ones skipped (with why)."""
+
+    tasks: list[PreparedTask]
+    skipped: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class StudyResult:
+    """Shard payloads of both steps and the tables written to the run directory."""
+
+    payloads: dict[str, dict]
+    tests: dict[str, dict]
+    tables: dict[str, pd.DataFrame]
+
+
+def load_problems(config: StudyConfig) -> dict[str, dict]:
+    return load_humaneval_problems(config.problems)
+
+
+def plan_study(
+    lm: LoadedModel,
+    config: StudyConfig,
+    *,
+    limit: int | None = None,
+    problems: Mapping[str, dict] | None = None,
+) -> StudyPlan:
+    """Select, build, tokenise and check every task (no model work, no files)."""
+    if limit is not None and limit < 1:
+        raise InputError(f"expected a positive limit, got {limit}", field="limit")
+    problems = dict(problems) if problems is not None else load_problems(config)
+    ids = list(problems)[:limit]
+    samples = task_conditions(
+        problems,
+        ids,
+        lm.tokenizer,
+        variants=config.variants,
+        tool_role=config.tool_role,
+        seed=config.seed,
+    )
+    plan = StudyPlan([])
+    for tid in ids:
+        task = prepare_task(lm, tid, problems[tid], samples[tid], config.gen_prefix)
+        longest = max(task.length, *(len(a.gen_ids) + 1 for a in task.arms.values()))
+        if lm.max_context is not None and longest > lm.max_context:
+            plan.skipped.append(
+                {"task": tid, "reason": f"{longest} tokens > context {lm.max_context}"}
+            )
+            continue
+        plan.tasks.append(task)
+    if not plan.tasks:
+        raise InputError(
+            f"expected at least one task that fits the model's context ({lm.max_context} "
+            f"tokens); all {len(ids)} selected tasks are longer",
+            field="limit",
+        )
+    return plan
+
+
+def run_model_step(
+    run: RunDir, engine: Engine, tasks: Sequence[PreparedTask], config: StudyConfig, progress: bool
+) -> dict[str, dict]:
+    """Step 1 over all tasks, skipping finished shards; payloads in task order.
+
+    Groups of tasks go through their forward passes and decoding in this thread while a
+    worker thread reads out the previous group (unembedding, divergences) and writes its
+    shards: on two cores the readout, a third of the work, costs almost no wall time.
+    The worker only runs the final norm and the unembedding, which no hook touches.
+    """
+    store = ShardStore(run, PART)
+    todo = [t for t in tasks if not store.done(t.task_id)]
+    # Similar prompt lengths decode together: less left padding in each batch.
+    todo.sort(key=lambda t: max(len(a.gen_ids) for a in t.arms.values()))
+    bar = make_progress() if progress and todo else None
+    job = None
+    if bar is not None:
+        bar.start()
+        job = bar.add_task("lens study: generate + lens", total=len(tasks))
+        bar.advance(job, len(tasks) - len(todo))
+
+    def finish(work: TaskWork) -> None:
+        store.write(work.task.task_id, task_payload(engine, work))
+        if bar is not None:
+            bar.advance(job)
+
+    try:
+        with ThreadPoolExecutor(max_workers=1) as worker:
+            queued: list[Future] = []
+            size = config.tasks_per_batch
+            for start in range(0, len(todo), size):
+                works = model_work(engine, todo[start : start + size], config.generation())
+                for future in queued:  # the previous group is read out (errors surface)
+                    future.result()
+                queued = [worker.submit(finish, w) for w in works]
+            for future in queued:
+                future.result()
+    finally:
+        if bar is not None:
+            bar.stop()
+    return {t.task_id: store.read(t.task_id) for t in tasks}
+
+
+def run_study(
+    run: RunDir,
+    lm: LoadedModel,
+    config: StudyConfig,
+    *,
+    plan: StudyPlan | None = None,
+    limit: int | None = None,
+    jobs: int = 2,
+    problems: Mapping[str, dict] | None = None,
+    progress: bool = True,
+) -> StudyResult:
+    """All steps into ``run`` (finished shards are reused), then the tables."""
+    plan = plan if plan is not None else plan_study(lm, config, limit=limit, problems=problems)
+    engine = Engine.of(lm)
+    payloads = run_model_step(run, engine, plan.tasks, config, progress)
+    by_id = {t.task_id: t for t in plan.tasks}
+    tests = {
+        p["task_id"]: p
+        for p in run_sharded(
+            ShardStore(run, TESTS_PART),
+            [(tid, payloads[tid]) for tid in payloads],
+            lambda pay: execute_task(
+                pay, by_id[pay["task_id"]].problem, config.gen_prefix, config.limits(), jobs
+            ),
+            progress=progress,
+            description="lens study: tests",
+        )
+    }
+    tables = study_tables(payloads, tests, config)
+    tables["skipped"] = pd.DataFrame(plan.skipped, columns=["task", "reason"])
+    tables["settings"] = settings_frame(lm, config)
+    for key, df in tables.items():
+        write_table(run, TABLES[key], df)
+    return StudyResult(payloads, tests, tables)
+
+
+def settings_frame(lm: LoadedModel, config: StudyConfig) -> pd.DataFrame:
+    """What was run, as one row (the report reads it; a demo run's config is the demo's)."""
+    values = config.model_dump()
+    values["variants"] = ",".join(config.variants)
+    return pd.DataFrame([{"model": lm.spec, **{k: str(v) for k, v in values.items()}}])
+
+
+def study_tables(
+    payloads: Mapping[str, dict], tests: Mapping[str, dict], config: StudyConfig
+) -> dict[str, pd.DataFrame]:
+    """Every table of the study from the two steps' payloads (no model)."""
+    outcomes = outcome_frame(payloads, tests)
+    groups, quadrants = quadrant_frames(outcomes, config.variants)
+    tables = {
+        "outcomes": outcomes,
+        "pass_rates": pass_rate_frame(outcomes, config.confidence),
+        "quadrants": quadrants,
+        "groups": groups,
+        "heads": head_frame(payloads, config.variants),
+        "tasks": task_frame(payloads, config.variants),
+        "mode_gap": mode_gap_frame(payloads, config.variants),
+    }
+    tables |= lens_frames(payloads, groups, config.variants, config.aggregate_options())
+    return tables

@@ -1,0 +1,177 @@
+"""The model work of a group of tasks: completions and the passes of every variant's lens.
+
+Per arm (assisted and each agentic variant) the teacher-forced prefix is run once; the
+canonical continuation is teacher-forced on top of that cache (hidden states and attention
+masses for the lens), the cache is cropped back to the generation prompt, and all arms of
+all tasks in the group decode together. The position-matched control needs the assisted
+prompt at shifted positions: one more pass per distinct shift (no pad tokens: explicit
+position ids give the same positions a left-padded, masked prefix would). Then each
+distinct pass is unembedded once and every pair's metrics follow
+(:func:`mechscope.lens.study.readout.shared_pair_readout`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from mechscope.engine import Engine
+from mechscope.lens.attention_mass import key_onehot
+from mechscope.lens.paired import ConditionPass, forward_condition
+from mechscope.lens.positions import ForwardInput, as_run, check_positions
+from mechscope.lens.prepare import TokenizedCondition
+from mechscope.lens.study.arms import ASSISTED, PreparedTask, common_prefix
+from mechscope.lens.study.cached_pass import (
+    can_share_cache,
+    crop,
+    extend,
+    prefill,
+    tail_pass,
+)
+from mechscope.lens.study.decode import Decoded, Row, decode_rows
+from mechscope.lens.tokens import semantic_mask
+
+MODES = ("as_run", "position_matched")
+STOP_STRINGS = ("```", "\nif __name__", "\nprint(", "\nassert ")
+
+
+@dataclass(frozen=True)
+class GenerationOptions:
+    """How completions are decoded (greedy unless ``temperature > 0``)."""
+
+    max_new_tokens: int = 384
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    stop_strings: tuple[str, ...] = STOP_STRINGS
+
+
+def row_seed(seed: int, task_id: str, arm: str) -> int:
+    """The sampling seed of one completion: fixed by the run seed, the task and the arm,
+    whatever else shares its batch."""
+    digest = hashlib.sha256(f"{seed}:{task_id}:{arm}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") % 2**62
+
+
+def shifted(cond: TokenizedCondition, shift: int) -> ForwardInput:
+    """The condition at positions ``shift .. shift + len - 1`` (no pad tokens needed)."""
+    ids = torch.tensor([cond.ids])  # [1, seq]
+    positions = torch.arange(shift, shift + cond.length)[None]  # [1, seq]
+    return ForwardInput(ids, None, positions, 0)
+
+
+def _arm_pass(
+    engine: Engine, task: PreparedTask, name: str, max_new: int
+) -> tuple[ConditionPass, Row]:
+    """Teacher-forced pass of one arm and its generation row, from one prompt cache."""
+    lm, arm = engine.lm, task.arms[name]
+    cond, gen, n = arm.condition, arm.gen_ids, task.reference.n_tokens
+    onehot = key_onehot(cond, 0)
+    budget = max(1, min(max_new, (lm.max_context or 10**9) - len(gen)))
+    if not can_share_cache(lm):
+        pas = forward_condition(engine, cond, as_run(cond), n, True)
+        return pas, Row(prefill(lm, gen[:-1]), gen[-1], budget)
+    tf = cond.ids[: cond.cont_start + n - 1]
+    k = min(common_prefix(gen, tf), len(gen) - 1, cond.cont_start - 1)
+    cache = prefill(lm, tf[:k])
+    pas = tail_pass(engine, cache, tf, q_start=cond.cont_start - 1, n_queries=n, onehot=onehot)
+    crop(cache, k)
+    extend(lm, cache, gen[k:-1])
+    return pas, Row(cache, gen[-1], budget)
+
+
+def _pair_inputs(
+    engine: Engine, task: PreparedTask, passes: dict[str, ConditionPass]
+) -> tuple[list[ConditionPass], list[tuple[str, str, int, int, dict[str, int]]]]:
+    """Distinct passes and, per (variant, mode), the indices of its agentic and assisted
+    pass and the position id of the first semantic continuation token in each.
+
+    Position matching moves the condition with the shorter prefix (normally assisted) to
+    the positions of the longer one; passes at the same shift are shared."""
+    prep = task.reference
+    semantic = semantic_mask(prep.cont_texts)
+    first = int(np.argmax(semantic)) if semantic.any() else 0
+    distinct = list(passes.values())
+    index = {name: i for i, name in enumerate(passes)}
+    assisted = task.arms[ASSISTED].condition
+    pairs = []
+    for v in task.variants:
+        agentic = task.arms[v].condition
+        at = {"agentic": agentic.cont_start + first, ASSISTED: assisted.cont_start + first}
+        pairs.append((v, "as_run", index[v], index[ASSISTED], dict(at)))
+        shift = agentic.cont_start - assisted.cont_start
+        moved, fixed = (ASSISTED, v) if shift >= 0 else (v, ASSISTED)
+        key = f"{moved}@{abs(shift)}"
+        if shift == 0:
+            key = moved
+        elif key not in index:
+            cond = task.arms[moved].condition
+            inp = shifted(cond, abs(shift))
+            check_positions(
+                task.task_id,
+                (moved, inp, cond),
+                (fixed, as_run(task.arms[fixed].condition), task.arms[fixed].condition),
+                first,
+            )
+            index[key] = len(distinct)
+            distinct.append(forward_condition(engine, cond, inp, prep.n_tokens, True))
+        role = "agentic" if moved == v else ASSISTED
+        at[role] += abs(shift)
+        ia, ib = (index[v], index[key]) if moved == ASSISTED else (index[key], index[ASSISTED])
+        pairs.append((v, "position_matched", ia, ib, at))
+    return distinct, pairs
+
+
+@dataclass
+class TaskWork:
+    """A task's model work, ready for the readout: distinct passes, pairs, completions."""
+
+    task: PreparedTask
+    passes: list[ConditionPass]
+    #: (variant, mode, index of the agentic pass, of the assisted pass, position ids)
+    pairs: list[tuple[str, str, int, int, dict[str, int]]]
+    decoded: dict[str, Decoded]
+    seconds: dict[str, float]
+
+
+def model_work(
+    engine: Engine, tasks: Sequence[PreparedTask], options: GenerationOptions
+) -> list[TaskWork]:
+    """Every forward pass and completion of ``tasks`` (the arms of all tasks decode as one
+    batch); the readout is left to :func:`mechscope.lens.study.payload.task_payload`."""
+    passes: list[dict[str, ConditionPass]] = []
+    rows: list[tuple[int, str, Row]] = []
+    seconds: list[dict[str, float]] = []
+    for t, task in enumerate(tasks):
+        start = time.perf_counter()
+        per: dict[str, ConditionPass] = {}
+        for name in task.arms:
+            per[name], row = _arm_pass(engine, task, name, options.max_new_tokens)
+            row.seed = row_seed(options.seed, task.task_id, name)
+            rows.append((t, name, row))
+        passes.append(per)
+        seconds.append({"teacher_forced": time.perf_counter() - start})
+    start = time.perf_counter()
+    decoded: list[dict[str, Decoded]] = [{} for _ in tasks]
+    out = decode_rows(
+        engine.lm,
+        [r for _, _, r in rows],
+        stop_strings=options.stop_strings,
+        temperature=options.temperature,
+        top_p=options.top_p,
+    )
+    share = (time.perf_counter() - start) / len(tasks)
+    for (t, name, _), d in zip(rows, out, strict=True):
+        decoded[t][name] = d
+    work = []
+    for t, task in enumerate(tasks):
+        start = time.perf_counter()
+        distinct, pairs = _pair_inputs(engine, task, passes[t])
+        seconds[t] |= {"decode": share, "position_matched": time.perf_counter() - start}
+        work.append(TaskWork(task, distinct, pairs, decoded[t], seconds[t]))
+    return work

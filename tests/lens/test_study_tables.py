@@ -1,0 +1,72 @@
+"""The study's own summaries against plain numpy, and the stratified bootstrap's fallback."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mechscope.lens.aggregate import AggregateOptions, ci_rows
+from mechscope.lens.results import METRICS, SampleDiff
+from mechscope.lens.study.tables import control_rows, tool_mass
+
+#: Means of float32 inputs computed in two orders.
+ATOL = 1e-6
+OPTS = AggregateOptions(n_resamples=200, seed=0)
+
+
+def _sample(rng, sid: str, group: str, with_tool: bool = True) -> SampleDiff:
+    n_layers, n_tokens = 3, 7
+    semantic = np.array([1, 0, 1, 1, 0, 1, 1], dtype=bool)
+    metrics = rng.normal(size=(len(METRICS), n_layers, n_tokens)).astype(np.float32)
+    metrics[:, :, ~semantic] = np.nan  # the study does not read whitespace tokens
+    segs = (["task", "tool_response"] if with_tool else ["task"]) + ["continuation", "rest"]
+    mass = rng.dirichlet(np.ones(len(segs)), size=(n_layers, 1, n_tokens)).astype(np.float32)
+    return SampleDiff(
+        sample_id=sid,
+        group=group,
+        contrast=("agentic", "assisted"),
+        continuation="x" * n_tokens,
+        tokens=["x"] * n_tokens,
+        offsets=np.stack([np.arange(n_tokens), np.arange(n_tokens) + 1], axis=1),
+        semantic=semantic,
+        classes=["identifier"] * n_tokens,
+        metrics=metrics,
+        attention={"agentic": mass, "assisted": mass[..., [0, -2, -1]]},
+        segments={"agentic": segs, "assisted": ["task", "continuation", "rest"]},
+    )
+
+
+def test_control_rows_are_means_of_per_task_summaries():
+    rng = np.random.default_rng(0)
+    samples = [_sample(rng, f"s{i}", "G00" if i % 2 else "G11") for i in range(6)]
+    table = control_rows(samples, OPTS, variant="tests", mode="as_run").set_index("quantity")
+    sem = samples[0].semantic
+    dnll = np.stack([s.metric("dnll")[:, sem].mean(axis=1) for s in samples])  # [n, L]
+    js = np.stack([s.metric("js")[:, sem].mean(axis=1) for s in samples])
+    mass = [s.attention["agentic"][:, 0, sem, 1].mean() for s in samples]
+    assert table.loc["dnll_mean", "mean"] == pytest.approx(dnll.mean(), abs=ATOL)
+    assert table.loc["dnll_final", "mean"] == pytest.approx(dnll[:, -1].mean(), abs=ATOL)
+    assert table.loc["js_mean", "mean"] == pytest.approx(js.mean(), abs=ATOL)
+    assert table.loc["tool_mass", "mean"] == pytest.approx(np.mean(mass), abs=ATOL)
+    for q in table.index:
+        assert table.loc[q, "low"] <= table.loc[q, "mean"] <= table.loc[q, "high"]
+    assert (table["variant"] == "tests").all() and (table["n"] == 6).all()
+
+
+def test_tool_mass_is_zero_without_a_tool_response():
+    rng = np.random.default_rng(1)
+    assert (tool_mass(_sample(rng, "e", "G00", with_tool=False)) == 0).all()
+    s = _sample(rng, "t", "G00")
+    expected = s.attention["agentic"][:, 0][:, s.semantic, 1].mean(axis=1)
+    np.testing.assert_allclose(tool_mass(s), expected, atol=ATOL)
+
+
+def test_singleton_strata_fall_back_to_a_plain_bootstrap():
+    """A few tasks, each in its own quadrant, cannot be resampled within quadrants."""
+    rng = np.random.default_rng(2)
+    values = rng.normal(size=(3, 4))
+    rows = ci_rows(values, OPTS, strata=["G00", "G01", "G11"])
+    plain = ci_rows(values, OPTS)
+    np.testing.assert_allclose(rows["mean"], values.mean(axis=0), atol=1e-12)
+    np.testing.assert_allclose(rows[["low", "high"]], plain[["low", "high"]], atol=1e-12)
+    assert (rows["low"] < rows["high"]).all()
