@@ -5,8 +5,9 @@ objective is rough along the diagonal of all gates (the loss can jump by several
 1/40 of the path), so joint IG would need hundreds of nodes for small completeness errors;
 the demo spends 32 (8 in quick) and lets the completeness table and its caution say so.
 Per-layer IG moves one layer at a time, is far smoother, and costs ``layers ×`` as many
-passes, so it gets 2 Gauss-Legendre nodes per layer (1 in quick), doubled only for the
-layers that miss completeness. Pruning then checks which ranking removes harmless heads.
+passes, so it gets 2 Gauss-Legendre nodes per layer, doubled only for the layers that miss
+completeness (quick: 1 node, no doubling). Pruning then checks which ranking removes
+harmless heads.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ QUICK = {
     "n_per_task": 1,
     "n_steps": 8,
     "per_layer_steps": 1,
-    "doublings": 1,
+    "doublings": 0,
     "tolerance": 0.25,
     "prune_points": 6,
     "shapley_top": 0,
