@@ -164,18 +164,7 @@ def mem_child(variant: str, batch: int, seq: int) -> dict[str, Any]:
         lm = _peer("eager")
         fn = _reduce_peer
     ids = _ids(lm, batch, seq)
-    fn(lm, ids[:, :16])
-    base = harness.rss_mb()
-    reset = harness.reset_peak_rss()
-    result = fn(lm, ids)
-    peak = harness.rss_mb("VmHWM")
-    del result
-    return {
-        "peak_mb": round(peak, 1),
-        "model_mb": round(base, 1),
-        "beyond_mb": round(peak - base, 1),
-        "hwm_reset": reset,
-    }
+    return harness.peak_of(lambda: fn(lm, ids), warmup=lambda: fn(lm, ids[:, :16]))
 
 
 # --- entry ---------------------------------------------------------------------------------
