@@ -9,8 +9,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-#: Columns that hold how long something took: they differ between any two runs.
-TIME_COLUMNS = ("seconds", "train_seconds", "cpu_seconds")
+
+def is_time_column(name: object) -> bool:
+    """Wall or CPU times (``seconds``, ``train_seconds``, ``seconds_decode`` ...): they differ
+    between any two runs, so results are compared without them."""
+    return "seconds" in str(name).split("_")
 
 
 def demo_command(out: Path, model: Path | str, parts: list[str] | tuple[str, ...] = ()) -> list:
@@ -38,7 +41,8 @@ def saved_results(run: Path) -> dict[str, object]:
         if "shards" in path.relative_to(run).parts:
             continue
         df = pd.read_parquet(path)
-        out[str(path.relative_to(run))] = df.drop(columns=[c for c in TIME_COLUMNS if c in df])
+        times = [c for c in df.columns if is_time_column(c)]
+        out[str(path.relative_to(run))] = df.drop(columns=times)
     for path in sorted(run.rglob("*.npz")):
         if "shards" in path.relative_to(run).parts:
             continue
