@@ -16,7 +16,8 @@ import torch
 
 from mechscope.engine import Engine, Read, ReduceAttention, Site
 from mechscope.lens.attention_mass import key_onehot, mass_reducer, segment_names
-from mechscope.lens.logit_lens import chunk_sizes, paired_layer_readout
+from mechscope.lens.divergence import Kernel
+from mechscope.lens.logit_lens import chunk_tokens, paired_layer_readout
 from mechscope.lens.positions import (
     ForwardInput,
     as_run,
@@ -30,11 +31,13 @@ from mechscope.lens.tokens import code_token_classes, semantic_mask
 
 @dataclass(frozen=True)
 class PairedOptions:
-    """How to run one sample: position matching, attention mass, tokens per unembedding."""
+    """How to run one sample: position matching, attention mass, tokens per unembedding,
+    and the divergence kernel (:mod:`mechscope.lens.divergence`)."""
 
     position_matched: bool = False
     attention: bool = True
     chunk_tokens: int | None = None
+    kernel: Kernel = "auto"
 
 
 @dataclass
@@ -91,11 +94,13 @@ def analyse_sample(
     pa = forward_condition(engine, ca, ia, n, options.attention)
     pb = forward_condition(engine, cb, ib, n, options.attention)
     targets = torch.tensor(prep.cont_ids)  # [T]
-    chunk, sub = chunk_sizes(lm.vocab_size, n, options.chunk_tokens)
+    chunk = chunk_tokens(lm.vocab_size, n, options.chunk_tokens)
     stats = torch.empty(5, lm.n_layers, n)  # [nll_a, nll_b, js, kl_ab, kl_ba] x L x T
     for layer in range(lm.n_layers):
         h = torch.stack([pa.hidden[layer], pb.hidden[layer]])  # [2, T, d_model]
-        stats[:, layer] = paired_layer_readout(engine, h, targets, chunk=chunk, sub=sub)
+        stats[:, layer] = paired_layer_readout(
+            engine, h, targets, chunk=chunk, kernel=options.kernel
+        )
     metrics = torch.stack([stats[0], stats[1], stats[0] - stats[1], stats[2], stats[3], stats[4]])
     attention, segments = {}, {}
     if options.attention:
