@@ -27,6 +27,7 @@ from mechscope.lens.positions import (
 from mechscope.lens.prepare import PreparedSample, TokenizedCondition
 from mechscope.lens.results import SampleDiff
 from mechscope.lens.tokens import code_token_classes, semantic_mask
+from mechscope.models.loaded import LoadedModel
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,15 @@ class ConditionPass:
 
     hidden: torch.Tensor  # [layers, T, d_model] at the prediction positions
     attention: np.ndarray | None  # [layers, heads, T, segments]
+
+
+def unembed_device(lm: LoadedModel) -> torch.device:
+    """Where the final norm and unembedding run (with accelerate's ``device_map`` the
+    layers may be spread over several devices; hidden states are gathered there)."""
+    for module in (lm.final_norm(), *lm.unembed_modules()):
+        for param in module.parameters():
+            return param.device
+    return lm.device
 
 
 def forward_condition(
@@ -68,7 +78,8 @@ def forward_condition(
             position_ids=inp.position_ids,
             logits=False,
         )
-        hidden = torch.stack([out.reads[s][0] for s in sites])  # [L, T, d_model]
+        device = unembed_device(lm)  # layers may sit on several devices (device_map)
+        hidden = torch.stack([out.reads[s][0].to(device) for s in sites])  # [L, T, d_model]
     mass = None
     if attention:
         mass = torch.stack([out.reductions[layer][0] for layer in range(lm.n_layers)]).numpy()
