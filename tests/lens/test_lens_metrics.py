@@ -193,3 +193,21 @@ def test_last_layer_lens_equals_model_logits(tiny, engine):
     out = engine.run(ids, [Read(Site("resid_post", tiny.n_layers - 1))])
     lens = engine.unembed(out.reads[Site("resid_post", tiny.n_layers - 1)])
     torch.testing.assert_close(lens, out.logits.float(), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kernel", ["eager", "fused"])
+def test_readout_does_not_depend_on_workers_or_chunks(tiny, engine, kernel):
+    """The readout's tasks write disjoint slices: any worker count gives identical numbers,
+    and other chunk sizes give the same numbers within fp32 rounding of the unembedding."""
+    from mechscope.lens.readout import readout_layers
+
+    gen = torch.Generator().manual_seed(6)
+    ha = torch.randn(tiny.n_layers, 11, tiny.d_model, generator=gen)  # [L, T, d_model]
+    hidden = (ha, ha + 2.0 * torch.randn(ha.shape, generator=gen))
+    targets = torch.randint(0, tiny.vocab_size, (11,), generator=gen)
+    one = readout_layers(engine, hidden, targets, chunk=3, kernel=kernel, workers=1)
+    three = readout_layers(engine, hidden, targets, chunk=3, kernel=kernel, workers=3)
+    torch.testing.assert_close(three, one, atol=0, rtol=0)
+    whole = readout_layers(engine, hidden, targets, chunk=11, kernel=kernel, workers=2)
+    torch.testing.assert_close(whole, one, atol=1e-5, rtol=1e-5)
+    assert float(one[2].max()) > 1e-3  # the conditions differ: JS is not trivially 0

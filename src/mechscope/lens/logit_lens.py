@@ -4,10 +4,10 @@ The paired analysis needs, for every layer and continuation token, the NLL of th
 token under two conditions plus JS and both KLs between the two next-token distributions.
 A dense ``[layers × tokens × vocab]`` tensor would need > 12 GB for a 2,048-token
 continuation on a 30-layer, 49k-vocabulary model, so the work is done one layer at a
-time, in token chunks: the unembedding runs on ``chunk`` tokens of both conditions at
-once (one matrix product large enough to run at full speed), and the divergences
-(:mod:`mechscope.lens.divergence`) on cache-sized blocks of its output. Everything after
-the unembedding is fp32 and in log space.
+time, in token chunks (:mod:`mechscope.lens.readout`): the unembedding runs on ``chunk``
+tokens of both conditions at once (one matrix product large enough to run at full
+speed), and the divergences (:mod:`mechscope.lens.divergence`) on cache-sized blocks of
+its output. Everything after the unembedding is fp32 and in log space.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from mechscope.engine import Engine
-from mechscope.lens.divergence import JS_MAX, LN2, STATS, Kernel, paired_stats
+from mechscope.lens.divergence import JS_MAX, LN2, STATS, paired_stats
 
 __all__ = [
     "JS_MAX",
@@ -23,7 +23,6 @@ __all__ = [
     "STATS",
     "chunk_tokens",
     "lens_logprobs",
-    "paired_layer_readout",
     "paired_stats",
 ]
 
@@ -40,26 +39,6 @@ def chunk_tokens(vocab: int, n_tokens: int, chunk: int | None = None) -> int:
     """Tokens per unembedding call: ``chunk`` if given, else sized by :data:`CHUNK_BYTES`."""
     size = chunk or max(MIN_CHUNK_TOKENS, CHUNK_BYTES // (2 * vocab * 4))
     return max(1, min(size, n_tokens))
-
-
-@torch.inference_mode()
-def paired_layer_readout(
-    engine: Engine,
-    h: torch.Tensor,  # [2, tokens, d_model]: condition A and B at the prediction positions
-    targets: torch.Tensor,  # [tokens]
-    *,
-    chunk: int,
-    kernel: Kernel = "auto",
-) -> torch.Tensor:
-    """:func:`paired_stats` for every token of one layer: ``[5, tokens]`` fp32 (CPU)."""
-    n = h.shape[1]
-    out = torch.empty(5, n, dtype=torch.float32)
-    for start in range(0, n, chunk):
-        stop = min(start + chunk, n)
-        z = engine.unembed(h[:, start:stop].transpose(0, 1))  # [c, 2, V] fp32
-        out[:, start:stop] = paired_stats(z, targets[start:stop], kernel=kernel).cpu()
-        del z
-    return out
 
 
 @torch.inference_mode()

@@ -4,7 +4,7 @@ Exactly one forward per condition: teacher forcing gives every position's predic
 once. Each forward reads ``resid_post`` of every layer at the prediction positions only
 (the prediction for continuation token ``t`` is read at ``cont_start + t - 1``), and, when
 attention mass is asked for, reduces each layer's attention to segment masses in the same
-pass. The per-layer readouts then run in chunks (see :mod:`mechscope.lens.logit_lens`).
+pass. The per-layer readouts then run in chunks (see :mod:`mechscope.lens.readout`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 from mechscope.engine import Engine, Read, ReduceAttention, Site
 from mechscope.lens.attention_mass import key_onehot, mass_reducer, segment_names
 from mechscope.lens.divergence import Kernel
-from mechscope.lens.logit_lens import chunk_tokens, paired_layer_readout
+from mechscope.lens.logit_lens import chunk_tokens
 from mechscope.lens.positions import (
     ForwardInput,
     as_run,
@@ -25,6 +25,7 @@ from mechscope.lens.positions import (
     position_matched,
 )
 from mechscope.lens.prepare import PreparedSample, TokenizedCondition
+from mechscope.lens.readout import readout_layers
 from mechscope.lens.results import SampleDiff
 from mechscope.lens.tokens import code_token_classes, semantic_mask
 from mechscope.models.loaded import LoadedModel
@@ -106,12 +107,9 @@ def analyse_sample(
     pb = forward_condition(engine, cb, ib, n, options.attention)
     targets = torch.tensor(prep.cont_ids)  # [T]
     chunk = chunk_tokens(lm.vocab_size, n, options.chunk_tokens)
-    stats = torch.empty(5, lm.n_layers, n)  # [nll_a, nll_b, js, kl_ab, kl_ba] x L x T
-    for layer in range(lm.n_layers):
-        h = torch.stack([pa.hidden[layer], pb.hidden[layer]])  # [2, T, d_model]
-        stats[:, layer] = paired_layer_readout(
-            engine, h, targets, chunk=chunk, kernel=options.kernel
-        )
+    stats = readout_layers(  # [nll_a, nll_b, js, kl_ab, kl_ba] x L x T
+        engine, (pa.hidden, pb.hidden), targets, chunk=chunk, kernel=options.kernel
+    )
     metrics = torch.stack([stats[0], stats[1], stats[0] - stats[1], stats[2], stats[3], stats[4]])
     attention, segments = {}, {}
     if options.attention:
