@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from mechscope.engine import Engine
-from mechscope.lens import paired_layer_readout
+from mechscope.lens.readout import readout_layers
 from mechscope.models import load_model
 
 TINY = "tiny:llama"
@@ -54,22 +54,18 @@ def test_logit_lens_check(tiny) -> None:
 def test_paired_lens_check(tiny) -> None:
     eng = Engine.of(tiny)
     gen = torch.Generator().manual_seed(1)
-    hidden = torch.randn(tiny.n_layers, 2, 20, tiny.d_model, generator=gen)  # [L, 2, T, d]
-    targets = torch.randint(0, tiny.vocab_size, (20,), generator=gen)
-    stats = torch.stack(
-        [
-            paired_layer_readout(eng, hidden[layer], targets, chunk=7, sub=3)
-            for layer in range(tiny.n_layers)
-        ],
-        dim=1,
-    )  # [5, L, T]
+    n = 60  # the check reads 48 tokens spread over the continuation
+    hidden = torch.randn(tiny.n_layers, 2, n, tiny.d_model, generator=gen)  # [L, 2, T, d]
+    targets = torch.randint(0, tiny.vocab_size, (n,), generator=gen)
+    stats = readout_layers(eng, (hidden[:, 0], hidden[:, 1]), targets, chunk=7, workers=1)
     metrics = torch.cat([stats[:2], stats[:1] - stats[1:2], stats[2:]]).numpy()  # [6, L, T]
-    layers = sorted({0, tiny.n_layers - 1})
-    reference = bench_lens.dense_reference(eng, hidden, targets, layers, chunk=8)
-    assert bench_lens.check_stats(metrics, reference, layers).ok
+    assert bench_lens.check_agreement(eng, hidden, targets, metrics)[0]
     bad = metrics.copy()
-    bad[3, layers[-1], 5] += 10 * bench_lens.STATS_ATOL  # JS of one token
-    assert not bench_lens.check_stats(bad, reference, layers).ok
+    bad[3, tiny.n_layers - 1, n - 1] += 1e-2  # JS of the last token, last layer
+    assert not bench_lens.check_agreement(eng, hidden, targets, bad)[0]
+    bad = metrics.copy()
+    bad[0, 0, 0] += 1e-2  # NLL under A of the first token, first layer
+    assert not bench_lens.check_agreement(eng, hidden, targets, bad)[0]
 
 
 def test_patching_rows_fail_on_a_perturbed_grid() -> None:

@@ -109,6 +109,39 @@ def test_group_difference_resamples_both_groups_together():
     assert set(per_group.group) == {"all", "G10", "G01"}
 
 
+def test_stratified_overall_curve_matches_scipy_bootstrap_within_groups():
+    """With groups, the 'all' band resamples each group within itself (sizes fixed): the
+    same as scipy.stats.bootstrap over one data sample per group, for the same resamples."""
+    groups = ["G10"] * 5 + ["G01"] * 7
+    samples = _samples(groups)
+    opts = AggregateOptions(n_resamples=300, seed=4)
+    table = metric_curves(samples, opts)
+    part = table[(table.metric == "kl_ab") & (table.group == "all")].sort_values("layer")
+    x = _plain_means(samples, "kl_ab")
+    g01, g10 = x[5:], x[:5]  # strata in sorted order, as drawn
+
+    def pooled(a, b, axis=-1):
+        return (a.sum(axis=axis) + b.sum(axis=axis)) / (a.shape[axis] + b.shape[axis])
+
+    ref = stats.bootstrap(
+        (g01, g10),
+        pooled,
+        n_resamples=300,
+        axis=0,
+        vectorized=True,
+        paired=False,
+        method="percentile",
+        rng=np.random.default_rng(4),
+    )
+    np.testing.assert_allclose(part["mean"], x.mean(0), atol=1e-6)
+    np.testing.assert_allclose(part["low"], ref.confidence_interval.low, atol=1e-6)
+    np.testing.assert_allclose(part["high"], ref.confidence_interval.high, atol=1e-6)
+    plain = stats.bootstrap(
+        (x,), np.mean, n_resamples=300, axis=0, method="percentile", rng=np.random.default_rng(4)
+    )
+    assert not np.allclose(part["low"], plain.confidence_interval.low)  # stratification shows
+
+
 def test_progress_bins_conserve_token_mass():
     (s,) = _samples([None])
     opts = AggregateOptions(n_bins=7)

@@ -59,7 +59,7 @@ def test_prepare_raises_one_line_naming_sample_and_field(tiny, kind):
     assert err.value.sample == "bad-one" and err.value.field == EXPECT[kind], msg
 
 
-@pytest.mark.parametrize("kind", ["span_outside", "too_long", "missing_condition"])
+@pytest.mark.parametrize("kind", sorted(EXPECT))
 def test_cli_fails_before_writing_anything(tmp_path, capsys, kind):
     path = tmp_path / "in.jsonl"
     good = sample_record("good-one")
@@ -83,3 +83,19 @@ def test_schema_errors_name_the_sample():
     with pytest.raises(InputError, match="sample 's7'") as err:
         parse_sample(rec, "line 1")
     assert "exactly one of" in str(err.value)
+
+
+def test_cli_contrast_naming_an_unknown_condition(tmp_path, capsys):
+    """``--contrast a-x`` where no sample has ``x``: the first sample is named."""
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(sample_record(f"s{i}")) + "\n" for i in range(2)))
+    out = tmp_path / "runs" / "r1"
+    with pytest.raises(SystemExit) as code:
+        run_app(
+            app,
+            ["diff", str(path), "--contrast", "a-x", "--out", str(out), "--model", "tiny:llama"],
+        )
+    assert code.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "sample 's0'" in err and "'x'" in err, err
+    assert not (tmp_path / "runs").exists()

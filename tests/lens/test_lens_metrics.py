@@ -27,50 +27,115 @@ def _plain(lpa: np.ndarray, lpb: np.ndarray, target: int) -> tuple[float, ...]:
     return -lpa[target], -lpb[target], js, rel_entr(p, q).sum(), rel_entr(q, p).sum()
 
 
-def test_paired_stats_equal_plain_loop_on_random_logits():
-    gen = torch.Generator().manual_seed(0)
-    z = torch.randn(23, 2, 300, generator=gen) * 3.0  # [rows, 2, V]
-    z[5, 1] = z[5, 0]  # identical rows: JS = KL = 0
-    targets = torch.randint(0, 300, (23,), generator=gen)
-    got = paired_stats(z, targets).numpy()  # [5, rows]
+#: One vocabulary size for every kernel test, so the fused kernel compiles once per session.
+V = 512
+KERNELS = ["eager", "fused"]
+
+
+def _logits(seed: int, rows: int, scale: float) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(rows, 2, V, generator=gen) * scale  # [rows, 2, V]
+
+
+def _fp64(z: torch.Tensor, targets: torch.Tensor) -> np.ndarray:
+    """``[5, rows]`` by the plain loop: one token at a time, full softmaxes, fp64."""
     lp = torch.log_softmax(z.double(), -1).numpy()
-    for r in range(23):
-        want = _plain(lp[r, 0], lp[r, 1], int(targets[r]))
-        np.testing.assert_allclose(got[:, r], want, atol=2e-6, rtol=1e-5)
+    return np.array([_plain(lp[r, 0], lp[r, 1], int(targets[r])) for r in range(z.shape[0])]).T
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_paired_stats_equal_plain_loop_on_random_logits(kernel):
+    z = _logits(0, 23, 3.0)
+    z[5, 1] = z[5, 0]  # identical rows: JS = KL = 0
+    targets = torch.randint(0, V, (23,), generator=torch.Generator().manual_seed(9))
+    got = paired_stats(z, targets, kernel=kernel).numpy()  # [5, rows]
+    np.testing.assert_allclose(got, _fp64(z, targets), atol=2e-6, rtol=1e-5)
     assert got[2, 5] == pytest.approx(0.0, abs=1e-6) and got[3, 5] == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize(
+    ("scale", "kind"), [(1.0, "random"), (30.0, "random"), (3.0, "close"), (20.0, "disjoint")]
+)
+def test_paired_stats_accuracy_across_regimes(kernel, scale, kind):
+    """Flat, peaked, nearly identical (JS ~ 1e-5) and nearly disjoint (JS ~ ln 2) pairs:
+    absolute error of JS <= 5e-7 and relative error of KL <= 1e-5 (+ 1e-6 absolute)."""
+    z = _logits(1, 12, scale)
+    if kind == "close":
+        z[:, 1] = z[:, 0] + 0.01 * torch.randn(12, V, generator=torch.Generator().manual_seed(2))
+    elif kind == "disjoint":
+        z[:, 1] = -z[:, 0]
+    targets = torch.arange(12) * 7
+    got, want = paired_stats(z, targets, kernel=kernel).numpy(), _fp64(z, targets)
+    np.testing.assert_allclose(got[2], want[2], atol=5e-7, rtol=0)
+    np.testing.assert_allclose(got[3:], want[3:], atol=1e-6, rtol=1e-5)
+    np.testing.assert_allclose(got[:2], want[:2], atol=2e-5, rtol=1e-6)  # |NLL| up to ~100
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_underflowing_mixture_terms_are_zero_not_nan(kernel):
+    """Where p + q underflows to 0 (both logits far below the maximum) the terms are 0."""
+    z = _logits(3, 6, 2.0)
+    z[:, :, :100] = -1e4  # p = q = 0 exactly in fp32 and fp64
+    z[2, 0, 100:200] = -200.0  # only p underflows here
+    targets = torch.full((6,), 300)
+    got = paired_stats(z, targets, kernel=kernel).numpy()
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, _fp64(z, targets), atol=2e-6, rtol=1e-5)
 
 
 def test_paired_stats_match_stats_divergences():
     """Same numbers as mechscope.stats' (unfused) divergences, in fp32."""
-    gen = torch.Generator().manual_seed(1)
-    z = torch.randn(9, 2, 500, generator=gen) * 5.0
-    got = paired_stats(z, torch.zeros(9, dtype=torch.long))
+    z = _logits(1, 9, 5.0)
+    got = paired_stats(z, torch.zeros(9, dtype=torch.long), kernel="eager")
     lp = torch.log_softmax(z, -1)
     torch.testing.assert_close(got[2], js_from_logp(lp[:, 0], lp[:, 1]), atol=2e-6, rtol=1e-5)
     torch.testing.assert_close(got[3], kl_from_logp(lp[:, 0], lp[:, 1]), atol=5e-6, rtol=1e-5)
     torch.testing.assert_close(got[4], kl_from_logp(lp[:, 1], lp[:, 0]), atol=5e-6, rtol=1e-5)
 
 
-def test_js_bounded():
-    gen = torch.Generator().manual_seed(2)
-    z = torch.randn(40, 2, 200, generator=gen) * 20.0  # near one-hot: JS close to ln 2
+def test_kernels_agree():
+    z, t = _logits(4, 30, 4.0), torch.arange(30)
+    eager, fused = paired_stats(z, t, kernel="eager"), paired_stats(z, t, kernel="fused")
+    torch.testing.assert_close(fused, eager, atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_js_bounded(kernel):
+    z = _logits(2, 40, 20.0)  # near one-hot: JS close to ln 2
     z[:, 1] = -z[:, 0]
-    js = paired_stats(z, torch.zeros(40, dtype=torch.long))[2]
+    js = paired_stats(z, torch.zeros(40, dtype=torch.long), kernel=kernel)[2]
     assert float(js.max()) <= LN2 and float(js.min()) >= 0.0
     assert float(js.max()) > 0.69  # the bound is approached, not trivially met
 
 
-def test_js_symmetric_and_kl_swap():
-    """Swapping the conditions keeps JS, swaps the KLs and the NLLs (fp32: atol 1e-6 for JS
-    of moderate distributions; the fused form's error grows like 1e-7 x KL)."""
-    gen = torch.Generator().manual_seed(3)
-    z = torch.randn(40, 2, 200, generator=gen) * 3.0
-    t = torch.randint(0, 200, (40,), generator=gen)
-    ab, ba = paired_stats(z, t), paired_stats(z.flip(1), t)
-    torch.testing.assert_close(ab[2], ba[2], atol=1e-6, rtol=0)  # JS(A‖B) = JS(B‖A)
-    torch.testing.assert_close(ab[3], ba[4], atol=1e-5, rtol=1e-6)  # KL(A‖B) = KL(B‖A) swapped
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_js_symmetric_and_kl_swap(kernel):
+    """Swapping the conditions gives bit-identical JS and exactly swapped KLs and NLLs:
+    both conditions' sums come from the same operation (symmetric by construction)."""
+    z = _logits(3, 40, 3.0)
+    t = torch.randint(0, V, (40,), generator=torch.Generator().manual_seed(3))
+    ab, ba = paired_stats(z, t, kernel=kernel), paired_stats(z.flip(1), t, kernel=kernel)
+    torch.testing.assert_close(ab[2], ba[2], atol=0, rtol=0)  # JS(A‖B) = JS(B‖A)
+    torch.testing.assert_close(ab[3], ba[4], atol=0, rtol=0)  # KL(A‖B) = KL(B‖A) swapped
     torch.testing.assert_close(ab[0], ba[1], atol=0, rtol=0)
     assert float((ab[3] - ab[4]).abs().max()) > 1e-2  # KL itself is not symmetric
+
+
+def test_failed_compilation_falls_back_to_eager(monkeypatch):
+    from mechscope.lens import divergence
+
+    def broken(z, targets):
+        raise RuntimeError("no compiler")
+
+    monkeypatch.setattr(divergence, "_compiled", broken)
+    monkeypatch.setattr(divergence, "_compile_failed", False)
+    z, t = _logits(5, 7, 3.0), torch.arange(7)
+    with pytest.warns(RuntimeWarning, match="could not be compiled"):
+        got = paired_stats(z, t, kernel="fused")
+    assert divergence._compile_failed
+    torch.testing.assert_close(got, paired_stats(z, t, kernel="eager"), atol=0, rtol=0)
+    assert divergence._auto_kernel(torch.zeros(1, 2, 10**4)) == "eager"
 
 
 @pytest.mark.parametrize("position_matched", [False, True])
@@ -128,3 +193,21 @@ def test_last_layer_lens_equals_model_logits(tiny, engine):
     out = engine.run(ids, [Read(Site("resid_post", tiny.n_layers - 1))])
     lens = engine.unembed(out.reads[Site("resid_post", tiny.n_layers - 1)])
     torch.testing.assert_close(lens, out.logits.float(), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kernel", ["eager", "fused"])
+def test_readout_does_not_depend_on_workers_or_chunks(tiny, engine, kernel):
+    """The readout's tasks write disjoint slices: any worker count gives identical numbers,
+    and other chunk sizes give the same numbers within fp32 rounding of the unembedding."""
+    from mechscope.lens.readout import readout_layers
+
+    gen = torch.Generator().manual_seed(6)
+    ha = torch.randn(tiny.n_layers, 11, tiny.d_model, generator=gen)  # [L, T, d_model]
+    hidden = (ha, ha + 2.0 * torch.randn(ha.shape, generator=gen))
+    targets = torch.randint(0, tiny.vocab_size, (11,), generator=gen)
+    one = readout_layers(engine, hidden, targets, chunk=3, kernel=kernel, workers=1)
+    three = readout_layers(engine, hidden, targets, chunk=3, kernel=kernel, workers=3)
+    torch.testing.assert_close(three, one, atol=0, rtol=0)
+    whole = readout_layers(engine, hidden, targets, chunk=11, kernel=kernel, workers=2)
+    torch.testing.assert_close(whole, one, atol=1e-5, rtol=1e-5)
+    assert float(one[2].max()) > 1e-3  # the conditions differ: JS is not trivially 0

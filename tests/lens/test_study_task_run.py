@@ -14,9 +14,9 @@ import torch
 from study_helpers import mini_problems
 
 from mechscope.lens.attention_mass import key_onehot
-from mechscope.lens.logit_lens import chunk_sizes, paired_layer_readout
 from mechscope.lens.paired import PairedOptions, analyse_sample, forward_condition
 from mechscope.lens.positions import as_run
+from mechscope.lens.readout import readout_layers
 from mechscope.lens.study.arms import ASSISTED, common_prefix, prepare_task
 from mechscope.lens.study.cached_pass import prefill, tail_pass
 from mechscope.lens.study.conditions import task_conditions
@@ -63,11 +63,9 @@ def test_shared_readout_equals_pairwise_readout(engine, tasks):
     hidden = [forward_condition(engine, c, as_run(c), n, False).hidden for c in conds]
     targets = torch.tensor(prep.cont_ids)
     got = shared_pair_readout(engine, hidden, [(0, 1), (1, 0)], targets, chunk_tokens=3)
-    chunk, sub = chunk_sizes(engine.lm.vocab_size, n)
+    refs = readout_layers(engine, (hidden[0], hidden[1]), targets, chunk=5, workers=1)
     for layer in range(engine.lm.n_layers):
-        ref = paired_layer_readout(
-            engine, torch.stack([hidden[0][layer], hidden[1][layer]]), targets, chunk=chunk, sub=sub
-        )  # [5, T]: nll_a, nll_b, js, kl_ab, kl_ba
+        ref = refs[:, layer]  # [5, T]: nll_a, nll_b, js, kl_ab, kl_ba
         np.testing.assert_allclose(got[0, [0, 1, 3, 4, 5], layer], ref, atol=1e-6)
         np.testing.assert_allclose(got[0, 2, layer], ref[0] - ref[1], atol=1e-6)
         np.testing.assert_allclose(got[1, 0, layer], ref[1], atol=1e-6)  # swapped pair

@@ -27,6 +27,7 @@ from mechscope.data.tokens import answer_token_ids, encode
 from mechscope.engine import Engine, Read, Site
 from mechscope.errors import InputError
 from mechscope.lens.logit_lens import lens_logprobs
+from mechscope.lens.paired import unembed_device
 from mechscope.models.loaded import LoadedModel
 
 Policy = Literal["first", "sum"]
@@ -192,10 +193,11 @@ def candidate_scores(
             out = engine.run(
                 torch.tensor([prep.prompt_ids]), [Read(s) for s in sites], logits=False
             )
-            h = torch.cat([out.reads[s][0] for s in sites])  # [L, d_model]
+            device = unembed_device(lm)  # layers may sit on several devices (device_map)
+            h = torch.cat([out.reads[s][0].to(device) for s in sites])  # [L, d_model]
             logp = lens_logprobs(engine, h)  # [L, V]
-        first = torch.tensor([w[0] for w in prep.words])
-        return logp[:, first].numpy().astype(np.float32)  # [L, K]
+        first = torch.tensor([w[0] for w in prep.words], device=logp.device)
+        return logp[:, first].cpu().numpy().astype(np.float32)  # [L, K]
     return _summed_scores(engine, prep)
 
 

@@ -30,6 +30,18 @@ def _pair(text: str | None, field: str) -> tuple[str, str] | None:
     return parts[0], parts[1]
 
 
+def _load(model: str, dtype: str | None, device: str | None, device_map: str | None):
+    """The model, with the placement options every lens command shares."""
+    from mechscope.models import load_model
+
+    return load_model(model, dtype=dtype, device=device, device_map=device_map)
+
+
+DTYPE_HELP = "Weights dtype: float32 (default), bfloat16 or float16; metrics stay fp32."
+DEVICE_HELP = "Device for the whole model (cpu, cuda, cuda:1 ...)."
+DEVICE_MAP_HELP = "accelerate device_map, e.g. 'auto' to spread a large model over GPUs."
+
+
 def _open_run(out: Path, config: BaseModel, model: str, lm: LoadedModel) -> RunDir:
     """Create (or resume) the run directory, after every input check has passed."""
     from mechscope.runs import RunDir, weights_fingerprint
@@ -67,11 +79,13 @@ def diff(
     chunk: int | None = typer.Option(None, "--chunk", help="Tokens per unembedding call."),
     resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples."),
     seed: int = typer.Option(0, "--seed"),
+    dtype: str | None = typer.Option(None, "--dtype", help=DTYPE_HELP),
+    device: str | None = typer.Option(None, "--device", help=DEVICE_HELP),
+    device_map: str | None = typer.Option(None, "--device-map", help=DEVICE_MAP_HELP),
 ) -> None:
     """Per layer × token ΔNLL, JS and KL between two prompt conditions (teacher-forced)."""
     from mechscope.lens.diff_run import DiffConfig, parse_contrast, prepare_all, run_diff
     from mechscope.lens.samples import load_samples
-    from mechscope.models import load_model
     from mechscope.report import build_report
 
     samples = load_samples(input)
@@ -87,7 +101,7 @@ def diff(
         n_resamples=resamples,
         seed=seed,
     )
-    lm = load_model(model)
+    lm = _load(model, dtype, device, device_map)
     prepared = prepare_all(lm, samples, config)  # every check before anything is written
     run = _open_run(out, config, model, lm)
     with run.timed("lens_diff"):
@@ -109,11 +123,13 @@ def candidates(
     all_samples: bool = typer.Option(False, "--all", help="Also samples whose labels agree."),
     resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples."),
     seed: int = typer.Option(0, "--seed"),
+    dtype: str | None = typer.Option(None, "--dtype", help=DTYPE_HELP),
+    device: str | None = typer.Option(None, "--device", help=DEVICE_HELP),
+    device_map: str | None = typer.Option(None, "--device-map", help=DEVICE_MAP_HELP),
 ) -> None:
     """Candidate-restricted logit lens: win-rates and margins per layer."""
     from mechscope.lens.candidates import load_candidate_samples
     from mechscope.lens.candidates_run import CandidatesConfig, run_candidates, select_and_prepare
-    from mechscope.models import load_model
     from mechscope.report import build_report
 
     if policy not in ("first", "sum"):
@@ -128,7 +144,7 @@ def candidates(
         n_resamples=resamples,
         seed=seed,
     )
-    lm = load_model(model)
+    lm = _load(model, dtype, device, device_map)
     select_and_prepare(lm, samples, config)  # every check before anything is written
     run = _open_run(out, config, model, lm)
     with run.timed("lens_candidates"):

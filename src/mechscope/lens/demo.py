@@ -4,16 +4,25 @@ Paired analysis: HumanEval tasks (20; 4 with ``quick``), condition ``agentic`` (
 ``read_file`` call and its result: the task's unit tests) against ``assisted`` (the task
 alone), teacher-forcing the canonical solution. The tool call is written as text and its
 result comes back in a user turn, because small chat models' templates have no tool role.
+Two adjustments to the builder's records: the task text inside the user turn is a named
+segment ``spec`` in both conditions (so attention mass separates the task from the chat
+template, the instructions and the tool response), and the newline that ends the
+signature + docstring moves from the unscored prefix to the start of the continuation:
+left at the end of the prefix, SmolLM2's tokenizer would have merged it with the solution's
+indentation into one token (``"\n   "``), so teacher forcing would score a tokenisation the
+model never produces (all 164 tasks; with the move, none).
 Candidate readout: the emotion conflict set (content says one emotion, the stated tone
 another), conflict subset, first-token policy.
 """
 
 from __future__ import annotations
 
+import copy
 import warnings
+from typing import Any
 
 from mechscope.data.conflict import load_conflict_samples
-from mechscope.data.humaneval import build_humaneval_samples
+from mechscope.data.humaneval import CODE_OPEN, build_humaneval_samples
 from mechscope.lens.candidates import CandidateSample
 from mechscope.lens.candidates_run import CandidatesConfig, run_candidates
 from mechscope.lens.diff_run import DiffConfig, run_diff
@@ -25,10 +34,31 @@ N_TASKS, N_TASKS_QUICK = 20, 4
 
 
 def humaneval_samples(n: int) -> list[LensSample]:
-    """The first ``n`` HumanEval tasks as paired lens samples."""
+    """The first ``n`` HumanEval tasks as paired lens samples (see the module docstring)."""
     return [
-        LensSample.model_validate(r) for r in build_humaneval_samples(tool_role="user", limit=n)
+        LensSample.model_validate(demo_record(r))
+        for r in build_humaneval_samples(tool_role="user", limit=n)
     ]
+
+
+def demo_record(record: dict[str, Any]) -> dict[str, Any]:
+    """A builder record with a ``spec`` segment in both conditions and the prefix's final
+    newline moved to the continuation."""
+    rec = copy.deepcopy(record)
+    spec = rec["continuation_prefix"].removeprefix(CODE_OPEN)  # the task: signature + docstring
+    for cond in rec["conditions"].values():
+        (index, message), *_ = (
+            (i, m) for i, m in enumerate(cond["messages"]) if spec in m["content"]
+        )
+        at = message["content"].index(spec)
+        cond.setdefault("segments", {})["spec"] = {
+            "message_index": index,
+            "char_span": [at, at + len(spec)],
+        }
+    if rec["continuation_prefix"].endswith("\n"):
+        rec["continuation_prefix"] = rec["continuation_prefix"][:-1]
+        rec["continuation"] = "\n" + rec["continuation"]
+    return rec
 
 
 def conflict_samples() -> list[CandidateSample]:

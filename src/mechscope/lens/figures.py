@@ -21,9 +21,18 @@ LABELS = {
 }
 
 
-def _axis_labels(texts: list[str], every: int) -> list[str]:
-    """Unique column labels: the index, with the token text on every ``every``-th column."""
-    return [f"{i} {t.strip()[:12]!r}" if i % every == 0 else str(i) for i, t in enumerate(texts)]
+def _axis_labels(texts: list[str]) -> list[str]:
+    """Unique column labels: the token's index and its text (whitespace shown as ``⏎``/``·``).
+
+    Every column carries its text; the renderers thin the ticks (the static one to at most
+    40), so whichever ticks are drawn show a token, not a bare index."""
+    return [f"{i} {_shown(t)}" for i, t in enumerate(texts)]
+
+
+def _shown(text: str) -> str:
+    """A token's text for an axis label: at most 12 characters, whitespace made visible."""
+    t = text.strip() or text.replace("\n", "⏎").replace(" ", "·")
+    return t[:12]
 
 
 def sample_heatmap(tokens: pd.DataFrame, sample: str, metric: str, contrast: str) -> Figure:
@@ -36,12 +45,11 @@ def sample_heatmap(tokens: pd.DataFrame, sample: str, metric: str, contrast: str
         .astype(str)
         .tolist()
     )
-    every = max(1, len(texts) // 12)
     hover = [[f"token {j}: {t!r}" for j, t in enumerate(texts)] for _ in range(z.shape[0])]
     diverging = metric == "dnll"
     return heatmap(
         z.to_numpy()[::-1],
-        _axis_labels(texts, every),
+        _axis_labels(texts),
         [str(v) for v in z.index[::-1]],
         f"{LABELS[metric]} per layer and continuation token — sample {sample} ({contrast})",
         diverging=diverging,

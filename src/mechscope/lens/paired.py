@@ -4,7 +4,7 @@ Exactly one forward per condition: teacher forcing gives every position's predic
 once. Each forward reads ``resid_post`` of every layer at the prediction positions only
 (the prediction for continuation token ``t`` is read at ``cont_start + t - 1``), and, when
 attention mass is asked for, reduces each layer's attention to segment masses in the same
-pass. The per-layer readouts then run in chunks (see :mod:`mechscope.lens.logit_lens`).
+pass. The per-layer readouts then run in chunks (see :mod:`mechscope.lens.readout`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import torch
 
 from mechscope.engine import Engine, Read, ReduceAttention, Site
 from mechscope.lens.attention_mass import key_onehot, mass_reducer, segment_names
-from mechscope.lens.logit_lens import chunk_sizes, paired_layer_readout
+from mechscope.lens.divergence import Kernel
+from mechscope.lens.logit_lens import chunk_tokens
 from mechscope.lens.positions import (
     ForwardInput,
     as_run,
@@ -24,17 +25,21 @@ from mechscope.lens.positions import (
     position_matched,
 )
 from mechscope.lens.prepare import PreparedSample, TokenizedCondition
+from mechscope.lens.readout import readout_layers
 from mechscope.lens.results import SampleDiff
 from mechscope.lens.tokens import code_token_classes, semantic_mask
+from mechscope.models.loaded import LoadedModel
 
 
 @dataclass(frozen=True)
 class PairedOptions:
-    """How to run one sample: position matching, attention mass, tokens per unembedding."""
+    """How to run one sample: position matching, attention mass, tokens per unembedding,
+    and the divergence kernel (:mod:`mechscope.lens.divergence`)."""
 
     position_matched: bool = False
     attention: bool = True
     chunk_tokens: int | None = None
+    kernel: Kernel = "auto"
 
 
 @dataclass
@@ -43,6 +48,15 @@ class ConditionPass:
 
     hidden: torch.Tensor  # [layers, T, d_model] at the prediction positions
     attention: np.ndarray | None  # [layers, heads, T, segments]
+
+
+def unembed_device(lm: LoadedModel) -> torch.device:
+    """Where the final norm and unembedding run (with accelerate's ``device_map`` the
+    layers may be spread over several devices; hidden states are gathered there)."""
+    for module in (lm.final_norm(), *lm.unembed_modules()):
+        for param in module.parameters():
+            return param.device
+    return lm.device
 
 
 def forward_condition(
@@ -65,7 +79,8 @@ def forward_condition(
             position_ids=inp.position_ids,
             logits=False,
         )
-        hidden = torch.stack([out.reads[s][0] for s in sites])  # [L, T, d_model]
+        device = unembed_device(lm)  # layers may sit on several devices (device_map)
+        hidden = torch.stack([out.reads[s][0].to(device) for s in sites])  # [L, T, d_model]
     mass = None
     if attention:
         mass = torch.stack([out.reductions[layer][0] for layer in range(lm.n_layers)]).numpy()
@@ -91,11 +106,10 @@ def analyse_sample(
     pa = forward_condition(engine, ca, ia, n, options.attention)
     pb = forward_condition(engine, cb, ib, n, options.attention)
     targets = torch.tensor(prep.cont_ids)  # [T]
-    chunk, sub = chunk_sizes(lm.vocab_size, n, options.chunk_tokens)
-    stats = torch.empty(5, lm.n_layers, n)  # [nll_a, nll_b, js, kl_ab, kl_ba] x L x T
-    for layer in range(lm.n_layers):
-        h = torch.stack([pa.hidden[layer], pb.hidden[layer]])  # [2, T, d_model]
-        stats[:, layer] = paired_layer_readout(engine, h, targets, chunk=chunk, sub=sub)
+    chunk = chunk_tokens(lm.vocab_size, n, options.chunk_tokens)
+    stats = readout_layers(  # [nll_a, nll_b, js, kl_ab, kl_ba] x L x T
+        engine, (pa.hidden, pb.hidden), targets, chunk=chunk, kernel=options.kernel
+    )
     metrics = torch.stack([stats[0], stats[1], stats[0] - stats[1], stats[2], stats[3], stats[4]])
     attention, segments = {}, {}
     if options.attention:

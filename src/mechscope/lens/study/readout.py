@@ -5,7 +5,7 @@ handful of distinct forwards: one assisted pass serves every as-run pair, each a
 serves its as-run and its position-matched pair. Unembedding is the expensive part of the
 readout (``tokens × d_model × vocab`` per layer and pass), so each distinct pass is
 unembedded once per layer and token chunk, and every pair's NLLs, JS and KLs come from
-those logits through :func:`mechscope.lens.logit_lens.paired_stats` — the same arithmetic
+those logits through :func:`mechscope.lens.divergence.paired_stats` — the same arithmetic
 as the paired analysis, so the numbers are the same.
 """
 
@@ -16,7 +16,8 @@ from collections.abc import Sequence
 import torch
 
 from mechscope.engine import Engine
-from mechscope.lens.logit_lens import CHUNK_BYTES, chunk_sizes, paired_stats
+from mechscope.lens.divergence import paired_stats
+from mechscope.lens.logit_lens import CHUNK_BYTES, MIN_CHUNK_TOKENS
 
 
 @torch.inference_mode()
@@ -33,8 +34,7 @@ def shared_pair_readout(
     lm = engine.lm
     n_layers, n = int(hidden[0].shape[0]), int(hidden[0].shape[1])
     used = sorted({i for pair in pairs for i in pair})
-    _, sub = chunk_sizes(lm.vocab_size, n, chunk_tokens)
-    chunk = chunk_tokens or max(sub, CHUNK_BYTES // (len(used) * lm.vocab_size * 4))
+    chunk = chunk_tokens or max(MIN_CHUNK_TOKENS, CHUNK_BYTES // (len(used) * lm.vocab_size * 4))
     chunk = max(1, min(chunk, n))
     stats = torch.empty(len(pairs), 5, n_layers, n, dtype=torch.float32)
     for layer in range(n_layers):
@@ -43,11 +43,7 @@ def shared_pair_readout(
             z = {i: engine.unembed(hidden[i][layer, start:stop]) for i in used}  # [c, V] fp32
             for p, (a, b) in enumerate(pairs):
                 both = torch.stack([z[a], z[b]], dim=1)  # [c, 2, V]
-                for s in range(0, stop - start, sub):
-                    e = min(s + sub, stop - start)
-                    stats[p, :, layer, start + s : start + e] = paired_stats(
-                        both[s:e], targets[start + s : start + e]
-                    )
+                stats[p, :, layer, start:stop] = paired_stats(both, targets[start:stop])
                 del both
             del z
     nll_a, nll_b = stats[:, 0], stats[:, 1]

@@ -1,0 +1,80 @@
+"""The per-layer readout of the paired analysis: unembedding + divergences over all layers.
+
+The work is ``layers × ⌈tokens / chunk⌉`` independent tasks (unembed one chunk of one layer
+for both conditions, then :func:`~mechscope.lens.divergence.paired_stats`). On CPU they run
+on a pool of single-threaded workers rather than one task at a time with every thread
+inside each operation: the divergence kernel works on cache-sized blocks, each a short
+parallel region, and threads that wait at the end of every such region (for the slowest
+of them, or for a core another process holds) cost more than the work; whole tasks on
+separate cores never wait for each other. Each task writes its own slice of the output,
+so the result does not depend on the order in which tasks finish.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from mechscope.engine import Engine
+from mechscope.lens.divergence import Kernel, paired_stats
+
+#: Most workers of the CPU pool (each holds one chunk of logits and its own block temps).
+MAX_WORKERS = 8
+
+
+def readout_workers(device: torch.device | str, threads: int | None = None) -> int:
+    """Workers for the readout: the intra-op thread count on CPU (at most
+    :data:`MAX_WORKERS`; ``MECHSCOPE_LENS_WORKERS`` overrides), 1 elsewhere."""
+    if torch.device(device).type != "cpu":
+        return 1
+    wanted = os.environ.get("MECHSCOPE_LENS_WORKERS")
+    n = int(wanted) if wanted else min(threads or torch.get_num_threads(), MAX_WORKERS)
+    return max(1, n)
+
+
+def readout_layers(
+    engine: Engine,
+    hidden: tuple[torch.Tensor, torch.Tensor],  # A and B: [layers, T, d_model] each
+    targets: torch.Tensor,  # [T]
+    *,
+    chunk: int,
+    kernel: Kernel = "auto",
+    workers: int | None = None,
+) -> torch.Tensor:
+    """``[5, layers, T]`` fp32 (CPU): NLL under A and B, JS, KL(A‖B), KL(B‖A)."""
+    ha, hb = hidden
+    n_layers, n = ha.shape[:2]
+    out = torch.empty(5, n_layers, n, dtype=torch.float32)
+    tasks = [(layer, s) for layer in range(n_layers) for s in range(0, n, chunk)]
+
+    def run(task: tuple[int, int]) -> None:
+        layer, s = task
+        e = min(s + chunk, n)
+        with torch.inference_mode():
+            h = torch.stack([ha[layer, s:e], hb[layer, s:e]], dim=1)  # [c, 2, d_model]
+            z = engine.unembed(h)  # [c, 2, V] fp32
+            out[:, layer, s:e] = paired_stats(z, targets[s:e], kernel=kernel).cpu()
+
+    n_workers = workers or readout_workers(ha.device)
+    run(tasks[0])  # in this thread first: a compiled kernel is built here, not in a worker
+    if n_workers <= 1 or len(tasks) == 1:
+        for task in tasks[1:]:
+            run(task)
+        return out
+    threads = torch.get_num_threads()
+    per_worker = max(1, threads // n_workers)
+
+    def in_worker(task: tuple[int, int]) -> None:
+        torch.set_num_threads(per_worker)  # this thread's OpenMP and MKL settings
+        run(task)
+
+    torch.set_num_threads(per_worker)
+    try:
+        with ThreadPoolExecutor(n_workers, thread_name_prefix="lens-readout") as pool:
+            for _ in pool.map(in_worker, tasks[1:]):
+                pass
+    finally:
+        torch.set_num_threads(threads)
+    return out
