@@ -16,7 +16,7 @@ import torch
 import yaml
 
 from mechscope.distill.config import TrainSpec
-from mechscope.distill.trainer import autocast_dtype, batch_indices, lr_multiplier
+from mechscope.distill.trainer import autocast_dtype, batch_indices, can_fuse, lr_multiplier
 from mechscope.distill.trial import Trial, run_trial
 from mechscope.runs import read_table
 
@@ -140,3 +140,13 @@ def test_sigkilled_study_resumes_from_checkpoint(tiny_raw, tmp_path):
     log_b = read_table(tmp_path / "b" / "tiny" / "trials" / name, "train_log")
     assert list(log_a["step"]) == list(range(1, 151))
     np.testing.assert_allclose(log_a["loss"].to_numpy(), log_b["loss"].to_numpy(), atol=1e-5)
+
+
+def test_fused_adamw_only_where_it_applies():
+    w = torch.nn.Parameter(torch.zeros(3))
+    assert can_fuse([w, torch.nn.Parameter(torch.zeros(2, 2))])
+    assert not can_fuse([])
+    assert not can_fuse(
+        [torch.nn.Parameter(torch.zeros(2, dtype=torch.int64), requires_grad=False)]
+    )
+    assert not can_fuse([w, torch.nn.Parameter(torch.zeros(2, device="meta"))])
