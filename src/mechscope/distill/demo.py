@@ -4,8 +4,9 @@ Both modes take the shipped ``cpu_study`` config (two students, IOI and factual 
 four methods) with the demo's model as teacher and one seed, run on two worker processes:
 
 - full: the study's own data sizes and steps (one of its three seeds);
-- ``--quick``: the same grid on small data with a few steps, a smoke test that fits in a
-  few minutes on 2 CPU cores (its students do not have time to learn anything).
+- ``--quick``: IOI only (both students, the four methods) on small data with a few steps:
+  a smoke test of the whole pipeline that fits in well under a minute on 2 CPU cores (its
+  students do not have time to learn anything).
 
 A model the study is not sized for (a teacher no wider than the narrow student, a tiny
 test model) keeps only the layer-subset student and IOI.
@@ -22,22 +23,22 @@ from mechscope.distill.tasks import default_facts_path
 from mechscope.models import LoadedModel
 from mechscope.runs import RunDir, atomic_write_text
 
-QUICK_STEPS = 8
+QUICK_STEPS = 4
+QUICK_SIZES = {"n_train": 16, "n_test": 16, "n_ood": 8}  # pairs kept per task (at most)
 
 
 def quick_overrides(cfg: StudyConfig) -> dict[str, Any]:
-    """1 seed, a few steps, small task sizes: a smoke-scale version of any study."""
+    """1 seed, a few steps, small task sizes: a smoke-scale version of any study.
+
+    The student is checkpointed once, at the end of training: a student's checkpoint with
+    its optimizer state is a few hundred MB, as long to write as a few steps.
+    """
     tasks = [
-        {
-            **t.model_dump(),
-            "n_train": min(t.n_train, 32),
-            "n_test": min(t.n_test, 24),
-            "n_ood": min(t.n_ood, 12),
-        }
+        {**t.model_dump(), **{k: min(getattr(t, k), n) for k, n in QUICK_SIZES.items()}}
         for t in cfg.tasks
     ]
     steps = min(cfg.train.steps, QUICK_STEPS)
-    train = {**cfg.train.model_dump(), "steps": steps, "checkpoint_every": max(1, steps // 2)}
+    train = {**cfg.train.model_dump(), "steps": steps, "checkpoint_every": steps}
     students = [
         {**s.model_dump(), "steps": min(s.steps, steps) if s.steps else None} for s in cfg.students
     ]
@@ -57,7 +58,7 @@ def demo_config(lm: LoadedModel, quick: bool) -> StudyConfig:
         executor="local",
     )
     real = not lm.spec.startswith("tiny:") and lm.n_layers >= 10
-    if not real or default_facts_path() is None:
+    if quick or not real or default_facts_path() is None:
         raw["tasks"] = [t for t in raw["tasks"] if t["name"] == "ioi"]
     students = []
     for s in raw["students"]:
