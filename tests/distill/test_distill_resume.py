@@ -4,13 +4,19 @@ trial ends; the trainer's schedule and batches are pure functions of (seed, step
 from __future__ import annotations
 
 import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from mechscope.distill.config import TrainSpec
-from mechscope.distill.trainer import autocast_dtype, batch_indices, lr_multiplier
+from mechscope.distill.trainer import autocast_dtype, batch_indices, can_fuse, lr_multiplier
 from mechscope.distill.trial import Trial, run_trial
 from mechscope.runs import read_table
 
@@ -83,3 +89,64 @@ def test_batches_deterministic_and_precision_on_cpu():
     assert autocast_dtype("fp32", torch.device("cuda")) is None
     assert autocast_dtype("fp16", torch.device("cuda")) == torch.float16
     assert TrainSpec().precision == "auto"
+
+
+def _cli(args: list[str]) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MECHSCOPE_PROGRESS": "0"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "mechscope.cli", "distill", "run", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+@pytest.mark.slow
+def test_sigkilled_study_resumes_from_checkpoint(tiny_raw, tmp_path):
+    """A real kill (SIGKILL, no cleanup) of ``mechscope distill run`` mid-training: the
+    rerun continues from the last checkpoint and ends with a fresh run's numbers."""
+    raw = tiny_raw(
+        methods=["rcid"],
+        students=[tiny_raw()["students"][1]],
+        train={"steps": 150, "batch_size": 4, "checkpoint_every": 5},
+    )
+    config = tmp_path / "study.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    name = "nar-ioi-rcid-s0"
+    ckpt = tmp_path / "a" / "tiny" / "trials" / name / "checkpoints" / "last.pt"
+    proc = _cli([str(config), "--root", str(tmp_path / "a")])
+    deadline = time.monotonic() + 120
+    while not ckpt.is_file():
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.monotonic() < deadline, "no checkpoint written in 120 s"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    step = int(torch.load(ckpt, weights_only=True)["step"])
+    assert 5 <= step < 150
+    trial = tmp_path / "a" / "tiny" / "trials" / name
+    assert not (trial / "tables" / "metrics.parquet").exists()
+
+    for root in ("a", "b"):  # resume the killed study; run an uninterrupted one
+        proc = _cli([str(config), "--root", str(tmp_path / root)])
+        assert proc.wait(timeout=300) == 0, proc.stderr.read().decode()
+    resumed = read_table(trial, "metrics")
+    fresh = read_table(tmp_path / "b" / "tiny" / "trials" / name, "metrics")
+    assert int(resumed["resumed_from"].iloc[0]) >= step  # later checkpoints may exist
+    assert int(fresh["resumed_from"].iloc[0]) == 0
+    for col in ("accuracy", "consistency", "perplexity"):
+        np.testing.assert_allclose(resumed[col].to_numpy(), fresh[col].to_numpy(), atol=1e-5)
+    log_a = read_table(trial, "train_log")
+    log_b = read_table(tmp_path / "b" / "tiny" / "trials" / name, "train_log")
+    assert list(log_a["step"]) == list(range(1, 151))
+    np.testing.assert_allclose(log_a["loss"].to_numpy(), log_b["loss"].to_numpy(), atol=1e-5)
+
+
+def test_fused_adamw_only_where_it_applies():
+    w = torch.nn.Parameter(torch.zeros(3))
+    assert can_fuse([w, torch.nn.Parameter(torch.zeros(2, 2))])
+    assert not can_fuse([])
+    assert not can_fuse(
+        [torch.nn.Parameter(torch.zeros(2, dtype=torch.int64), requires_grad=False)]
+    )
+    assert not can_fuse([w, torch.nn.Parameter(torch.zeros(2, device="meta"))])

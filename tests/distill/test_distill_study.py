@@ -158,3 +158,36 @@ def test_summary_orders_methods_as_in_the_note():
         }
     )
     assert list(summary_table(df).method) == ["standard_kd", "fitnets", "rcid"]
+
+
+def test_method_bars_show_mean_and_std_over_seeds():
+    from mechscope.distill.summarize import method_bars
+
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame(
+        [
+            {
+                "student": s,
+                "task": t,
+                "method": m,
+                "seed": seed,
+                "accuracy": rng.uniform(),
+                "consistency": rng.uniform(-1, 1),
+                "perplexity": 3.0,
+                "ood_degradation": 0.0,
+            }
+            for s in ("a", "b")
+            for t in ("ioi", "facts")
+            for m in ("rcid", "standard_kd")
+            for seed in range(3)
+        ]
+    )
+    fig = method_bars(summary_table(df), "accuracy", "t", "y")
+    spec = fig.spec
+    assert [x.name for x in spec.series] == ["standard_kd", "rcid"]  # the note's order
+    for series in spec.series:
+        for cat, mean, low in zip(spec.categories, series.mean, series.low, strict=True):
+            student, task = cat.split(" · ")
+            sel = df[(df.student == student) & (df.task == task) & (df.method == series.name)]
+            np.testing.assert_allclose(mean, sel.accuracy.mean(), atol=1e-12)
+            np.testing.assert_allclose(mean - low, sel.accuracy.std(ddof=1), atol=1e-12)

@@ -19,8 +19,6 @@ app = typer.Typer(
 )
 console = Console()
 
-QUICK = {"seeds": None, "train.steps": 6, "train.checkpoint_every": 3}
-
 
 @contextlib.contextmanager
 def _one_line_errors() -> Iterator[None]:

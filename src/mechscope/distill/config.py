@@ -62,6 +62,7 @@ class StudentSpec(_Strict):
     model: str | None = None
     freeze_embeddings: bool | None = None  # default: True for layer_subset, else False
     lr: float | None = Field(None, gt=0)  # overrides train.lr for this student
+    steps: int | None = Field(None, ge=1)  # overrides train.steps for this student
     dtype: str | None = None
 
 
@@ -120,6 +121,7 @@ class StudyConfig(_Strict):
     train: TrainSpec = TrainSpec()
     eval: EvalSpec = EvalSpec()
     executor: Literal["auto", "local", "ray"] = "auto"
+    workers: int = Field(1, ge=1)  # local executor: trials run in this many processes
     teacher_only: bool = False  # only the teacher's side (checkpoints, purity): no training
 
     @field_validator("methods")

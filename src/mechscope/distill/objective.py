@@ -1,7 +1,7 @@
 """The training objective of one trial: student forward passes plus the method's loss.
 
-Per batch of training pairs the student runs once on the clean and once on the corrupt
-prompts (reading the residual layers the method needs, with the autograd graph kept), and
+Per batch of training pairs the student runs once on the clean and corrupt prompts stacked
+into one batch (reading the residual layers the method needs, with the autograd graph kept), and
 the loss is ``lambda_kl * KD + lambda_method * L_method`` against the teacher's cached
 targets (:class:`~mechscope.distill.teacher_cache.TeacherTask`). Trainable parameters of
 the loss (FitNets projections) live in this module; frozen ``W*`` maps are buffers.
@@ -14,7 +14,7 @@ from torch import nn
 
 from mechscope.distill.config import METHODS, LossSpec
 from mechscope.distill.losses import FitNetsLoss, InformedFitNetsLoss, RCIDLoss, kd_loss
-from mechscope.distill.passes import answer_logits, gather_rows, read_resid
+from mechscope.distill.passes import answer_logits, gather_rows, read_both
 from mechscope.distill.teacher_cache import TeacherTask
 from mechscope.engine import Engine
 from mechscope.errors import InputError
@@ -78,8 +78,7 @@ class Objective(nn.Module):
         eng, t = self.engine, self.teacher
         b = t.train.subset(idx)
         device = self.student.device
-        hc = read_resid(eng, b.clean, b.clean_mask, self.clean_layers(), grad=True)
-        hk = read_resid(eng, b.corrupt, b.corrupt_mask, self.corrupt_layers(), grad=True)
+        hc, hk = read_both(eng, b, self.clean_layers(), self.corrupt_layers(), grad=True)
         s_logits = torch.cat(
             [
                 answer_logits(eng, hc[self.last], b.answer[:, 0]),

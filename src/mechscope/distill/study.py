@@ -31,8 +31,8 @@ from mechscope.distill.students import (
     load_tokenizer,
 )
 from mechscope.distill.tasks import check_task
-from mechscope.distill.teacher_cache import prepare_teacher_task
-from mechscope.distill.trial import Trial, run_trial
+from mechscope.distill.teacher_cache import forget_teacher_tasks, prepare_teacher_task
+from mechscope.distill.trial import Trial, is_finished_dir, run_trial
 from mechscope.errors import InputError
 from mechscope.models import LoadedModel, load_model
 from mechscope.runs import RunDir
@@ -87,7 +87,8 @@ def resolve_executor(requested: str) -> str:
 def open_study(cfg: StudyConfig, root: Path | str) -> RunDir:
     """Create (or resume) the study's run directory under ``root``."""
     identity = cfg.model_dump(
-        mode="json", exclude={"executor": True, "train": {"device", "wandb_project"}}
+        mode="json",
+        exclude={"executor": True, "workers": True, "train": {"device", "wandb_project"}},
     )
     return RunDir.create(Path(root), cfg.name, config=identity, model_spec=cfg.teacher)
 
@@ -97,13 +98,19 @@ def run_study(
     root: Path | str,
     *,
     executor: str | None = None,
+    workers: int | None = None,
     teacher: LoadedModel | None = None,
     on_trial: TrialDone | None = None,
 ) -> RunDir:
-    """Validate, build teacher caches, run every trial; returns the study's run directory."""
+    """Validate, build teacher caches, run every trial; returns the study's run directory.
+
+    ``workers`` (default ``cfg.workers``) > 1 runs local trials in that many processes
+    (:mod:`mechscope.distill.workers`); finished trials are skipped before any starts.
+    """
     validate_study(cfg, teacher.tokenizer if teacher is not None else None)
     mode = resolve_executor(executor or cfg.executor)
     study = open_study(cfg, root)
+    own_teacher = teacher is None
     if teacher is None:
         teacher = load_model(cfg.teacher, dtype=cfg.teacher_dtype, device=cfg.train.device)
     with study.timed("teacher"):
@@ -113,8 +120,14 @@ def run_study(
             )
     trials = [] if cfg.teacher_only else expand_trials(cfg)
     with study.timed("trials"):
+        n_workers = workers or cfg.workers
         if mode == "ray":
             _run_ray(cfg, trials, study.path, on_trial)
+        elif n_workers > 1:
+            if own_teacher:  # workers load their own; free the parent's copy and caches
+                del teacher
+                forget_teacher_tasks()
+            _run_workers(cfg, trials, study.path, n_workers, on_trial)
         else:
             for trial in trials:
                 df = run_trial(cfg, trial, study.path, teacher=teacher)
@@ -122,6 +135,38 @@ def run_study(
                     on_trial(trial, df)
     study.finish()
     return study
+
+
+def _run_workers(
+    cfg: StudyConfig,
+    trials: list[Trial],
+    root: Path,
+    n_workers: int,
+    on_trial: TrialDone | None,
+) -> None:
+    """Finished trials are read back here; the rest go to worker processes."""
+    from mechscope.distill.workers import run_parallel
+
+    todo: list[tuple[int, Trial]] = []
+    for i, trial in enumerate(trials):
+        if is_finished_dir(root / "trials" / trial.name):
+            df = run_trial(cfg, trial, root)  # reads the results back, loads no model
+            if on_trial is not None:
+                on_trial(trial, df)
+        else:
+            todo.append((i, trial))
+    if not todo:
+        return
+    threads = max(1, (os.cpu_count() or 1) // n_workers)
+    run_parallel(
+        cfg,
+        [t for _, t in todo],
+        [i for i, _ in todo],
+        root,
+        min(n_workers, len(todo)),
+        threads,
+        on_trial,
+    )
 
 
 def _run_ray(cfg: StudyConfig, trials: list[Trial], root: Path, on_trial: TrialDone | None) -> None:

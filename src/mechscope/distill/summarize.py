@@ -16,7 +16,7 @@ import pandas as pd
 
 from mechscope.distill.config import METHODS
 from mechscope.errors import InputError
-from mechscope.report import Figure, scatter
+from mechscope.report import Figure, Series, bars, scatter
 from mechscope.runs import RunDir, has_table, read_table, write_table
 
 METRICS = ("accuracy", "consistency", "perplexity", "ood_degradation")
@@ -75,11 +75,46 @@ def format_summary(summary: pd.DataFrame, digits: int = 3) -> str:
     return "\n".join(lines)
 
 
+def method_bars(summary: pd.DataFrame, metric: str, title: str, y_title: str) -> Figure:
+    """``metric`` per method (series) for each student × task (categories), whiskers ± 1 std
+    over seeds (a spread of three runs, not a confidence interval)."""
+    cells = summary[["student", "task"]].drop_duplicates().itertuples(index=False)
+    cells = [(s, t) for s, t in cells]
+    series = []
+    for method in [m for m in METHODS if m in set(summary["method"])]:
+        rows = summary[summary["method"] == method].set_index(["student", "task"])
+        mean = np.array([rows[f"{metric}_mean"].get(c, np.nan) for c in cells], dtype=float)
+        std = np.nan_to_num(
+            np.array([rows[f"{metric}_std"].get(c, np.nan) for c in cells], dtype=float)
+        )
+        series.append(Series(method, mean, low=mean - std, high=mean + std))
+    return bars(
+        [f"{s} · {t}" for s, t in cells],
+        series,
+        title,
+        "student · task",
+        y_title,
+        caption="Bars are means over seeds; whiskers span ± 1 standard deviation over seeds "
+        "(with three seeds a spread, not a confidence interval).",
+    )
+
+
 def summary_figures(trials: pd.DataFrame) -> dict[str, Figure]:
-    """Consistency vs accuracy and consistency vs OOD degradation, one point per trial."""
+    """Per-method bars of accuracy and consistency; consistency vs accuracy and vs OOD
+    degradation, one point per trial."""
+    summary = summary_table(trials)
     text = trials["trial"].astype(str).tolist()
     groups = trials["method"].astype(str).tolist()
     figs = {
+        "accuracy-by-method": method_bars(
+            summary, "accuracy", "Task accuracy by method (chance = 0.5)", "test accuracy"
+        ),
+        "consistency-by-method": method_bars(
+            summary,
+            "consistency",
+            "Causal consistency by method",
+            "Pearson(Δ_T, Δ_S), pooled",
+        ),
         "consistency-vs-accuracy": scatter(
             trials["consistency"],
             trials["accuracy"],
@@ -91,7 +126,7 @@ def summary_figures(trials: pd.DataFrame) -> dict[str, Figure]:
             caption="How to read this: a student far right reproduces the teacher's responses to "
             "patching at the causal checkpoints; a student high up answers the task. "
             "Students high but left reach the answer by another mechanism.",
-        )
+        ),
     }
     ok = trials["ood_degradation"].notna()
     if ok.sum() >= 1:

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from mechscope.distill.alignment import layer_maps, student_alignments
-from mechscope.distill.config import StudentSpec, StudyConfig, TaskSpec
+from mechscope.distill.config import StudentSpec, StudyConfig, TaskSpec, TrainSpec
 from mechscope.distill.consistency import causal_consistency, causal_effects
 from mechscope.distill.evaluate import accuracy, ood_degradation, perplexity, task_accuracy
 from mechscope.distill.heldout import load_passages
@@ -59,6 +59,12 @@ def trial_config(cfg: StudyConfig, trial: Trial) -> dict[str, Any]:
         "train": cfg.train.model_dump(exclude={"wandb_project", "device"}),
         "eval": cfg.eval.model_dump(),
     }
+
+
+def train_spec(cfg: StudyConfig, student: StudentSpec) -> TrainSpec:
+    """The study's training settings with the student's own ``lr``/``steps`` where given."""
+    update = {k: getattr(student, k) for k in ("lr", "steps") if getattr(student, k) is not None}
+    return cfg.train.model_copy(update=update) if update else cfg.train
 
 
 def evaluate_student(
@@ -121,6 +127,11 @@ def is_finished(run: RunDir) -> bool:
     return has_table(run, "metrics")
 
 
+def is_finished_dir(folder: Path) -> bool:
+    """:func:`is_finished` for a trial folder that may not exist yet (opens nothing)."""
+    return folder.is_dir() and has_table(folder, "metrics")
+
+
 def _close(run: RunDir, cfg: StudyConfig) -> None:
     """Drop the training checkpoint (unless kept) and mark the run finished."""
     if not cfg.train.keep_checkpoint:
@@ -172,11 +183,7 @@ def run_trial(
         cfg.train.wandb_project, f"{cfg.name}-{trial.name}", trial_config(cfg, trial)
     )
     with run.timed("train"):
-        spec = (
-            cfg.train
-            if trial.student.lr is None
-            else cfg.train.model_copy(update={"lr": trial.student.lr})
-        )
+        spec = train_spec(cfg, trial.student)
         result = train(
             student,
             objective,
