@@ -16,17 +16,17 @@ from rich.table import Table
 
 from mechscope.report.html import format_seconds
 
-#: Reference wall seconds per part, ``(quick, full)``, on smollm2-135m with 2 CPU cores
-#: (quick: measured on a shared, loaded machine; full: estimates). They only seed the
-#: time-left display, which rescales them as parts finish; an unlisted part counts as
-#: ``DEFAULT_SECONDS``.
+#: Reference wall seconds per part, ``(quick, full)``, on smollm2-135m with 2 idle CPU cores
+#: (measured). They only seed the time-left display, which rescales them as parts finish;
+#: an unlisted part counts as ``DEFAULT_SECONDS``.
 REFERENCE_SECONDS: dict[str, tuple[float, float]] = {
-    "overview": (7.0, 10.0),
-    "lens": (270.0, 900.0),
-    "patching": (85.0, 300.0),
-    "attribution": (10.0, 240.0),
-    "anchors": (160.0, 240.0),
-    "distill": (200.0, 600.0),
+    "overview": (1.0, 1.0),
+    "lens": (16.0, 47.0),
+    "lens_study": (35.0, 192.0),
+    "patching": (5.0, 23.0),
+    "attribution": (16.0, 66.0),
+    "anchors": (23.0, 133.0),
+    "distill": (32.0, 170.0),
 }
 DEFAULT_SECONDS = (30.0, 120.0)
 

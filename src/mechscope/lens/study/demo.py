@@ -1,6 +1,6 @@
 """The ``lens_study`` part of ``mechscope demo``: the HumanEval tool-response study, limited.
 
-Quick: the first 2 tasks, completions capped at 160 new tokens; full: the first 8 tasks with
+Quick: the first task, completions capped at 160 new tokens; full: the first 8 tasks with
 the study's own settings. Both keep every variant and both modes, so the section shows
 every figure the full study has (quadrant figures only for quadrants that occur). A model
 whose context is too short for HumanEval (the tiny test models' 512 tokens) gets a note
@@ -17,7 +17,7 @@ from mechscope.lens.study.run import plan_study, run_study
 from mechscope.models.loaded import LoadedModel
 from mechscope.runs import RunDir
 
-N_TASKS, N_TASKS_QUICK = 8, 2
+N_TASKS, N_TASKS_QUICK = 8, 1
 
 
 def demo(run: RunDir, lm: LoadedModel, quick: bool) -> None:
