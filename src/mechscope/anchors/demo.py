@@ -3,7 +3,7 @@
 The shipped problems (``assets/easy_problems.json``, two-step arithmetic with gold answers)
 are solved greedily with a step-by-step prompt; then every analysis runs on those traces:
 resampling (N rollouts per chunk position), chunk metrics and categories, receiver heads
-with head ablation, and attention suppression. To fit a CPU budget (about 4 minutes on two
+with head ablation, and attention suppression. To fit a CPU budget (about 2 minutes on two
 cores for the full demo) the rollouts are limited: only the first ``max_chunks`` chunks of
 each trace are resampled and each rollout stops after ``rollout_tokens`` tokens (a rollout
 without an answer by then is counted as such). The report lists these settings.
