@@ -7,7 +7,6 @@ on the same ``--out`` reuse its traces when INPUT is left out, and every step re
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import typer
@@ -23,15 +22,10 @@ OUT_HELP = "Run directory (resumed if it exists)."
 
 
 def _open_run(out: Path, model: str, lm):  # -> RunDir
-    from mechscope.runs import RunDir, weights_fingerprint
+    from mechscope.runs import RunDir
 
-    return RunDir.create(
-        out.parent,
-        out.name,
-        {"workflow": "anchors", "model": model},
-        model_spec=model,
-        model_fingerprint=weights_fingerprint(lm.model),
-        argv=sys.argv,
+    return RunDir.for_model(
+        out, {"workflow": "anchors", "model": model}, lm.model, model_spec=model
     )
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import typer
@@ -61,7 +60,7 @@ def run(
     from mechscope.attribution.workflow import run_heads
     from mechscope.models import load_model
     from mechscope.report import build_report
-    from mechscope.runs import RunDir, weights_fingerprint
+    from mechscope.runs import RunDir
 
     cfg = build_config(
         objective=objective,
@@ -91,14 +90,8 @@ def run(
         for note in notes:
             console.print(note)
     fs = prepare(lm, items, cfg)  # every check before anything is written
-    run_dir = RunDir.create(
-        out.parent,
-        out.name,
-        cfg.model_dump() | {"samples": source},
-        model_spec=model,
-        model_fingerprint=weights_fingerprint(lm.model),
-        seed=seed,
-        argv=sys.argv,
+    run_dir = RunDir.for_model(
+        out, cfg.model_dump() | {"samples": source}, lm.model, model_spec=model, seed=seed
     )
     with run_dir.timed("heads"):
         result = run_heads(run_dir, lm, items, cfg, fs=fs)

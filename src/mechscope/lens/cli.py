@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,16 +43,9 @@ DEVICE_MAP_HELP = "accelerate device_map, e.g. 'auto' to spread a large model ov
 
 def _open_run(out: Path, config: BaseModel, model: str, lm: LoadedModel) -> RunDir:
     """Create (or resume) the run directory, after every input check has passed."""
-    from mechscope.runs import RunDir, weights_fingerprint
+    from mechscope.runs import RunDir
 
-    return RunDir.create(
-        out.parent,
-        out.name,
-        config,
-        model_spec=model,
-        model_fingerprint=weights_fingerprint(lm.model),
-        argv=sys.argv,
-    )
+    return RunDir.for_model(out, config, lm.model, model_spec=model)
 
 
 @app.command()

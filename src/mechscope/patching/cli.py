@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import typer
@@ -84,7 +83,7 @@ def run(
     from mechscope.patching.sources import load_pairs_jsonl, task_pairs
     from mechscope.patching.workflow import run_patching
     from mechscope.report import build_report
-    from mechscope.runs import RunDir, weights_fingerprint
+    from mechscope.runs import RunDir
 
     if (pairs is None) == (task is None):
         raise InputError("expected exactly one of --pairs FILE or --task NAME", field="pairs")
@@ -114,15 +113,7 @@ def run(
         "seed": seed,
         "model": model,
     }
-    rd = RunDir.create(
-        out.parent,
-        out.name,
-        config,
-        model_spec=model,
-        model_fingerprint=weights_fingerprint(lm.model),
-        seed=seed,
-        argv=sys.argv,
-    )
+    rd = RunDir.for_model(out, config, lm.model, model_spec=model, seed=seed)
     result = run_patching(rd, lm, data, spec)
     rd.finish()
     report = build_report(rd)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import re
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -57,6 +58,31 @@ class RunDir:
         self.resumed = False
 
     # ------------------------------------------------------------------ creation
+    @classmethod
+    def for_model(
+        cls,
+        out: Path | str,
+        config: BaseModel | dict[str, Any],
+        model: Any,
+        *,
+        model_spec: str,
+        seed: int = 0,
+    ) -> RunDir:
+        """:meth:`create` for a command line's ``--out`` and loaded ``model``: the run is
+        tied to the model's weight fingerprint and records this process's ``sys.argv``."""
+        from mechscope.runs.fingerprint import weights_fingerprint
+
+        out = Path(out)
+        return cls.create(
+            out.parent,
+            out.name,
+            config,
+            model_spec=model_spec,
+            model_fingerprint=weights_fingerprint(model),
+            seed=seed,
+            argv=sys.argv,
+        )
+
     @classmethod
     def create(
         cls,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import typer
@@ -52,7 +51,7 @@ def humaneval(
     from mechscope.lens.study.run import TABLES, plan_study, run_study
     from mechscope.models import load_model
     from mechscope.report import build_report
-    from mechscope.runs import RunDir, weights_fingerprint
+    from mechscope.runs import RunDir
 
     if jobs < 1:
         raise InputError(f"expected at least one job, got {jobs}", field="--jobs")
@@ -73,15 +72,7 @@ def humaneval(
     )
     lm = load_model(model)
     plan = plan_study(lm, config, limit=limit)  # every check before anything is written
-    run = RunDir.create(
-        out.parent,
-        out.name,
-        config,
-        model_spec=model,
-        model_fingerprint=weights_fingerprint(lm.model),
-        seed=seed,
-        argv=sys.argv,
-    )
+    run = RunDir.for_model(out, config, lm.model, model_spec=model, seed=seed)
     with run.timed("lens_study"):
         result = run_study(run, lm, config, plan=plan, jobs=jobs)
     rates = result.tables["pass_rates"].set_index("arm")["rate"]
