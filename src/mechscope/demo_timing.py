@@ -22,7 +22,7 @@ from mechscope.report.html import format_seconds
 REFERENCE_SECONDS: dict[str, tuple[float, float]] = {
     "overview": (1.0, 1.0),
     "lens": (16.0, 47.0),
-    "lens_study": (35.0, 192.0),
+    "lens_study": (24.0, 192.0),
     "patching": (5.0, 23.0),
     "attribution": (16.0, 66.0),
     "anchors": (23.0, 133.0),
