@@ -124,7 +124,10 @@ def reduce_case(
     (ours_logits, ours_mass), (peer_logits, peer_mass) = t.last["engine"], t.last["eager"]
     d_logits = _max_diff(ours_logits, peer_logits)
     d_mass = max(_max_diff(a, b) for a, b in zip(ours_mass, peer_mass, strict=True))
-    mem = {v: _peak_memory(v, batch, seq, threads) for v in ("engine", "eager")}
+    mem = {
+        v: harness.peak_in_child(__file__, v, threads, batch=batch, seq=seq)
+        for v in ("engine", "eager")
+    }
     start, end = _segment(seq)
     note = (
         f"keys [{start}, {end}) summed, all {lm.n_layers} layers; max |dmass| {d_mass:.1e}, "
@@ -145,12 +148,6 @@ def reduce_case(
         note=note,
         extra={"max_diff_mass": d_mass, "max_diff_logits": d_logits, "memory": mem},
     )
-
-
-def _peak_memory(variant: str, batch: int, seq: int, threads: int) -> dict[str, Any]:
-    args = ["--mem-child", variant, "--batch", str(batch), "--seq", str(seq)]
-    print(f"  peak memory of {variant} in a fresh process", file=sys.stderr, flush=True)
-    return harness.run_child(__file__, [*args, "--threads", str(threads)])
 
 
 def mem_child(variant: str, batch: int, seq: int) -> dict[str, Any]:

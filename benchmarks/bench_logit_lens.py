@@ -128,7 +128,7 @@ def peer_case(name: str, n_tokens: int, reps: int, threads: int) -> harness.Case
     check = harness.agreement(t.last["ours"], t.last[name], atol=NLL_ATOL, name="nll")
     t.last.clear()
     lm = peer = None  # free both models before the memory children load theirs
-    mem = {v: _peak_memory(v, n_tokens, threads) for v in ("ours", name)}
+    mem = {v: harness.peak_in_child(__file__, v, threads, tokens=n_tokens) for v in ("ours", name)}
     return harness.case_from_check(
         t,
         "ours",
@@ -143,12 +143,6 @@ def peer_case(name: str, n_tokens: int, reps: int, threads: int) -> harness.Case
         f"{mem[name]['beyond_mb']:.0f} MB",
         extra={"memory": mem},
     )
-
-
-def _peak_memory(variant: str, n_tokens: int, threads: int) -> dict[str, Any]:
-    print(f"  peak memory of {variant} in a fresh process", file=sys.stderr, flush=True)
-    args = ["--mem-child", variant, "--tokens", str(n_tokens), "--threads", str(threads)]
-    return harness.run_child(__file__, args)
 
 
 def mem_child(variant: str, n_tokens: int) -> dict[str, Any]:

@@ -76,7 +76,10 @@ def capture_case(batch: int, seq: int, reps: int, threads: int) -> harness.Case:
     n_layers = lm.n_layers
     t.last.clear()
     lm = eager = None  # free both models before the memory children load theirs
-    mem = {v: _peak_memory(v, batch, seq, threads) for v in ("ours", "eager")}
+    mem = {
+        v: harness.peak_in_child(__file__, v, threads, batch=batch, seq=seq)
+        for v in ("ours", "eager")
+    }
     note = (
         f"all {n_layers} layers' [b, heads, q, k] kept on both sides; peak RSS beyond the loaded "
         f"model {mem['ours']['beyond_mb']:.0f} MB vs {mem['eager']['beyond_mb']:.0f} MB"
@@ -94,12 +97,6 @@ def capture_case(batch: int, seq: int, reps: int, threads: int) -> harness.Case:
         note=note,
         extra={"memory": mem},
     )
-
-
-def _peak_memory(variant: str, batch: int, seq: int, threads: int) -> dict[str, Any]:
-    args = ["--mem-child", variant, "--batch", str(batch), "--seq", str(seq)]
-    print(f"  peak memory of {variant} in a fresh process", file=sys.stderr, flush=True)
-    return harness.run_child(__file__, [*args, "--threads", str(threads)])
 
 
 def mem_child(variant: str, batch: int, seq: int) -> dict[str, Any]:

@@ -254,6 +254,17 @@ def run_child(script: str, args: list[str], *, timeout: float = 3600) -> dict[st
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def peak_in_child(script: str, variant: str, threads: int, **sizes: int) -> dict[str, Any]:
+    """:func:`peak_of` for one ``variant`` of ``script``, measured in a fresh process
+    (``script --mem-child VARIANT --threads N --<size> V ...``), so nothing this process
+    allocated before counts."""
+    print(f"  peak memory of {variant} in a fresh process", file=sys.stderr, flush=True)
+    args = ["--mem-child", variant, "--threads", str(threads)]
+    for name, value in sizes.items():
+        args += [f"--{name}", str(value)]
+    return run_child(script, args)
+
+
 # --- output --------------------------------------------------------------------------------
 def machine() -> dict[str, Any]:
     """What the numbers were measured on."""
