@@ -116,16 +116,21 @@ def mass_by_group(attention: pd.DataFrame, mode: str) -> Figure:
     )
 
 
-def variant_curves(curves_all: pd.DataFrame, metric: str, mode: str) -> Figure:
-    """One per-layer curve per tool-response variant (all tasks): the content controls."""
+def _variant_series(frame: pd.DataFrame) -> list[Series]:
+    """One per-layer series (mean and CI band) per tool-response variant, in table order."""
     series = []
-    for variant, g in curves_all.groupby("variant", sort=False):
+    for variant, g in frame.groupby("variant", sort=False):
         g = g.sort_values("layer")
         low, high = _band(g)
         series.append(Series(str(variant), g["mean"].to_numpy(), low, high))
+    return series
+
+
+def variant_curves(curves_all: pd.DataFrame, metric: str, mode: str) -> Figure:
+    """One per-layer curve per tool-response variant (all tasks): the content controls."""
     return curves(
         sorted(curves_all["layer"].unique()),
-        series,
+        _variant_series(curves_all),
         f"{LABELS[metric]} per layer by tool response — {MODE_LABEL[mode]}",
         "layer",
         LABELS[metric],
@@ -142,14 +147,9 @@ def variant_curves(curves_all: pd.DataFrame, metric: str, mode: str) -> Figure:
 
 def variant_mass(attention_all: pd.DataFrame) -> Figure:
     """Tool-response attention mass per layer for every variant that has one."""
-    series = []
-    for variant, g in attention_all.groupby("variant", sort=False):
-        g = g.sort_values("layer")
-        low, high = _band(g)
-        series.append(Series(str(variant), g["mean"].to_numpy(), low, high))
     return curves(
         sorted(attention_all["layer"].unique()),
-        series,
+        _variant_series(attention_all),
         "Attention mass on the tool response by its content",
         "layer",
         "attention probability",
