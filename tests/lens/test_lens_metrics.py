@@ -27,9 +27,9 @@ def _plain(lpa: np.ndarray, lpb: np.ndarray, target: int) -> tuple[float, ...]:
     return -lpa[target], -lpb[target], js, rel_entr(p, q).sum(), rel_entr(q, p).sum()
 
 
-#: One vocabulary size for every kernel test, so the fused kernel compiles once per session.
+#: One vocabulary size for the kernel tests (the native kernel builds once per machine).
 V = 512
-KERNELS = ["eager", "fused"]
+KERNELS = ["eager", "native"]
 
 
 def _logits(seed: int, rows: int, scale: float) -> torch.Tensor:
@@ -96,8 +96,8 @@ def test_paired_stats_match_stats_divergences():
 
 def test_kernels_agree():
     z, t = _logits(4, 30, 4.0), torch.arange(30)
-    eager, fused = paired_stats(z, t, kernel="eager"), paired_stats(z, t, kernel="fused")
-    torch.testing.assert_close(fused, eager, atol=2e-6, rtol=1e-5)
+    eager, nat = paired_stats(z, t, kernel="eager"), paired_stats(z, t, kernel="native")
+    torch.testing.assert_close(nat, eager, atol=2e-6, rtol=1e-5)
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -122,20 +122,42 @@ def test_js_symmetric_and_kl_swap(kernel):
     assert float((ab[3] - ab[4]).abs().max()) > 1e-2  # KL itself is not symmetric
 
 
-def test_failed_compilation_falls_back_to_eager(monkeypatch):
-    from mechscope.lens import divergence
+def test_without_a_compiler_auto_falls_back_to_eager(monkeypatch, tmp_path):
+    """``CC`` naming no program: the build fails with the reason, ``auto`` warns once and
+    computes with the eager kernel, and asking for ``native`` explicitly is an error."""
+    from mechscope.lens import divergence, native
 
-    def broken(z, targets):
-        raise RuntimeError("no compiler")
-
-    monkeypatch.setattr(divergence, "_compiled", broken)
-    monkeypatch.setattr(divergence, "_compile_failed", False)
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv("MECHSCOPE_CACHE", str(tmp_path))
+    monkeypatch.setattr(native, "_tried", False)
+    monkeypatch.setattr(native, "_lib", None)
+    monkeypatch.setattr(native, "failure", None)
+    monkeypatch.setattr(divergence, "_warned", False)
     z, t = _logits(5, 7, 3.0), torch.arange(7)
-    with pytest.warns(RuntimeWarning, match="could not be compiled"):
-        got = paired_stats(z, t, kernel="fused")
-    assert divergence._compile_failed
+    with pytest.warns(RuntimeWarning, match="could not be built.*no C compiler"):
+        got = paired_stats(z, t)
     torch.testing.assert_close(got, paired_stats(z, t, kernel="eager"), atol=0, rtol=0)
-    assert divergence._auto_kernel(torch.zeros(1, 2, 10**4)) == "eager"
+    with pytest.raises(RuntimeError, match="unavailable: no C compiler"):
+        paired_stats(z, t, kernel="native")
+
+
+def test_native_kernel_is_cached_per_source_and_refuses_bad_targets(monkeypatch, tmp_path):
+    """A fresh cache gets one library; a second process-level load reuses it; a target
+    outside the vocabulary is refused before C reads it."""
+    from mechscope.lens import native
+
+    monkeypatch.setenv("MECHSCOPE_CACHE", str(tmp_path))
+    monkeypatch.setattr(native, "_tried", False)
+    monkeypatch.setattr(native, "_lib", None)
+    monkeypatch.setattr(native, "failure", None)
+    assert native.load() is not None, native.failure
+    built = sorted(p.name for p in (tmp_path / "kernels").iterdir())
+    assert len(built) == 1 and built[0].startswith("paired_stats-") and built[0].endswith(".so")
+    monkeypatch.setattr(native, "_tried", False)
+    assert native.load() is not None
+    assert sorted(p.name for p in (tmp_path / "kernels").iterdir()) == built
+    with pytest.raises(IndexError, match=r"targets must lie in \[0, 512\)"):
+        paired_stats(_logits(6, 3, 1.0), torch.tensor([0, 512, 1]), kernel="native")
 
 
 @pytest.mark.parametrize("position_matched", [False, True])
@@ -195,7 +217,7 @@ def test_last_layer_lens_equals_model_logits(tiny, engine):
     torch.testing.assert_close(lens, out.logits.float(), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("kernel", ["eager", "fused"])
+@pytest.mark.parametrize("kernel", KERNELS)
 def test_readout_does_not_depend_on_workers_or_chunks(tiny, engine, kernel):
     """The readout's tasks write disjoint slices: any worker count gives identical numbers,
     and other chunk sizes give the same numbers within fp32 rounding of the unembedding."""

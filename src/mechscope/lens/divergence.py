@@ -22,12 +22,13 @@ each condition's own row (``c`` and ``c̄`` swap roles, nothing else does), and 
 two with a commutative ``+``. Swapping the conditions therefore gives bit-identical JS and
 exactly swapped KLs and NLLs.
 
-Two kernels compute the same formula. ``eager``: a few in-place torch operations on row
-blocks small enough to stay in a core's cache, the sums from one batched matrix product.
-``fused``: the same formula compiled with ``torch.compile`` into one loop nest per block
-(CPU only), which reads each logit three times instead of about fifteen. ``auto`` uses the
-fused kernel on CPU for vocabularies of at least :data:`FUSED_MIN_VOCAB` and falls back to
-eager, with a warning, if compilation fails; ``MECHSCOPE_LENS_KERNEL=eager`` turns it off.
+Two kernels compute the same formula. ``native``: a small C file (``paired_stats.c``),
+built once per machine and loaded with ctypes (:mod:`mechscope.lens.native`), which reads
+each logit three times with its exponentials kept in cache. ``eager``: a few in-place torch
+operations on row blocks small enough to stay in a core's cache, the sums from one batched
+matrix product; it runs on any device. ``auto`` uses the native kernel on CPU and falls
+back to eager, with a warning naming the reason, where no C compiler can build it;
+``MECHSCOPE_LENS_KERNEL=eager`` turns it off.
 """
 
 from __future__ import annotations
@@ -35,12 +36,13 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Callable
 from typing import Literal
 
 import torch
 
-Kernel = Literal["auto", "eager", "fused"]
+from mechscope.lens import native
+
+Kernel = Literal["auto", "eager", "native"]
 
 LN2 = math.log(2.0)
 #: The largest fp32 value not above ln 2 (fp32(ln 2) rounds up), so a clamped JS <= ln 2.
@@ -50,16 +52,12 @@ STATS = ("nll_a", "nll_b", "js", "kl_ab", "kl_ba")
 #: Bytes of logits per block on CPU (both conditions): with the block's temporaries this
 #: stays within a core's L2 cache (2 MB on current server cores).
 BLOCK_BYTES = 3 * 2**19
-#: Smallest vocabulary for which ``auto`` compiles the fused kernel (tiny test models stay
-#: eager: compiling costs seconds, once per process and shape).
-FUSED_MIN_VOCAB = 4096
-
-_compiled: Callable | None = None
-_compile_failed = False
+_warned = False
 
 
 def block_rows(vocab: int, device: torch.device | str = "cpu") -> int:
-    """Rows per block: a cache-sized block on CPU; everything at once elsewhere."""
+    """Rows per block of the eager kernel: a cache-sized block on CPU; everything at once
+    elsewhere."""
     if torch.device(device).type != "cpu":
         return 1 << 30
     return max(1, BLOCK_BYTES // (2 * vocab * 4))
@@ -80,14 +78,15 @@ def paired_stats(
     rows, vocab = z.shape[0], z.shape[-1]
     if kernel == "auto":
         kernel = _auto_kernel(z)
+    if kernel == "native":
+        if z.device.type != "cpu":
+            raise ValueError(f"the native lens kernel runs on CPU, not {z.device}")
+        return native.paired_stats_native(z, targets)
     step = block_rows(vocab, z.device)
     out = torch.empty(5, rows, dtype=torch.float32, device=z.device)
     for s in range(0, rows, step):
         e = min(s + step, rows)
-        if kernel == "fused":
-            out[:, s:e] = _fused_block(z[s:e], targets[s:e], step)
-        else:
-            out[:, s:e] = paired_stats_eager(z[s:e], targets[s:e])
+        out[:, s:e] = paired_stats_eager(z[s:e], targets[s:e])
     return out
 
 
@@ -113,20 +112,6 @@ def paired_stats_eager(z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return _finish(nll, g[..., 0], g[..., 1])
 
 
-def _fused_math(z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """The same formula written functionally, for ``torch.compile`` to fuse into one kernel."""
-    zs = z - z.amax(-1, keepdim=True)  # [r, 2, V]
-    e = torch.exp(zs)
-    s = e.sum(-1, keepdim=True)  # [r, 2, 1]
-    lp = zs - torch.log(s)
-    p = e / s
-    nll = -lp.gather(-1, targets[:, None, None].expand(-1, 2, 1))[..., 0]  # [r, 2]
-    log_m = torch.log((p[:, 0] + p[:, 1]).clamp_min(TINY)) - LN2  # [r, V]
-    js_parts = (p * (lp - log_m[:, None])).sum(-1)  # [r, 2]
-    kls = (p * (lp - lp.flip(1))).sum(-1)  # [r, 2]: KL(A‖B), KL(B‖A)
-    return _finish(nll, js_parts, kls)
-
-
 def _finish(nll: torch.Tensor, js_parts: torch.Tensor, kls: torch.Tensor) -> torch.Tensor:
     """``[5, r]`` from per-condition NLLs, JS halves and KLs (each ``[r, 2]``)."""
     js = (0.5 * (js_parts[:, 0] + js_parts[:, 1])).clamp(0.0, JS_MAX)
@@ -135,37 +120,21 @@ def _finish(nll: torch.Tensor, js_parts: torch.Tensor, kls: torch.Tensor) -> tor
 
 
 def _auto_kernel(z: torch.Tensor) -> Kernel:
+    """``native`` on CPU where the C kernel builds, else ``eager`` (warned once)."""
+    global _warned
     wanted = os.environ.get("MECHSCOPE_LENS_KERNEL", "auto")
-    if wanted in ("eager", "fused"):
+    if wanted in ("eager", "native"):
         return wanted  # type: ignore[return-value]
-    fusable = z.device.type == "cpu" and z.shape[-1] >= FUSED_MIN_VOCAB
-    return "fused" if fusable and not _compile_failed else "eager"
-
-
-def _fused_block(z: torch.Tensor, targets: torch.Tensor, rows: int) -> torch.Tensor:
-    """The compiled kernel on one block, padded to ``rows`` so that one compiled shape
-    serves every block (the padding repeats the last row and is dropped)."""
-    global _compiled, _compile_failed
-    n = z.shape[0]
-    if n < rows:
-        z = torch.cat([z, z[-1:].expand(rows - n, -1, -1)])
-        targets = torch.cat([targets, targets[-1:].expand(rows - n)])
-    if _compiled is None:
-        # dynamic_threads: the kernel asks OpenMP for the thread count at each call, so a
-        # later torch.set_num_threads is honoured.
-        _compiled = torch.compile(
-            _fused_math, dynamic=False, fullgraph=True, options={"cpp.dynamic_threads": True}
+    if z.device.type != "cpu":
+        return "eager"
+    if native.load() is not None:
+        return "native"
+    if not _warned:
+        _warned = True
+        warnings.warn(
+            f"the native lens kernel could not be built ({native.failure}); using the eager "
+            "kernel (slower, same numbers within 2e-6)",
+            RuntimeWarning,
+            stacklevel=3,
         )
-    if not _compile_failed:
-        try:
-            return _compiled(z, targets)[:, :n]
-        except Exception as exc:  # no C++ compiler, unsupported platform ...
-            _compile_failed = True
-            warnings.warn(
-                f"the fused lens kernel could not be compiled ({type(exc).__name__}: "
-                f"{str(exc).splitlines()[0] if str(exc) else ''}); using the eager kernel "
-                "(slower, same numbers within 1e-6)",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-    return paired_stats_eager(z, targets)[:, :n]
+    return "eager"
