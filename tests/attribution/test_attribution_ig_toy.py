@@ -134,3 +134,27 @@ def test_function_returning_wrong_shape_is_refused() -> None:
 
     with pytest.raises(InputError, match="one value per row"):
         joint_ig(Bad(), n_steps=2)
+
+
+def test_completeness_off_skips_the_end_forwards_and_changes_no_attribution(toy) -> None:
+    """``completeness=False``: the same attributions from the gradient rows alone (the
+    gradient batch has ``requires_grad``; the ends would be a second, gradient-free call)."""
+    calls: list[bool] = []
+
+    class Counting:
+        shape = toy.shape
+
+        def __call__(self, alpha: torch.Tensor) -> torch.Tensor:
+            calls.append(alpha.requires_grad)
+            return toy(alpha)
+
+    with_check = joint_ig(Counting(), n_steps=4)
+    assert calls == [True, False]  # gradient rows, then the two ends
+    calls.clear()
+    without = joint_ig(Counting(), n_steps=4, completeness=False)
+    assert calls == [True]
+    np.testing.assert_array_equal(without.attributions, with_check.attributions)
+    assert np.isnan(without.segments.f_start).all() and np.isnan(without.segments.delta).all()
+    assert np.isnan(without.completeness_frame()["rel_delta"]).all()
+    with pytest.raises(InputError, match="needs completeness"):
+        joint_ig(toy, n_steps=4, completeness=False, rtol=1e-3)

@@ -4,7 +4,8 @@ Each function returns a :class:`HeadAttribution`: one ``[layers, heads]`` vector
 completeness of every path segment behind it (one segment for the joint and staggered
 paths, one per layer for per-layer IG, one per sampled path for the random-threshold path).
 Extra keyword arguments ``rtol``, ``atol`` and ``max_steps`` turn on step doubling for the
-segments that miss completeness (:func:`~mechscope.attribution.integrate.integrate_refined`).
+segments that miss completeness (:func:`~mechscope.attribution.integrate.integrate_refined`);
+``completeness=False`` skips the forward at the paths' ends that completeness needs.
 """
 
 from __future__ import annotations

@@ -101,10 +101,12 @@ class PathIntegrals:
 
     @property
     def rel_delta(self) -> np.ndarray:  # [P]
-        """``|delta| / |f(end) − f(start)|`` (inf when the two ends agree exactly)."""
+        """``|delta| / |f(end) − f(start)|`` (inf when the two ends agree exactly; NaN when
+        the ends were not evaluated)."""
         gap = np.abs(self.f_end - self.f_start)
         with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(gap > 0, np.abs(self.delta) / gap, np.where(self.delta == 0, 0, np.inf))
+            rel = np.where(gap > 0, np.abs(self.delta) / gap, np.where(self.delta == 0, 0, np.inf))
+        return np.where(np.isnan(gap), np.nan, rel)
 
 
 def endpoint_values(
@@ -124,11 +126,15 @@ def integrate(
     n_steps: int = 32,
     method: str = "gauss_legendre",
     internal_batch_size: int | None = None,
+    completeness: bool = True,
 ) -> PathIntegrals:
     """Integrated gradients along each path, ``Σ_k w_k ∂f/∂α(γ(t_k)) ⊙ γ'(t_k)``.
 
     The ``P × n_steps`` rows of all paths are batched together in chunks of
     ``internal_batch_size`` rows (default: ``f.default_batch`` or everything at once).
+    ``completeness=False`` skips the forward at the paths' ends (``f_start``, ``f_end`` and
+    the completeness error are then NaN): for many cheap runs whose completeness was
+    checked once; captum likewise computes it only on request.
     """
     if not paths:
         raise InputError("at least one path", field="paths")
@@ -143,7 +149,10 @@ def integrate(
     grads = gradients(f, alphas, internal_batch_size)  # [P * n, L, H]
     weighted = grads * torch.cat(velocities) * w.repeat(len(paths))[:, None, None]
     attributions = weighted.view(len(paths), quad.n_steps, *f.shape).sum(dim=1)  # [P, L, H]
-    f_start, f_end = endpoint_values(f, paths, internal_batch_size)
+    if completeness:
+        f_start, f_end = endpoint_values(f, paths, internal_batch_size)
+    else:
+        f_start = f_end = np.full(len(paths), np.nan)
     steps = np.full(len(paths), quad.n_steps)
     return PathIntegrals(attributions.numpy(), f_start, f_end, quad.method, steps)
 
@@ -163,14 +172,22 @@ def integrate_refined(
     rtol: float | None = None,
     atol: float = 0.0,
     max_steps: int | None = None,
+    completeness: bool = True,
 ) -> PathIntegrals:
     """:func:`integrate`, then paths whose completeness error exceeds
     ``max(rtol · |f(end) − f(start)|, atol)`` are integrated again with twice the nodes, up to
     ``max_steps`` (default ``8 × n_steps``). Only failing paths pay for refinement; a path
     still failing at ``max_steps`` keeps its last value, and the completeness table shows it.
     """
+    if rtol is not None and not completeness:
+        raise InputError("refinement (rtol) needs completeness=True", field="rtol")
     seg = integrate(
-        f, paths, n_steps=n_steps, method=method, internal_batch_size=internal_batch_size
+        f,
+        paths,
+        n_steps=n_steps,
+        method=method,
+        internal_batch_size=internal_batch_size,
+        completeness=completeness,
     )
     if rtol is None:
         return seg
