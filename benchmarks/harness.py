@@ -244,25 +244,40 @@ def peak_of(run: Callable[[], Any], warmup: Callable[[], Any] | None = None) -> 
     }
 
 
-def run_child(script: str, args: list[str], *, timeout: float = 3600) -> dict[str, Any]:
-    """Run ``script`` with ``args`` in a fresh interpreter; its last stdout line is JSON."""
+def run_child(
+    script: str, args: list[str], *, timeout: float = 3600, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Run ``script`` with ``args`` in a fresh interpreter (``env`` added to this process'
+    environment); its last stdout line is JSON."""
     proc = subprocess.run(
-        [sys.executable, script, *args], capture_output=True, text=True, timeout=timeout
+        [sys.executable, script, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
     )
     if proc.returncode != 0:
         raise RuntimeError(f"child {args} failed:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+#: glibc's malloc for the memory children: blocks of at least this many bytes are mapped
+#: and unmapped on free. By default glibc raises that threshold as large blocks are freed,
+#: so a peak also depends on which freed blocks it kept in its heap: the same run then
+#: peaks anywhere within about ±40 MB (seen on pattern capture). With the threshold fixed
+#: the peak measures live tensors and repeats within 1 MB; both sides get the same setting.
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
+
+
 def peak_in_child(script: str, variant: str, threads: int, **sizes: int) -> dict[str, Any]:
     """:func:`peak_of` for one ``variant`` of ``script``, measured in a fresh process
     (``script --mem-child VARIANT --threads N --<size> V ...``), so nothing this process
-    allocated before counts."""
+    allocated before counts; malloc set up by :data:`MALLOC_ENV`."""
     print(f"  peak memory of {variant} in a fresh process", file=sys.stderr, flush=True)
     args = ["--mem-child", variant, "--threads", str(threads)]
     for name, value in sizes.items():
         args += [f"--{name}", str(value)]
-    return run_child(script, args)
+    return {**run_child(script, args, env=MALLOC_ENV), "malloc_env": MALLOC_ENV}
 
 
 # --- output --------------------------------------------------------------------------------
