@@ -128,26 +128,24 @@ def load() -> ctypes.CDLL | None:
 
 
 def paired_stats_native(z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """``[5, rows]`` fp32 from ``z [rows, 2, vocab]`` (CPU) and ``targets [rows]``.
-
-    The caller (:func:`mechscope.lens.divergence.paired_stats`) checks that the kernel
-    loaded; targets outside the vocabulary are refused here, before C reads them.
-    """
+    """``[5, rows]`` fp32 from ``z [rows, 2, vocab]`` (CPU) and ``targets [rows]``: the
+    statistics of :func:`mechscope.lens.divergence.paired_stats`. Targets outside the
+    vocabulary are refused here, before C reads them."""
     lib = load()
     if lib is None:
         raise RuntimeError(f"the native lens kernel is unavailable: {failure}")
     z = z.detach().to(torch.float32).contiguous()  # [rows, 2, V]
     targets = targets.detach().to(torch.int64).contiguous()  # [rows]
     rows, vocab = z.shape[0], z.shape[-1]
-    if rows and (int(targets.min()) < 0 or int(targets.max()) >= vocab):
-        raise IndexError(f"targets must lie in [0, {vocab}); got {targets.min()}..{targets.max()}")
     out = torch.empty(5, rows, dtype=torch.float32)
-    if (
-        rows
-        and lib.mechscope_paired_stats(
-            z.data_ptr(), targets.data_ptr(), rows, vocab, out.data_ptr()
-        )
-        != 0
-    ):
+    if rows == 0:
+        return out
+    lo, hi = int(targets.min()), int(targets.max())
+    if lo < 0 or hi >= vocab:
+        raise IndexError(f"targets must lie in [0, {vocab}); got {lo}..{hi}")
+    status = lib.mechscope_paired_stats(
+        z.data_ptr(), targets.data_ptr(), rows, vocab, out.data_ptr()
+    )
+    if status != 0:
         raise MemoryError(f"the native lens kernel could not allocate {2 * vocab} floats")
     return out

@@ -58,7 +58,7 @@ def readout_layers(
             out[:, layer, s:e] = paired_stats(z, targets[s:e], kernel=kernel).cpu()
 
     n_workers = workers or readout_workers(ha.device)
-    run(tasks[0])  # in this thread first: a compiled kernel is built here, not in a worker
+    run(tasks[0])  # in this thread first: the native kernel is built (or loaded) here
     if n_workers <= 1 or len(tasks) == 1:
         for task in tasks[1:]:
             run(task)
