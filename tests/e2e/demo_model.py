@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 import transformers
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast
 
 from mechscope.anchors.problems import (
@@ -52,25 +52,8 @@ def demo_tokenizer() -> PreTrainedTokenizerFast:
     words = " ".join(f" {w}" for w in (*NAMES, *HELDOUT_NAMES, *PLACES, *OBJECTS))
     plain = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.BPE()))
     anchors = reasoning_texts(plain)  # no chat template yet: the plain-text prompt form
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB,
-        special_tokens=tiny.SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator([*tiny._CORPUS] * 4 + [words] * 8 + anchors * 2, trainer=trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token="<bos>",
-        eos_token="<eos>",
-        pad_token="<pad>",
-        mask_token="<mask>",
-    )
-    fast.chat_template = tiny.CHATML_TEMPLATE
-    return fast
+    texts = [*tiny._CORPUS] * 4 + [words] * 8 + anchors * 2
+    return tiny.train_bpe_tokenizer(texts, VOCAB)
 
 
 def save_demo_model(path: Path, seed: int = 0) -> Path:

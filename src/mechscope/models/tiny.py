@@ -33,9 +33,9 @@ _CORPUS = [
 ]
 
 
-@cache
-def tiny_tokenizer(vocab_size: int = 384) -> PreTrainedTokenizerFast:
-    """A byte-level BPE tokenizer trained on a fixed corpus: deterministic, covers any text."""
+def train_bpe_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer trained on ``texts``, with the tiny models' special tokens
+    and chat template: deterministic, and it covers any text (byte fallback)."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -45,7 +45,7 @@ def tiny_tokenizer(vocab_size: int = 384) -> PreTrainedTokenizerFast:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    tok.train_from_iterator(texts, trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token="<bos>",
@@ -55,6 +55,12 @@ def tiny_tokenizer(vocab_size: int = 384) -> PreTrainedTokenizerFast:
     )
     fast.chat_template = CHATML_TEMPLATE
     return fast
+
+
+@cache
+def tiny_tokenizer(vocab_size: int = 384) -> PreTrainedTokenizerFast:
+    """The tiny models' tokenizer: byte-level BPE trained on a fixed corpus."""
+    return train_bpe_tokenizer(_CORPUS * 4, vocab_size)
 
 
 def build_tiny(card: ModelCard, seed: int = 0) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
