@@ -8,6 +8,7 @@ import typer
 from rich.console import Console
 
 from mechscope.errors import MechscopeError
+from mechscope.runs import interrupt
 
 USER_ERRORS: tuple[type[BaseException], ...] = (MechscopeError, FileNotFoundError)
 INTERRUPTED = 130  # the shell's exit code for a process ended by Ctrl-C (128 + SIGINT)
@@ -18,6 +19,7 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]  # accepted anywhere on the line
+    interrupt.install()
     try:
         # Outside standalone mode typer turns Ctrl-C (and typer.Exit) into a returned code.
         code = app(args=args, standalone_mode=False)

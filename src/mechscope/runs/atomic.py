@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from mechscope.runs import interrupt
+
 TEMP_MARKER = ".tmp-"
 """Substring of every temporary name, so listings can skip unfinished writes."""
 
@@ -57,7 +59,8 @@ def atomic_path(final: Path | str) -> Iterator[Path]:
     The temporary name keeps ``final``'s suffix, so writers that pick a format from the
     suffix (``np.savez``, ``savefig``) behave as they would on the final name. On any
     exception (``KeyboardInterrupt`` included) the temporary file is deleted and the
-    exception propagates; ``final`` is untouched.
+    exception propagates; ``final`` is untouched. After the rename, a Ctrl-C whose exception
+    was lost (:mod:`mechscope.runs.interrupt`) is raised.
 
     >>> with atomic_path(out_dir / "table.parquet") as tmp:  # doctest: +SKIP
     ...     df.to_parquet(tmp)
@@ -77,6 +80,7 @@ def atomic_path(final: Path | str) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
         raise
     _fsync_dir(final.parent)
+    interrupt.check()  # a Ctrl-C dropped inside a finaliser stops the run here
 
 
 def atomic_write_bytes(path: Path | str, data: bytes) -> Path:
