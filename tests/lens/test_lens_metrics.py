@@ -149,9 +149,10 @@ def test_without_a_compiler_auto_falls_back_to_eager(monkeypatch, tmp_path):
 
 
 @needs_cc
-def test_native_kernel_is_cached_per_source_and_refuses_bad_targets(monkeypatch, tmp_path):
+def test_native_kernel_cache_and_bad_targets(monkeypatch, tmp_path):
     """A fresh cache gets one library; a second process-level load reuses it; a target
-    outside the vocabulary is refused before C reads it."""
+    outside the vocabulary is refused before C reads it; a cache folder that cannot be
+    created means no kernel (and a reason), not a crash."""
     from mechscope.lens import native
 
     monkeypatch.setenv("MECHSCOPE_CACHE", str(tmp_path))
@@ -166,6 +167,10 @@ def test_native_kernel_is_cached_per_source_and_refuses_bad_targets(monkeypatch,
     assert sorted(p.name for p in (tmp_path / "kernels").iterdir()) == built
     with pytest.raises(IndexError, match=r"targets must lie in \[0, 512\)"):
         paired_stats(_logits(6, 3, 1.0), torch.tensor([0, 512, 1]), kernel="native")
+    (tmp_path / "file").write_text("")  # a cache that cannot be a folder: no build, no crash
+    monkeypatch.setenv("MECHSCOPE_CACHE", str(tmp_path / "file"))
+    monkeypatch.setattr(native, "_tried", False)
+    assert native.load() is None and "Error" in (native.failure or "")
 
 
 @pytest.mark.parametrize("position_matched", [False, True])

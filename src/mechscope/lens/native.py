@@ -65,12 +65,14 @@ def _cpu_id() -> str:
 
 
 def _compile(cc: str, src: Path, flags: tuple[str, ...], target: Path) -> str | None:
-    """Build ``target``; ``None`` on success, else the compiler's first error line."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
-    os.close(fd)
-    cmd = [cc, *flags, *COMMON_FLAGS, str(src), "-o", tmp, "-lm"]
+    """Build ``target``; ``None`` on success, else why not (the compiler's first error line,
+    or a cache folder that cannot be written)."""
+    tmp = None
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+        os.close(fd)
+        cmd = [cc, *flags, *COMMON_FLAGS, str(src), "-o", tmp, "-lm"]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             lines = [ln for ln in done.stderr.splitlines() if "error" in ln] or [""]
@@ -80,7 +82,7 @@ def _compile(cc: str, src: Path, flags: tuple[str, ...], target: Path) -> str | 
     except (OSError, subprocess.SubprocessError) as exc:
         return f"{type(exc).__name__}: {exc}"
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
 
 
