@@ -32,17 +32,10 @@ def can_share_cache(lm: LoadedModel) -> bool:
     return lm.causal and window is None
 
 
-@torch.inference_mode()
 def prefill(lm: LoadedModel, ids: list[int]) -> DynamicCache:
     """The key/value cache of ``ids`` (an empty cache for no ids)."""
     cache = DynamicCache(config=lm.model.config)
-    if ids:
-        lm.model(
-            input_ids=torch.tensor([ids], device=lm.device),
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
+    extend(lm, cache, ids)
     return cache
 
 
