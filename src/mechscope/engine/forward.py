@@ -199,7 +199,8 @@ class Engine:
                 else:
                     ops[site.key].append(iv)  # type: ignore[index]
             elif isinstance(iv, Gate):
-                for layer in range(lm.n_layers):
+                for layer in iv.layers if iv.layers is not None else range(lm.n_layers):
+                    lm.check_layer(layer)
                     ops[("z", layer)].append(iv)
             elif isinstance(iv, SuppressAttention):
                 span = _span_tensor(iv.spans)

@@ -43,9 +43,12 @@ class Patch:
 @dataclass(eq=False)
 class Gate:
     """Scale every head's ``z`` by ``alpha`` (differentiable): ``[layers, heads]`` for all rows
-    or ``[batch, layers, heads]`` for one gate vector per row (batched IG steps)."""
+    or ``[batch, layers, heads]`` for one gate vector per row (batched IG steps). ``layers``
+    limits it to those layers (default all): a pass expanded at ``resid_pre[k]`` gates the
+    shared one-row prefix below ``k`` and the per-row batch from ``k`` on separately."""
 
     alpha: torch.Tensor
+    layers: Sequence[int] | None = None
 
 
 @dataclass(eq=False)
