@@ -69,28 +69,61 @@ class GateFunction:
     def higher_is_better(self) -> bool:
         return self.objective.higher_is_better
 
-    def logits(self, alpha: torch.Tensor) -> torch.Tensor:
-        """Logits at the objective's positions for every gate row: ``[n * rows, k, vocab]``."""
+    shares_prefix = True
+    """``f(alpha, shared_below=k)`` is supported (see :meth:`logits`)."""
+
+    def logits(self, alpha: torch.Tensor, *, shared_below: int = 0) -> torch.Tensor:
+        """Logits at the objective's positions for every gate row: ``[n * rows, k, vocab]``.
+
+        ``shared_below=k``: every row has the same gates in layers ``< k``, and no gradient
+        is wanted there. Layers ``< k`` then run once for the sample (with row 0's gates,
+        outside the autograd graph) and the batch is expanded at ``resid_pre[k]``, so a chunk
+        of per-layer IG steps whose moving layers are ``>= k`` pays for ``L - k`` layers
+        forward and backward instead of ``L``. Gradients with respect to ``alpha[:, :k]``
+        come back as zeros.
+        """
+        n_layers = self.shape[0]
         if alpha.dim() != 3 or tuple(alpha.shape[1:]) != self.shape:
             raise InputError(
-                f"gates of shape [n, {self.shape[0]}, {self.shape[1]}], got {tuple(alpha.shape)}",
+                f"gates of shape [n, {n_layers}, {self.shape[1]}], got {tuple(alpha.shape)}",
                 sample=self.sample_id,
                 field="alpha",
             )
-        m = self.objective.rows
-        ids = self.objective.input_ids.repeat(alpha.shape[0], 1)  # [n * m, seq]
+        k = int(shared_below)
+        if not 0 <= k < n_layers:
+            raise ValueError(f"shared_below must lie in 0..{n_layers - 1}, got {k}")
+        if k and not bool((alpha[:, :k] == alpha[:1, :k]).all()):
+            raise ValueError(f"shared_below={k}: the rows' gates differ below layer {k}")
+        m, n = self.objective.rows, alpha.shape[0]
+        device = self.lm.device
         gates = alpha.repeat_interleave(m, dim=0) if m > 1 else alpha  # [n * m, L, H]
+        if k == 0:
+            ids = self.objective.input_ids.repeat(n, 1)  # [n * m, seq]
+            interventions = [Gate(gates.to(device))]
+            expand = None
+        else:
+            ids = self.objective.input_ids  # [m, seq]: layers < k run once per prompt row
+            interventions = [Gate(gates.to(device), layers=range(k, n_layers))]
+            prefix = alpha[0, :k].detach()  # [k, H]
+            if not bool((prefix == 1).all()):
+                shared = torch.ones(self.shape, dtype=prefix.dtype)
+                shared[:k] = prefix
+                interventions.insert(0, Gate(shared.to(device), layers=range(k)))
+            rows = torch.arange(n * m) % m  # expanded row j continues prompt row j % m
+            expand = (k, n) if m == 1 else (k, rows)
         with frozen_parameters(self.lm):
             out = self.engine.run(
                 ids,
-                [Gate(gates.to(self.lm.device))],
+                interventions,
                 logits=self.objective.positions,
+                expand=expand,
                 grad=torch.is_grad_enabled() and alpha.requires_grad,
             )
         return out.logits  # [n * m, k, vocab]
 
-    def __call__(self, alpha: torch.Tensor) -> torch.Tensor:
-        return self.objective.value(self.logits(alpha), alpha.shape[0]).float()  # [n]
+    def __call__(self, alpha: torch.Tensor, *, shared_below: int = 0) -> torch.Tensor:
+        logits = self.logits(alpha, shared_below=shared_below)
+        return self.objective.value(logits, alpha.shape[0]).float()  # [n]
 
     def metrics(
         self, alpha: torch.Tensor, batch: int | None = None

@@ -4,7 +4,9 @@ A gate function ``f`` maps ``alpha [rows, layers, heads]`` to one scalar per row
 of every path becomes one row, so all the steps of a chunk go through the model in a single
 batched forward and backward (captum's ``internal_batch_size``). Rows are independent (the
 model never mixes batch rows), so the gradient of ``f(alpha).sum()`` with respect to
-``alpha`` is every row's own gradient at once.
+``alpha`` is every row's own gradient at once. Rows whose paths hold the bottom layers at
+one shared value (per-layer IG) are grouped so each chunk runs those layers once
+(:func:`gradients`, ``needed_from``).
 """
 
 from __future__ import annotations
@@ -62,22 +64,58 @@ def evaluate(f: GateFn, alphas: torch.Tensor, internal_batch_size: int | None = 
 
 
 def gradients(
-    f: GateFn, alphas: torch.Tensor, internal_batch_size: int | None = None
+    f: GateFn,
+    alphas: torch.Tensor,
+    internal_batch_size: int | None = None,
+    *,
+    needed_from: np.ndarray | None = None,
 ) -> torch.Tensor:
     """``∂f/∂α`` at each row of ``alphas [rows, layers, heads]`` -> float64 ``[rows, L, H]``.
 
     ``torch.autograd.grad`` returns fresh gradients per chunk: nothing accumulates in a
     ``.grad`` field between batches, and no parameter gradient is computed.
+
+    ``needed_from [rows]``: row ``r``'s gradient is wanted only in layers
+    ``>= needed_from[r]`` (a path whose velocity is zero below that layer), and comes back
+    as zeros below it. For a gate function that supports ``shared_below`` (a
+    :class:`~mechscope.attribution.gatefn.GateFunction`), rows are then grouped by that
+    layer and each chunk runs the layers below its lowest one once, for all its rows: the
+    per-layer paths' steps cost about half a full forward and backward each.
     """
     size = _batch(f, alphas.shape[0], internal_batch_size)
-    out = []
-    for start in range(0, alphas.shape[0], size):
-        leaf = alphas[start : start + size].to(torch.float32).detach().requires_grad_(True)
+    rows = alphas.shape[0]
+    share = needed_from is not None and getattr(f, "shares_prefix", False)
+    order = np.argsort(needed_from, kind="stable") if share else np.arange(rows)
+    out = torch.zeros(rows, *alphas.shape[1:], dtype=torch.float64)
+    for start in range(0, rows, size):
+        idx = torch.from_numpy(order[start : start + size])
+        leaf = alphas[idx].to(torch.float32).detach().requires_grad_(True)  # [c, L, H]
         with torch.enable_grad():
-            y = _check_rows(f(leaf), leaf.shape[0])  # [c]
-            (g,) = torch.autograd.grad(y.sum(), leaf)
-        out.append(g.double().cpu())  # [c, L, H]
-    return torch.cat(out)
+            if share:
+                k = shared_layers(leaf.detach(), int(needed_from[idx.numpy()].min()))
+                y = f(leaf, shared_below=k) if k else f(leaf)  # type: ignore[call-arg]
+            else:
+                y = f(leaf)
+            (g,) = torch.autograd.grad(_check_rows(y, leaf.shape[0]).sum(), leaf)
+        out[idx] = g.double().cpu()  # [c, L, H]
+    return out
+
+
+def shared_layers(alphas: torch.Tensor, needed_from: int) -> int:
+    """How many bottom layers a chunk ``alphas [c, L, H]`` can run once: none past the first
+    layer whose gradient is wanted, nor past the first layer where its rows' gates differ
+    (and at most ``L - 1``: the top layer always runs for every row)."""
+    differs = (alphas != alphas[:1]).flatten(2).any(dim=2).any(dim=0)  # [L]
+    first_diff = int(differs.nonzero()[0, 0]) if bool(differs.any()) else alphas.shape[1]
+    return max(0, min(needed_from, first_diff, alphas.shape[1] - 1))
+
+
+def first_moving_layer(velocities: torch.Tensor) -> np.ndarray:
+    """``velocities [rows, L, H]`` -> for each row the first layer with a nonzero velocity
+    (``L`` for a row that does not move): below it the gradient is multiplied by zero."""
+    moving = (velocities != 0).any(dim=2)  # [rows, L]
+    first = torch.where(moving.any(dim=1), moving.int().argmax(dim=1), moving.shape[1])
+    return first.numpy()
 
 
 @dataclass(frozen=True)
@@ -146,8 +184,10 @@ def integrate(
     w = torch.from_numpy(quad.w)  # [n]
     points, velocities = zip(*(p.points(t) for p in paths), strict=True)
     alphas = torch.cat(points)  # [P * n, L, H]
-    grads = gradients(f, alphas, internal_batch_size)  # [P * n, L, H]
-    weighted = grads * torch.cat(velocities) * w.repeat(len(paths))[:, None, None]
+    velocity = torch.cat(velocities)  # [P * n, L, H]
+    needed = first_moving_layer(velocity)  # [P * n]
+    grads = gradients(f, alphas, internal_batch_size, needed_from=needed)  # [P * n, L, H]
+    weighted = grads * velocity * w.repeat(len(paths))[:, None, None]
     attributions = weighted.view(len(paths), quad.n_steps, *f.shape).sum(dim=1)  # [P, L, H]
     if completeness:
         f_start, f_end = endpoint_values(f, paths, internal_batch_size)
