@@ -9,7 +9,11 @@ Measured side by side on one prompt (runs interleaved, medians over repeats):
 4. captum's ``IntegratedGradients`` on the same gate function (same steps, same batch), like
    for like: ``joint_ig(completeness=False)`` against captum without its convergence delta,
    and ``joint_ig`` with its completeness check (a forward at both ends of the path) against
-   captum with the delta (the same two forwards).
+   captum with the delta (the same two forwards);
+5. per-layer IG against captum given the same ``layers`` paths as one batch of inputs
+   (``inputs`` all ones, ``baselines`` with one layer off each), both without completeness.
+   captum sees a black box and runs every layer for every step; ``per_layer_ig`` runs the
+   layers below a chunk's lowest moving layer once.
 
 Agreement: our attributions against captum's, every head, within 1e-4 (the floors compute
 no attributions and have no check). Usage: ``python benchmarks/bench_attribution.py
@@ -87,6 +91,28 @@ def captum_fn(
     return run
 
 
+def captum_per_layer_fn(f: GateFunction, steps: int, batch: int) -> Callable[[], torch.Tensor]:
+    """captum's IG over the per-layer paths: one input per layer, its baseline that layer off;
+    the per-path attributions summed (each is zero outside its own layer)."""
+    ig = IntegratedGradients(lambda a: f(a))
+    layers = f.shape[0]
+    inputs = torch.ones((layers, *f.shape))  # [P, L, H]
+    baselines = inputs.clone()
+    baselines[torch.arange(layers), torch.arange(layers)] = 0.0
+
+    def run() -> torch.Tensor:
+        out = ig.attribute(
+            inputs,
+            baselines=baselines,
+            n_steps=steps,
+            method="gausslegendre",
+            internal_batch_size=batch,
+        )
+        return out.sum(dim=0)  # [L, H]
+
+    return run
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
@@ -117,6 +143,10 @@ def main(argv: list[str] | None = None) -> dict:
         "captum+delta": captum_fn(f, n, batch, delta=True),
         "floor n": floor_fn(f, n, batch),
         "per_layer_ig": lambda: per_layer_ig(f, n_steps=m, internal_batch_size=batch),
+        "per_layer_ig, no check": lambda: (
+            per_layer_ig(f, n_steps=m, internal_batch_size=batch, completeness=False).attributions
+        ),
+        "captum per layer": captum_per_layer_fn(f, m, batch),
         "floor L*m": floor_fn(f, layers * m, batch),
     }
     t = harness.interleaved(jobs, reps=reps)
@@ -125,6 +155,10 @@ def main(argv: list[str] | None = None) -> dict:
     ours = t.last["joint_ig"]
     check_delta = harness.agreement(ours, t.last["captum+delta"][0], atol=ATTR_ATOL, name="attr")
     scale = f"max |attribution| {abs(ours).max():.2e}"
+    per_layer = t.last["per_layer_ig, no check"]
+    check_layers = harness.agreement(
+        per_layer, t.last["captum per layer"], atol=ATTR_ATOL, name="attribution"
+    )
     ig = f"head-gate IG, {n} Gauss-Legendre steps, {layers}x{lm.n_heads} gates"
     cases = [
         harness.case_from_check(
@@ -156,6 +190,19 @@ def main(argv: list[str] | None = None) -> dict:
             tolerance="-",
             peer_label=f"floor: {n} HF forward+backward rows",
             note="no peer result to compare: a time floor",
+        ),
+        harness.case_from_check(
+            t,
+            "per_layer_ig, no check",
+            "captum per layer",
+            check_layers,
+            case=f"per-layer IG, {layers} layers x {m} steps, completeness=False",
+            target=1.0,
+            peer_label="captum IntegratedGradients, one input per layer path (same gate function)",
+            note=(
+                f"max |attribution| {abs(per_layer).max():.2e}; layers below a chunk's lowest "
+                "moving layer run once (captum runs every layer for every step)"
+            ),
         ),
         harness.compare(
             t,
