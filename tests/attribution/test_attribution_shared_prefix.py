@@ -182,3 +182,26 @@ def test_gate_limited_to_layers(tiny_llama) -> None:
     assert (limited - everywhere).abs().max() > 1e-3
     with pytest.raises(Exception, match="layer"):
         eng.run(ids, [Gate(alpha, layers=[tiny_llama.n_layers])])
+
+
+def test_evaluation_without_gradients_shares_the_rows_common_bottom_layers(tiny_f) -> None:
+    """Forward-only rows that agree below layer 2 run layers 0 and 1 once, with the same
+    values as row-by-row passes; rows that differ at layer 0 share nothing."""
+    lm, layers = tiny_f.lm, tiny_f.shape[0]
+    agree = random_gates(tiny_f.shape, 4, 2, seed=7, prefix=0.7)
+    differ = random_gates(tiny_f.shape, 4, 0, seed=8)
+    seen, handles = layer_rows(lm)
+    try:
+        with torch.no_grad():
+            shared = tiny_f(agree)
+            work_agree = list(seen)
+            seen[:] = [0] * layers
+            tiny_f(differ)
+            work_differ = list(seen)
+            one_by_one = torch.cat([tiny_f(agree[i : i + 1]) for i in range(4)])
+    finally:
+        for h in handles:
+            h.remove()
+    torch.testing.assert_close(shared, one_by_one, atol=ATOL, rtol=0)
+    assert work_agree == [1, 1] + [4] * (layers - 2)
+    assert work_differ == [4] * layers

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
+from mechscope.attribution.integrate import shared_layers
 from mechscope.attribution.objectives import Objective
 from mechscope.engine import Engine, Gate
 from mechscope.engine.sweep import DEFAULT_BUDGET, bytes_per_row
@@ -80,7 +81,8 @@ class GateFunction:
         outside the autograd graph) and the batch is expanded at ``resid_pre[k]``, so a chunk
         of per-layer IG steps whose moving layers are ``>= k`` pays for ``L - k`` layers
         forward and backward instead of ``L``. Gradients with respect to ``alpha[:, :k]``
-        come back as zeros.
+        come back as zeros. Without gradients, rows that agree on their bottom layers share
+        them anyway (Shapley coalitions, pruning curves and path ends often do).
         """
         n_layers = self.shape[0]
         if alpha.dim() != 3 or tuple(alpha.shape[1:]) != self.shape:
@@ -95,6 +97,9 @@ class GateFunction:
         if k and not bool((alpha[:, :k] == alpha[:1, :k]).all()):
             raise ValueError(f"shared_below={k}: the rows' gates differ below layer {k}")
         m, n = self.objective.rows, alpha.shape[0]
+        grad = torch.is_grad_enabled() and alpha.requires_grad
+        if not grad and n > 1:
+            k = max(k, shared_layers(alpha, n_layers))
         device = self.lm.device
         gates = alpha.repeat_interleave(m, dim=0) if m > 1 else alpha  # [n * m, L, H]
         if k == 0:
@@ -117,7 +122,7 @@ class GateFunction:
                 interventions,
                 logits=self.objective.positions,
                 expand=expand,
-                grad=torch.is_grad_enabled() and alpha.requires_grad,
+                grad=grad,
             )
         return out.logits  # [n * m, k, vocab]
 
