@@ -10,13 +10,19 @@ Measured side by side on one prompt (runs interleaved, medians over repeats):
    for like: ``joint_ig(completeness=False)`` against captum without its convergence delta,
    and ``joint_ig`` with its completeness check (a forward at both ends of the path) against
    captum with the delta (the same two forwards);
-5. per-layer IG against captum given the same ``layers`` paths as one batch of inputs
+5. the joint path as researchers run it today: captum on a gate function written with
+   TransformerLens (a ``hook_z`` hook per layer scaling each head, logits of the whole
+   sequence), on a ``HookedTransformer`` holding the same weights;
+6. per-layer IG against captum given the same ``layers`` paths as one batch of inputs
    (``inputs`` all ones, ``baselines`` with one layer off each), both without completeness.
    captum sees a black box and runs every layer for every step; ``per_layer_ig`` runs the
    layers below a chunk's lowest moving layer once.
 
 Agreement: our attributions against captum's, every head, within 1e-4 (the floors compute
-no attributions and have no check). Usage: ``python benchmarks/bench_attribution.py
+no attributions and have no check); against captum on TransformerLens within 0.1 nats
+(1e-3 of the largest attribution): a second implementation of the same weights agrees on
+``f`` within 1e-5 nats, but where ``f`` is steepest (gates near 0.3) fp32 gradients of the
+two differ by up to 3e-4 of their size. Usage: ``python benchmarks/bench_attribution.py
 [--quick] [--model smollm2-135m] [--steps 32] [--repeats 3]``; the last stdout line is the
 runner's ``RESULT``.
 """
@@ -44,6 +50,7 @@ import harness
 
 PEER_VENV = True  # captum is a peer: run with .bench-venv
 ATTR_ATOL = 1e-4  # nats per head gate; both sides use the same Gauss-Legendre nodes
+TL_ATOL = 0.1  # nats per head gate, against a second implementation (module docstring)
 FLOOR_TARGET = 1.2
 
 PROMPT = "When Mary and John went to the store, John gave a drink to"
@@ -70,11 +77,16 @@ def floor_fn(f: GateFunction, rows: int, batch: int) -> Callable[[], None]:
 
 
 def captum_fn(
-    f: GateFunction, steps: int, batch: int, delta: bool = False
+    f: GateFunction,
+    steps: int,
+    batch: int,
+    delta: bool = False,
+    gate_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> Callable[[], torch.Tensor]:
-    """captum's IG on the same gate function; ``delta`` adds its convergence delta (two extra
-    forwards, the same work as our completeness check)."""
-    ig = IntegratedGradients(lambda a: f(a))
+    """captum's IG on the same gate function (or on ``gate_fn``, the same function written
+    another way); ``delta`` adds its convergence delta (two extra forwards, the same work as
+    our completeness check)."""
+    ig = IntegratedGradients(gate_fn or (lambda a: f(a)))
     ones = torch.ones((1, *f.shape))
 
     def run() -> torch.Tensor:
@@ -89,6 +101,29 @@ def captum_fn(
         return out[0] if delta else out
 
     return run
+
+
+def tl_gate_fn(f: GateFunction) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The gate function a TransformerLens user writes: every layer's ``hook_z``
+    ``[batch, pos, head, d_head]`` scaled by its row of gates, the completion's mean NLL
+    from the full logits."""
+    from bench_patching import build_tl
+
+    tl = build_tl(f.lm).requires_grad_(False)
+    obj = f.objective
+    layers = f.shape[0]
+
+    def gate_fn(alpha: torch.Tensor) -> torch.Tensor:  # [n, L, H] -> [n]
+        n = alpha.shape[0]
+        hooks = [
+            (f"blocks.{layer}.attn.hook_z", lambda z, hook, i=layer: z * alpha[:, i, None, :, None])
+            for layer in range(layers)
+        ]
+        logits = tl.run_with_hooks(obj.input_ids.repeat(n, 1), fwd_hooks=hooks)  # [n, s, V]
+        logp = torch.log_softmax(logits[:, obj.positions].float(), dim=-1)  # [n, k, V]
+        return -logp.gather(-1, obj.targets[None, :, None].expand(n, -1, 1))[..., 0].mean(-1)
+
+    return gate_fn
 
 
 def captum_per_layer_fn(f: GateFunction, steps: int, batch: int) -> Callable[[], torch.Tensor]:
@@ -141,6 +176,7 @@ def main(argv: list[str] | None = None) -> dict:
         ),
         "captum": captum_fn(f, n, batch),
         "captum+delta": captum_fn(f, n, batch, delta=True),
+        "captum on TL": captum_fn(f, n, batch, gate_fn=tl_gate_fn(f)),
         "floor n": floor_fn(f, n, batch),
         "per_layer_ig": lambda: per_layer_ig(f, n_steps=m, internal_batch_size=batch),
         "per_layer_ig, no check": lambda: (
@@ -155,6 +191,9 @@ def main(argv: list[str] | None = None) -> dict:
     ours = t.last["joint_ig"]
     check_delta = harness.agreement(ours, t.last["captum+delta"][0], atol=ATTR_ATOL, name="attr")
     scale = f"max |attribution| {abs(ours).max():.2e}"
+    check_tl = harness.agreement(
+        t.last["joint_ig, no check"], t.last["captum on TL"][0], atol=TL_ATOL, name="attribution"
+    )
     per_layer = t.last["per_layer_ig, no check"]
     check_layers = harness.agreement(
         per_layer, t.last["captum per layer"], atol=ATTR_ATOL, name="attribution"
@@ -180,6 +219,19 @@ def main(argv: list[str] | None = None) -> dict:
             target=1.0,
             peer_label="captum IntegratedGradients + convergence delta",
             note="both sides add a forward at the path's ends (our completeness check)",
+        ),
+        harness.case_from_check(
+            t,
+            "joint_ig, no check",
+            "captum on TL",
+            check_tl,
+            case=f"{ig}, completeness=False",
+            target=1.0,
+            peer_label="captum IntegratedGradients on TransformerLens hook_z gates",
+            note=(
+                f"{scale}; the gate function as a TransformerLens user writes it (same "
+                "weights, a second implementation: tolerance in the script's docstring)"
+            ),
         ),
         harness.compare(
             t,
