@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -46,6 +46,39 @@ class ModelCard(BaseModel):
     d_model: list[str] = ["hidden_size"]
     head_dim: list[str] = ["head_dim"]
     logit_softcap: str | None = Field(None, description="config attribute of a final tanh softcap")
+    logit_scale: str | None = Field(None, description="config attribute multiplying the logits")
+    logit_divisor: str | None = Field(None, description="config attribute dividing the logits")
+    residual_scale: str | None = Field(
+        None,
+        description="config attribute multiplying each sublayer's output before the residual "
+        "add (Granite's residual_multiplier): attn_out / mlp_out are the scaled contributions",
+    )
+    text_config: str | None = Field(
+        None,
+        description="config attribute holding the language model's config (multimodal "
+        "wrappers): head counts and sizes are read there",
+    )
+    mlp_down: str | None = Field(
+        None,
+        description="module (in a layer) whose input is mlp_post, the MLP's neurons; none "
+        "for mixture-of-experts layers",
+    )
+    experts: str | None = Field(
+        None,
+        description="module (in a layer) called as experts(hidden, top_k_index, top_k_weights) "
+        "in a mixture-of-experts layer: the router and expert_out sites",
+    )
+    parallel: bool | str = Field(
+        False,
+        description="attention and MLP read the same residual (GPT-J, Phi, Falcon, Cohere, "
+        "NeoX), so there is no resid_mid; a string names the config attribute that says so",
+    )
+    attention: Literal["interface", "own"] = Field(
+        "interface",
+        description="interface: the family calls transformers' attention interface (pattern, "
+        "attn_scores, q/k/v, suppression work); own: it computes attention in its own code, "
+        "so those are refused",
+    )
     causal: bool = True
     bidirectional_override: bool = Field(
         False, description="drop the causal mask the modeling code builds (LLaDA-style decoders)"

@@ -13,6 +13,10 @@ from mechscope.errors import SiteError
 from mechscope.models.card import ModelCard
 
 
+def _attr(config: Any, name: str | None) -> Any:
+    return getattr(config, name, None) if name else None
+
+
 def get_submodule(root: nn.Module, path: str) -> nn.Module:
     """``root.a.b.0.c`` by dotted path (integers index into ModuleLists)."""
     return root.get_submodule(path) if path else root
@@ -29,13 +33,13 @@ class LoadedModel:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        cfg = self.model.config
+        cfg = self.config
         card = self.card
         self.n_layers: int = int(card.config_value(cfg, card.n_layers))
         self.n_heads: int = int(card.config_value(cfg, card.n_heads))
         self.n_kv_heads: int = int(card.config_value(cfg, card.n_kv_heads, self.n_heads))
         self.d_model: int = int(card.config_value(cfg, card.d_model))
-        self.d_head: int = int(card.config_value(cfg, card.head_dim, self.d_model // self.n_heads))
+        self.d_head: int = self._z_head_size()
         self.vocab_size: int = int(self.unembed_modules()[-1].weight.shape[0])
         self.causal: bool = card.causal
         self.mask_token_id: int | None = (
@@ -46,9 +50,54 @@ class LoadedModel:
         self.max_context: int | None = getattr(cfg, "max_position_embeddings", None) or getattr(
             cfg, "n_positions", None
         )
-        self.logit_softcap: float | None = (
-            getattr(cfg, card.logit_softcap, None) if card.logit_softcap else None
+        self.logit_softcap: float | None = _attr(cfg, card.logit_softcap)
+        scale, divisor = _attr(cfg, card.logit_scale), _attr(cfg, card.logit_divisor)
+        self.logit_scale: float | None = (
+            None if scale is None and divisor is None else (scale or 1.0) / (divisor or 1.0)
         )
+        """What the model multiplies its logits by after the unembedding (None: nothing)."""
+        self.residual_scale: float | None = _attr(cfg, card.residual_scale)
+        """What each sublayer's output is multiplied by before the residual add."""
+        parallel = card.parallel
+        self.parallel: bool = bool(
+            getattr(cfg, parallel, False) if isinstance(parallel, str) else parallel
+        )
+        self.refused: dict[str, str] = {}
+        """Sites or interventions this model cannot support exactly, with the one-line reason
+        (filled from the card and by the conformance probe)."""
+        if card.attention == "own":
+            reason = (
+                f"{card.family} computes attention in its own code, not through transformers' "
+                "attention interface"
+            )
+            for name in (
+                "pattern",
+                "attn_scores",
+                "q",
+                "k",
+                "v",
+                "SuppressAttention",
+                "ReduceAttention",
+            ):
+                self.refused[name] = reason
+
+    def _z_head_size(self) -> int:
+        """Per-head size of z: the output projection's input width over the head count (it
+        differs from the query/key size in multi-head latent attention)."""
+        o_proj = self.layer_part("o_proj", 0)
+        weight = getattr(o_proj, "weight", None)
+        if isinstance(o_proj, nn.Linear):
+            return o_proj.in_features // self.n_heads
+        if weight is not None and weight.dim() == 2 and type(o_proj).__name__ == "Conv1D":
+            return int(weight.shape[0]) // self.n_heads  # GPT-2 Conv1D: weight [in, out]
+        card = self.card
+        return int(card.config_value(self.config, card.head_dim, self.d_model // self.n_heads))
+
+    @property
+    def config(self) -> Any:
+        """The language model's config (``text_config`` of a multimodal wrapper)."""
+        cfg = self.model.config
+        return getattr(cfg, self.card.text_config) if self.card.text_config else cfg
 
     # --- modules (only the engine should need these) -------------------------------------
     def layers(self) -> nn.ModuleList:
@@ -59,8 +108,12 @@ class LoadedModel:
         return self.layers()[layer]
 
     def layer_part(self, role: str, layer: int) -> nn.Module:
-        """The module of ``role`` (``attn``, ``o_proj``, ``attn_out``, ``mlp_out``) in a layer."""
-        return get_submodule(self.layer_module(layer), getattr(self.card, role))
+        """The module of ``role`` (``attn``, ``o_proj``, ``attn_out``, ``mlp_out``, ``mlp_down``,
+        ``experts``) in a layer."""
+        path = getattr(self.card, role)
+        if path is None:
+            raise SiteError(f"the {self.card.family} card names no {role} module")
+        return get_submodule(self.layer_module(layer), path)
 
     def final_norm(self) -> nn.Module:
         return get_submodule(self.model, self.card.final_norm)
