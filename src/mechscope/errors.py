@@ -39,3 +39,9 @@ class UnsupportedFamilyError(MechscopeError, ValueError):
 
 class SiteError(MechscopeError, IndexError):
     """A site addressed out of range (layer, head or position)."""
+
+
+class UnsupportedInterventionError(MechscopeError, ValueError):
+    """A site or intervention the model cannot support exactly (``LoadedModel.refused``, a
+    card without the module the site needs, attention computed outside transformers'
+    attention interface): raised in one line before any forward work."""

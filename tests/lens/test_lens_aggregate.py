@@ -169,6 +169,6 @@ def test_attention_curves_and_correlations_equal_plain_loops():
     corr = attention_correlations(samples)
     s = samples[0]
     row = corr[(corr["sample"] == "s0") & (corr.segment == "tool")].iloc[0]
-    x = s.attention["a"].mean(axis=1)[..., 0][:, s.semantic].ravel()
-    y = s.metric("dnll")[:, s.semantic].ravel()
+    x = s.attention["a"].mean(axis=1)[..., 0][:, s.semantic].ravel().astype(np.float64)
+    y = s.metric("dnll")[:, s.semantic].ravel().astype(np.float64)  # scipy keeps float32 input
     np.testing.assert_allclose(row["r"], stats.pearsonr(x, y).statistic, atol=1e-9)

@@ -1,13 +1,24 @@
 """The engine's attention function, registered with transformers' ``AttentionInterface``.
 
-Layers with no attention work delegate to transformers' SDPA kernel, so the model keeps its
-fast path. Layers that must see or edit probabilities (pattern reads, reductions,
-suppression) compute attention explicitly, one layer at a time, in fp32: the
-``[layers × heads × T × T]`` tensor is never stored.
+Every family whose attention module calls the interface reaches :func:`mechscope_attention`
+with the per-head queries, keys and values after rotary embeddings and any q/k norm. Here
+the engine reads and edits ``q``, ``k`` and ``v``, and decides how to attend:
+
+- layers with probability work (``attn_scores``, ``pattern``, reductions, suppression) go to
+  the explicit fp32 path (:mod:`mechscope.engine.attention_explicit`), one layer at a time,
+  so ``[layers × heads × T × T]`` never exists;
+- other layers keep transformers' SDPA kernel, unless the family passes something SDPA
+  cannot reproduce (Gemma 2's soft-capping, gpt-oss' attention sinks, anything unknown):
+  then the family's own ``eager_attention_forward`` runs, the reference itself.
+
+Layers record that they were reached, so a pass whose attention work never arrived here
+(a family computing attention in its own code) raises instead of returning silently.
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +28,37 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from mechscope.engine.attention_explicit import additive_mask, explicit_attention
+from mechscope.errors import UnsupportedInterventionError
+
 ATTN_NAME = "mechscope"
+Transform = Callable[[torch.Tensor], torch.Tensor]
+
+#: Keyword arguments SDPA either implements or that do not change the math here (masks
+#: already carry sliding windows; packed-sequence arguments are unused by the engine).
+SDPA_KWARGS = frozenset(
+    {
+        "is_causal",
+        "deterministic",
+        "position_bias",
+        "sliding_window",
+        "output_attentions",
+        "output_hidden_states",
+        "output_router_logits",
+        "position_ids",
+        "cu_seq_lens_q",
+        "cu_seq_lens_k",
+        "max_length_q",
+        "max_length_k",
+        "seq_idx",
+        "num_items_in_batch",
+        "use_cache",
+        "cache_position",
+        "return_dict",
+    }
+)
+#: What the explicit path implements on top (soft-capping, attention sinks).
+EXPLICIT_KWARGS = SDPA_KWARGS | {"softcap", "s_aux"}
 
 
 @dataclass
@@ -28,9 +69,16 @@ class AttentionWork:
     """(span ``[batch|1, 2]``, head mask ``[heads]`` or None) pairs."""
     reducers: list[Any] = field(default_factory=list)
     """Callables ``fn(probs)`` receiving ``[batch, heads, q, k]`` fp32 probabilities."""
+    qkv: dict[str, Transform] = field(default_factory=dict)
+    """``"q"``/``"k"``/``"v"`` -> edit of ``[batch, seq, heads, d_head]`` (current positions)."""
+    scores: Transform | None = None
+    """Edit of the ``[batch, heads, q, k]`` fp32 scores after scaling, soft-cap and mask."""
 
     def needs_explicit(self) -> bool:
-        return bool(self.suppress or self.reducers)
+        return bool(self.suppress or self.reducers or self.scores is not None)
+
+    def any(self) -> bool:
+        return self.needs_explicit() or bool(self.qkv)
 
 
 @dataclass
@@ -43,12 +91,20 @@ class PassState:
     """Masks shared by every layer of the pass (built at the first layer that needs them)."""
     rows: torch.Tensor | None = None
     """``expand=(layer, index)``: the input row each expanded row continues."""
+    reached: set[int] = field(default_factory=set)
+    """Layers whose attention called :func:`mechscope_attention` in this pass."""
 
     def fit_rows(self, mask: torch.Tensor | None, batch: int) -> torch.Tensor | None:
         """A per-input-row mask ``[B, ...]`` for the ``batch`` rows of a gathered layer."""
         if mask is None or mask.shape[0] in (1, batch) or self.rows is None:
             return mask
         return mask.index_select(0, self.rows.to(mask.device))
+
+    def unreached(self) -> list[int]:
+        """Layers with attention work that never reached the attention function."""
+        return sorted(
+            layer for layer, w in self.work.items() if w.any() and layer not in self.reached
+        )
 
 
 ACTIVE: ContextVar[PassState | None] = ContextVar("mechscope_pass", default=None)
@@ -58,7 +114,7 @@ def mechscope_attention(
     module: torch.nn.Module,
     query: torch.Tensor,  # [batch, heads, q, d_head]
     key: torch.Tensor,  # [batch, kv_heads, k, d_head]
-    value: torch.Tensor,  # [batch, kv_heads, k, d_head]
+    value: torch.Tensor,  # [batch, kv_heads, k, d_head_v]
     attention_mask: torch.Tensor | None,
     dropout: float = 0.0,
     scaling: float | None = None,
@@ -67,130 +123,102 @@ def mechscope_attention(
     state = ACTIVE.get()
     layer: int | None = getattr(module, "_mechscope_layer", None)
     work = state.work.get(layer) if state is not None and layer is not None else None
+    if state is not None and layer is not None:
+        state.reached.add(layer)
+    if work is not None and work.qkv:
+        query, key, value = _edit_qkv(work.qkv, query, key, value)
     bidirectional = getattr(module, "_mechscope_bidirectional", False)
     if bidirectional:
         attention_mask = _padding_only_mask(state, query)
         kwargs["is_causal"] = False
     if state is not None:
         attention_mask = state.fit_rows(attention_mask, query.shape[0])
-    if work is None or not work.needs_explicit():
+    cache = state.cache if state is not None else {}
+    if work is not None and work.needs_explicit():
+        unknown = _unknown(kwargs, EXPLICIT_KWARGS)
+        if unknown:
+            raise UnsupportedInterventionError(
+                f"layer {layer}: {type(module).__name__} passes {', '.join(unknown)} to its "
+                "attention, which the engine's explicit attention does not implement"
+            )
+        return explicit_attention(
+            module, query, key, value, attention_mask, work, scaling, bidirectional, cache, **kwargs
+        )
+    if not _unknown(kwargs, SDPA_KWARGS):
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
-    return _explicit_attention(
-        module, query, key, value, attention_mask, work, scaling, bidirectional, **kwargs
+    return _family_eager(
+        module, query, key, value, attention_mask, dropout, scaling, bidirectional, cache, kwargs
     )
+
+
+def _unknown(kwargs: dict[str, Any], known: frozenset[str]) -> list[str]:
+    return sorted(k for k, v in kwargs.items() if v is not None and k not in known)
+
+
+def _edit_qkv(
+    edits: dict[str, Transform],
+    query: torch.Tensor,  # [b, h, q, d]
+    key: torch.Tensor,  # [b, kv, k, d]  (k >= q: cached positions come first)
+    value: torch.Tensor,  # [b, kv, k, d_v]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Apply the q/k/v edits in ``[batch, seq, heads, d]`` layout. With a key/value cache the
+    keys and values passed here include the cached prefix; the sites cover the positions of
+    the current input only (the last ``q`` positions), as every other site does."""
+    q_len = query.shape[2]
+    out = {"q": query, "k": key, "v": value}
+    for name in ("q", "k", "v"):
+        fn = edits.get(name)
+        if fn is None:
+            continue
+        x = out[name]
+        tail = x if x.shape[2] == q_len else x[:, :, -q_len:]
+        site = tail.transpose(1, 2)  # [b, seq, heads, d]
+        new = fn(site)
+        if new is site and not torch.is_grad_enabled():
+            continue  # a read: keep the tensor the model made
+        new = new.transpose(1, 2)  # [b, heads, seq, d]; under grad the read stays upstream
+        out[name] = new if tail is x else torch.cat([x[:, :, :-q_len], new], dim=2)
+    return out["q"], out["k"], out["v"]
+
+
+def _family_eager(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float,
+    scaling: float | None,
+    bidirectional: bool,
+    cache: dict[Any, Any],
+    kwargs: dict[str, Any],
+) -> tuple[torch.Tensor, None]:
+    """The family's own eager attention (its modeling file's ``eager_attention_forward``),
+    for layers SDPA cannot reproduce; the engine's bool mask becomes the additive mask eager
+    code expects. Without one, the explicit path, if it implements every argument."""
+    eager = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
+    if eager is None:
+        unknown = _unknown(kwargs, EXPLICIT_KWARGS)
+        if unknown:
+            raise UnsupportedInterventionError(
+                f"{type(module).__name__} passes {', '.join(unknown)} to its attention, which "
+                "neither SDPA nor the engine implements, and its module has no eager attention"
+            )
+        return explicit_attention(
+            module, query, key, value, attention_mask, AttentionWork(), scaling, bidirectional,
+            cache, **kwargs,
+        )  # fmt: skip
+    mask = additive_mask(attention_mask, query, key.shape[2], module, bidirectional, cache)
+    out, _ = eager(module, query, key, value, mask, dropout=dropout, scaling=scaling, **kwargs)
+    return out, None
 
 
 def _padding_only_mask(state: PassState | None, query: torch.Tensor) -> torch.Tensor | None:
     if state is None or state.padding_mask is None:
         return None
     return state.padding_mask.to(device=query.device, dtype=torch.bool)[:, None, None, :]
-
-
-def _explicit_attention(
-    module: torch.nn.Module,
-    query: torch.Tensor,  # [batch, heads, q, d_head]
-    key: torch.Tensor,  # [batch, kv_heads, k, d_head]
-    value: torch.Tensor,  # [batch, kv_heads, k, d_head]
-    attention_mask: torch.Tensor | None,
-    work: AttentionWork,
-    scaling: float | None,
-    bidirectional: bool,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Attention with the probabilities materialised for one layer.
-
-    The score block is edited in place (scale folded into the query, masks filled in place),
-    and grouped-query heads share their key/value head through a reshape of the query rather
-    than copies of keys and values: at most two ``[b, h, q, k]`` blocks exist at once (scores
-    and probabilities, during the softmax).
-    """
-    batch, n_heads, q_len, d_head = query.shape
-    kv_heads, k_len = key.shape[1], key.shape[2]
-    groups = n_heads // kv_heads
-    scale = scaling if scaling is not None else d_head**-0.5
-    # query heads j*groups .. j*groups+groups-1 read kv head j (repeat_interleave order)
-    q = (query.float() * scale).reshape(batch, kv_heads, groups * q_len, d_head)
-    scores = torch.matmul(q, key.float().transpose(-1, -2))  # [b, kv, groups*q, k]
-    scores = scores.view(batch, n_heads, q_len, k_len)  # [b, h, q, k]
-    softcap = kwargs.get("softcap")
-    if softcap is not None:
-        if torch.is_grad_enabled():
-            scores = torch.tanh(scores / softcap) * softcap
-        else:
-            scores.div_(softcap).tanh_().mul_(softcap)
-    neg = torch.finfo(scores.dtype).min
-    state = ACTIVE.get()
-    cache = state.cache if state is not None else {}
-    if attention_mask is not None and attention_mask.dtype != torch.bool:
-        scores.add_(attention_mask.to(scores.dtype))  # additive mask, broadcast in place
-    else:
-        blocked = _blocked(attention_mask, q_len, k_len, query.device, module, bidirectional, cache)
-        if blocked is not None:
-            scores.masked_fill_(blocked, neg)
-    for span, heads in work.suppress:
-        block = _suppression_block(span, heads, n_heads, q_len, k_len, query.device)
-        scores.masked_fill_(block, neg)  # [b, 1|h, q, k] broadcast
-    probs = torch.softmax(scores, dim=-1)  # [b, h, q, k] fp32
-    del scores
-    for reducer in work.reducers:
-        reducer(probs)
-    p = probs.to(value.dtype).view(batch, kv_heads, groups * q_len, k_len)
-    out = torch.matmul(p, value)  # [b, kv, groups*q, d_head]
-    out = out.view(batch, n_heads, q_len, d_head)
-    return out.transpose(1, 2).contiguous(), None  # [b, q, h, d_head]
-
-
-def _blocked(
-    mask: torch.Tensor | None,  # bool [b|1, 1, q, k], True = may attend
-    q_len: int,
-    k_len: int,
-    device: torch.device,
-    module: torch.nn.Module,
-    bidirectional: bool,
-    cache: dict[Any, Any],
-) -> torch.Tensor | None:
-    """Where attention is not allowed: the inverse of the bool mask transformers built, or the
-    causal mask SDPA would have applied through ``is_causal`` when none was built. Computed
-    once per pass and shape (every layer passes the same mask object)."""
-    if mask is not None:
-        hit = cache.get("mask")
-        if hit is not None and hit[0] is mask:
-            return hit[1]
-        blocked = ~mask
-        cache["mask"] = (mask, blocked)  # holding `mask` keeps its identity unique
-        return blocked
-    causal = getattr(module, "is_causal", True) and not bidirectional
-    if not causal or q_len == 1:
-        return None
-    key = ("causal", q_len, k_len, device)
-    if key not in cache:
-        offset = k_len - q_len  # queries are the last q_len positions when a cache is in use
-        q_idx = torch.arange(q_len, device=device)[:, None] + offset
-        k_idx = torch.arange(k_len, device=device)[None, :]
-        cache[key] = (k_idx > q_idx)[None, None]  # [1, 1, q, k]
-    return cache[key]
-
-
-def _suppression_block(
-    span: torch.Tensor,  # [batch|1, 2]
-    heads: torch.Tensor | None,  # [heads] bool
-    n_heads: int,
-    q_len: int,
-    k_len: int,
-    device: torch.device,
-) -> torch.Tensor:
-    """True where a query after the span would attend to a key inside it: ``[b, h, q, k]``."""
-    start, end = span[:, 0].to(device), span[:, 1].to(device)  # [b]
-    k_idx = torch.arange(k_len, device=device)
-    q_idx = torch.arange(k_len - q_len, k_len, device=device)
-    in_span = (k_idx[None] >= start[:, None]) & (k_idx[None] < end[:, None])  # [b, k]
-    after = q_idx[None] >= end[:, None]  # [b, q]
-    block = after[:, None, :, None] & in_span[:, None, None, :]  # [b, 1, q, k]
-    if heads is not None:
-        block = block & heads.to(device)[None, :, None, None]
-    return block
 
 
 def register() -> None:

@@ -1,6 +1,8 @@
 """Pure functions that apply one intervention to one activation tensor.
 
-Kept apart from the hook plumbing so each edit can be tested on plain tensors.
+Kept apart from the hook plumbing so each edit can be tested on plain tensors. Positions and
+heads index the axes the site names (:attr:`Site.pos_dim`, :attr:`Site.head_dim`):
+``[batch, seq, heads, d]`` for z/q/k/v, ``[batch, heads, q, k]`` for attn_scores/pattern.
 """
 
 from __future__ import annotations
@@ -8,17 +10,25 @@ from __future__ import annotations
 import torch
 
 from mechscope.engine.interventions import Ablate, Patch
-from mechscope.engine.sites import Site
+from mechscope.engine.sites import HEAD_SITES, Site
+
+
+def _index(site: Site, ndim: int) -> tuple:
+    """The advanced index of a site's positions and head (None where it selects nothing)."""
+    idx: list = [slice(None)] * ndim
+    if site.positions is not None:
+        idx[site.pos_dim] = list(site.positions)
+    if site.head is not None and site.name in HEAD_SITES:
+        idx[site.head_dim] = site.head
+    return tuple(idx)
 
 
 def select(act: torch.Tensor, site: Site) -> torch.Tensor:
-    """The slice of ``act`` a site addresses (positions on dim 1, head on dim 2 for z)."""
-    out = act
-    if site.positions is not None:
-        out = out[:, list(site.positions)]
-    if site.head is not None and site.name == "z":
-        out = out[:, :, site.head]
-    return out
+    """The slice of ``act`` a site addresses: ``[b, P, ...]`` for positions, the head axis
+    dropped for a head (``[b, P, d]`` for z/q/k/v, ``[b, P, k]`` for attn_scores)."""
+    if site.positions is None and (site.head is None or site.name not in HEAD_SITES):
+        return act
+    return act[_index(site, act.dim())]
 
 
 def apply_patch(act: torch.Tensor, patch: Patch) -> torch.Tensor:
@@ -29,14 +39,10 @@ def apply_patch(act: torch.Tensor, patch: Patch) -> torch.Tensor:
         while mask.dim() < act.dim():
             mask = mask.unsqueeze(-1)
         return torch.where(mask, value, act)
-    if site.positions is None and site.head is None:
+    if site.positions is None and (site.head is None or site.name not in HEAD_SITES):
         return value.expand_as(act).clone() if value.shape != act.shape else value
     out = act.clone()
-    pos = slice(None) if site.positions is None else list(site.positions)
-    if site.name == "z" and site.head is not None:
-        out[:, pos, site.head] = value
-    else:
-        out[:, pos] = value
+    out[_index(site, act.dim())] = value  # head and positions are adjacent axes
     return out
 
 
@@ -51,7 +57,7 @@ def apply_ablation(act: torch.Tensor, ablate: Ablate) -> torch.Tensor:
         if ablate.mode == "mean":
             mean = ref.mean(dim=0, keepdim=True)  # [1, seq, ...]
             if ablate.over_positions:
-                mean = mean.mean(dim=1, keepdim=True)  # [1, 1, ...]
+                mean = mean.mean(dim=site.pos_dim, keepdim=True)  # [1, 1, ...]
             replacement = mean.expand_as(act)
         elif ablate.mode == "resample":
             gen = torch.Generator().manual_seed(ablate.seed)

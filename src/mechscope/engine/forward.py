@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import nn
 from torch.utils.hooks import RemovableHandle
 from transformers import DynamicCache
 
-from mechscope.engine import attention
-from mechscope.engine.edits import apply_ablation, apply_gate, apply_patch, select
+from mechscope.engine import attention, hooks, moe
+from mechscope.engine.checks import check_pass, engine_refusals
+from mechscope.engine.edits import select
 from mechscope.engine.interventions import (
     Ablate,
     Gate,
@@ -30,7 +30,7 @@ from mechscope.engine.interventions import (
 )
 from mechscope.engine.prefix import KVCache, Resume, dynamic_cache, tail_plan
 from mechscope.engine.sites import Site
-from mechscope.errors import SiteError
+from mechscope.errors import SiteError, UnsupportedInterventionError
 from mechscope.models.loaded import LoadedModel
 
 
@@ -54,7 +54,11 @@ class Engine:
     def __init__(self, lm: LoadedModel):
         self.lm = lm
         attention.register()
+        # a class that ignores the attention interface logs a warning and keeps its own
         lm.model.set_attn_implementation(attention.ATTN_NAME)
+        reached = getattr(lm.model.config, "_attn_implementation", None) == attention.ATTN_NAME
+        self.refusals = engine_refusals(lm, reached)
+        """What the engine refuses on its own (merged with ``lm.refused`` at each pass)."""
         for layer in range(lm.n_layers):
             attn_module = lm.layer_part("attn", layer)
             attn_module._mechscope_layer = layer  # type: ignore[assignment]
@@ -62,9 +66,16 @@ class Engine:
 
     @classmethod
     def of(cls, lm: LoadedModel) -> Engine:
+        """The model's engine, created once. A derived card is proven first: the conformance
+        probe runs before any workflow does (:mod:`mechscope.engine.probe`)."""
         engine = lm.extra.get("engine")
         if engine is None:
-            engine = lm.extra["engine"] = cls(lm)
+            engine = cls(lm)
+            if lm.card_source != "built-in":
+                from mechscope.engine.probe import apply_probe
+
+                apply_probe(engine)
+            lm.extra["engine"] = engine
         return engine
 
     # ------------------------------------------------------------------------------------
@@ -97,7 +108,8 @@ class Engine:
         lm = self.lm
         device = lm.device
         input_ids = input_ids.to(device)
-        self._check(interventions, input_ids.shape[1])
+        refused = {**self.refusals, **lm.refused}
+        check_pass(lm, refused, interventions, input_ids.shape[1], keep_cache=cache)
         kv, plan = None, None
         if resume is not None:
             plan = tail_plan(lm, resume, input_ids, interventions, logits, position_ids)
@@ -116,7 +128,7 @@ class Engine:
         )
         token = attention.ACTIVE.set(state)
         try:
-            self._install(interventions, out, handles, work, expand)
+            self._install(interventions, out, handles, work, expand, int(input_ids.shape[1]))
             with torch.set_grad_enabled(grad):
                 kwargs: dict[str, Any] = {"use_cache": kv is not None}
                 if kv is not None:
@@ -128,6 +140,13 @@ class Engine:
                 if lm.card.auto_class == "AutoModelForCausalLM":
                     kwargs["logits_to_keep"] = _logits_to_keep(logits)
                 result = lm.model(input_ids=input_ids, **kwargs)
+            missing = state.unreached()
+            if missing:
+                attn = type(lm.layer_part("attn", missing[0])).__name__
+                raise UnsupportedInterventionError(
+                    f"layer {missing[0]}: {attn} never called the engine's attention function "
+                    "(it computes attention in its own code), so its attention work would be lost"
+                )
             if logits is not False:
                 full = result.logits
                 if lm.card.auto_class != "AutoModelForCausalLM":
@@ -148,7 +167,8 @@ class Engine:
 
     # ------------------------------------------------------------------------------------
     def unembed(self, h: torch.Tensor, *, fp32: bool = True) -> torch.Tensor:
-        """Logit lens: the model's own final norm, then its output embedding (tied or not).
+        """Logit lens: the model's own final norm, then its output embedding (tied or not),
+        its logit scale (Cohere multiplies, Granite divides) and final soft-cap (Gemma).
 
         ``h [..., d_model]`` -> ``[..., vocab]``. The last layer's ``resid_post`` maps to the
         model's own logits.
@@ -156,25 +176,14 @@ class Engine:
         x = self.lm.final_norm()(h)
         for module in self.lm.unembed_modules():
             x = module(x)
+        if self.lm.logit_scale is not None:
+            x = x * self.lm.logit_scale
         if self.lm.logit_softcap:
             cap = self.lm.logit_softcap
             x = torch.tanh(x / cap) * cap
         return x.float() if fp32 else x
 
     # ------------------------------------------------------------------------------------
-    def _check(self, interventions: Sequence[Intervention], seq: int) -> None:
-        for iv in interventions:
-            site = getattr(iv, "site", None)
-            if site is None:
-                continue
-            if site.layer is not None:
-                self.lm.check_layer(site.layer)
-            if site.head is not None:
-                self.lm.check_head(site.head)
-            for p in site.positions or ():
-                if not -seq <= p < seq:
-                    raise SiteError(f"position {p} out of range: valid positions are 0..{seq - 1}")
-
     def _install(
         self,
         interventions: Sequence[Intervention],
@@ -182,9 +191,12 @@ class Engine:
         handles: list[RemovableHandle],
         work: dict[int, attention.AttentionWork],
         expand: tuple[int, int | torch.Tensor] | None,
+        seq: int,
     ) -> None:
+        """Turn the pass's interventions into attention work and module hooks. ``seq``: the
+        positions of this pass's input (the tail when resuming)."""
         lm = self.lm
-        ops: dict[tuple[str, int], list[Intervention]] = defaultdict(list)
+        ops: dict[tuple[str, int], list[Any]] = defaultdict(list)
         for iv in interventions:
             if isinstance(iv, Read | Patch | Ablate):
                 site = iv.site
@@ -215,85 +227,31 @@ class Engine:
             else:
                 raise TypeError(f"not an intervention: {iv!r}")
         if expand is not None:
-            ops.setdefault(("resid_pre", expand[0]), []).insert(0, _Expand(expand[1]))  # type: ignore[arg-type]
-        for (name, layer), items in ops.items():
-            handles.append(self._hook(name, layer, items, out))
-
-    def _hook(self, name: str, layer: int, items: list[Any], out: RunOutput) -> RemovableHandle:
-        lm = self.lm
-
-        def transform(act: torch.Tensor) -> torch.Tensor:
-            for item in items:
-                if isinstance(item, _Expand):
-                    act = item.apply(act)
-                elif isinstance(item, Read):
-                    out.reads[item.site] = select(act, item.site)
-                elif isinstance(item, Patch):
-                    act = apply_patch(act, item)
-                elif isinstance(item, Ablate):
-                    act = apply_ablation(act, item)
-                elif isinstance(item, Gate):
-                    act = apply_gate(act, item.alpha, layer)
-            return act
-
-        if name == "resid_pre":
-            return lm.layer_module(layer).register_forward_pre_hook(
-                _pre_hook(transform), with_kwargs=True
-            )
-        if name == "z":
-            n_heads, d_head = lm.n_heads, lm.d_head
-
-            def z_transform(x: torch.Tensor) -> torch.Tensor:  # [b, s, heads * d_head]
-                z = x.view(*x.shape[:-1], n_heads, d_head)  # [b, s, heads, d_head]
-                return transform(z).reshape(x.shape)
-
-            return lm.layer_part("o_proj", layer).register_forward_pre_hook(
-                _pre_hook(z_transform), with_kwargs=True
-            )
-        module: nn.Module = {
-            "resid_post": lambda: lm.layer_module(layer),
-            "attn_out": lambda: lm.layer_part("attn_out", layer),
-            "mlp_out": lambda: lm.layer_part("mlp_out", layer),
-        }[name]()
-        return module.register_forward_hook(_post_hook(transform))
-
-
-@dataclass
-class _Expand:
-    """Repeat a one-row batch to ``n`` rows, or gather input rows by an index."""
-
-    n: int | torch.Tensor
-
-    def apply(self, act: torch.Tensor) -> torch.Tensor:
-        if isinstance(self.n, torch.Tensor):
-            return act.index_select(0, self.n.to(act.device))
-        return act.expand(self.n, *act.shape[1:])
-
-
-def _pre_hook(transform: Any) -> Any:
-    def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        if args:
-            return (transform(args[0]), *args[1:]), kwargs
-        kwargs = dict(kwargs)
-        kwargs["hidden_states"] = transform(kwargs["hidden_states"])
-        return args, kwargs
-
-    return hook
-
-
-def _post_hook(transform: Any) -> Any:
-    def hook(module: nn.Module, args: tuple, output: Any) -> Any:
-        if isinstance(output, tuple):
-            return (transform(output[0]), *output[1:])
-        return transform(output)
-
-    return hook
+            ops.setdefault(("resid_pre", expand[0]), []).insert(0, hooks.Expand(expand[1]))
+        # resid_mid last: its hooks must see the layer input and attn_out after their edits
+        for (name, layer), items in sorted(ops.items(), key=lambda kv: kv[0][0] == "resid_mid"):
+            if name == "expert_out":
+                by_expert: dict[int, list[Any]] = defaultdict(list)
+                for item in items:
+                    by_expert[item.site.expert].append(item)
+                fns = {e: hooks.make_transform(i, out.reads, layer) for e, i in by_expert.items()}
+                experts = lm.layer_part("experts", layer)
+                handles.append(moe.install_expert_out(experts, fns, seq))
+                continue
+            fn = hooks.make_transform(items, out.reads, layer)
+            if name in ("q", "k", "v"):
+                work[layer].qkv[name] = fn
+            elif name == "attn_scores":
+                work[layer].scores = fn
+            elif name == "router":
+                handles.append(moe.install_router(lm.layer_part("experts", layer), fn, seq))
+            else:
+                handles.extend(hooks.install(lm, name, layer, fn, seq))
 
 
 def _pattern_reader(site: Site, out: RunOutput) -> Any:
-    def read(probs: torch.Tensor) -> None:  # [b, h, q, k]
-        p = probs if site.head is None else probs[:, site.head]
-        out.reads[site] = p
+    def read(probs: torch.Tensor) -> None:  # [b, h, q, k]; positions select queries
+        out.reads[site] = select(probs, site)
 
     return read
 

@@ -28,10 +28,12 @@ class Patch:
     """Overwrite ``site`` with ``value``.
 
     Three ways to say where:
-    - ``site.positions`` (and ``site.head`` for ``z``): ``value`` broadcasts to that slice;
-    - ``mask``: a bool tensor ``[batch, seq]`` (``[batch, seq, heads]`` for ``z``) with a
-      full-shape ``value``; rows and positions where the mask is True take ``value``. This is
-      how sweeps patch a different position in every batch row in one forward;
+    - ``site.positions`` (and ``site.head`` for head sites): ``value`` broadcasts to that
+      slice;
+    - ``mask``: a bool tensor ``[batch, seq]`` (``[batch, seq, heads]`` for z/q/k/v,
+      ``[batch, heads, q]`` or ``[batch, heads, q, k]`` for attn_scores; trailing axes
+      broadcast) with a full-shape ``value``; entries where the mask is True take ``value``.
+      This is how sweeps patch a different position in every batch row in one forward;
     - neither: the whole activation is replaced.
     """
 

@@ -80,7 +80,9 @@ class Resume:
 def can_resume(lm: LoadedModel, seq: int) -> bool:
     """Whether a prefix cache is exact for ``seq`` tokens: a causal model whose cache keeps
     every position (no sliding window shorter than the sequence)."""
-    window = getattr(lm.model.config, "sliding_window", None)
+    if "resume" in lm.refused:
+        return False
+    window = getattr(lm.config, "sliding_window", None)
     return lm.causal and (window is None or window >= seq)
 
 
@@ -169,7 +171,7 @@ def _shift_positions(positions: Sequence[int], start: int, what: str) -> tuple[i
 
 
 def _shift_site(site: Site, start: int) -> Site:
-    if site.positions is None or site.name == "pattern":
+    if site.positions is None:
         return site
     return replace(site, positions=_shift_positions(site.positions, start, str(site)))
 
@@ -195,10 +197,11 @@ def _shift(iv: Intervention, start: int, seq: int) -> Intervention:
 
 def _shift_patch(patch: Patch, start: int, seq: int) -> Patch:
     site, value, mask = patch.site, patch.value, patch.mask
+    dim = site.pos_dim  # queries of [b, h, q, k] attn_scores; positions of the others
     if mask is not None:
-        if bool(mask[:, :start].any()):
+        if bool(mask.narrow(dim, 0, start).any()):
             raise SiteError(f"a patch of {site} edits the reused prefix (before {start})")
-        return Patch(site, _tail(value, start, seq), mask[:, start:])
+        return Patch(site, _tail(value, start, seq, dim), _tail(mask, start, seq, dim))
     if site.positions is not None:
         return Patch(_shift_site(site, start), value)
     if start > 0:
@@ -206,6 +209,9 @@ def _shift_patch(patch: Patch, start: int, seq: int) -> Patch:
     return patch
 
 
-def _tail(value: torch.Tensor, start: int, seq: int) -> torch.Tensor:
-    """A full-sequence value ``[rows, seq, ...]`` cut to the tail (broadcast values kept)."""
-    return value[:, start:] if value.dim() > 1 and value.shape[1] == seq else value
+def _tail(value: torch.Tensor, start: int, seq: int, dim: int = 1) -> torch.Tensor:
+    """A full-sequence value ``[rows, seq, ...]`` (``[rows, heads, seq, keys]`` with
+    ``dim=2``) cut to the tail on ``dim`` (broadcast values kept)."""
+    if value.dim() > dim and value.shape[dim] == seq:
+        return value.narrow(dim, start, seq - start)
+    return value

@@ -31,6 +31,8 @@ class LoadedModel:
     card: ModelCard
     spec: str
     extra: dict[str, Any] = field(default_factory=dict)
+    card_source: str = "built-in"
+    """``built-in``, ``user`` ($MECHSCOPE_CARDS) or ``derived`` (read off the model at load)."""
 
     def __post_init__(self) -> None:
         cfg = self.config

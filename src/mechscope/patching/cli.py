@@ -57,7 +57,10 @@ def run(
     out: Path = typer.Option(..., "--out", help="Run directory (resumed if it exists)."),
     model: str = typer.Option("smollm2-135m", "--model", "-m", help="Model spec."),
     site: str = typer.Option(
-        "resid_pre", "--site", help="resid_pre, resid_post, attn_out, mlp_out or z (per head)."
+        "resid_pre",
+        "--site",
+        help="resid_pre, resid_mid, resid_post, attn_out, mlp_out, mlp_post, or per head "
+        "z, q, k, v.",
     ),
     granularity: str = typer.Option("position", "--granularity", help="position, span or all."),
     direction: list[str] = typer.Option(
@@ -66,7 +69,7 @@ def run(
     layers: str | None = typer.Option(None, "--layers", help="e.g. 0,5,10 (default: all)."),
     positions: str | None = typer.Option(None, "--positions", help="e.g. 3,-1 (default: all)."),
     spans: str | None = typer.Option(None, "--spans", help="Span names, e.g. IO,S2."),
-    heads: str | None = typer.Option(None, "--heads", help="Heads for site z (default: all)."),
+    heads: str | None = typer.Option(None, "--heads", help="Heads for z, q, k, v (default: all)."),
     candidates: str | None = typer.Option(
         None, "--candidates", help="Comma-separated answer words (K-way tasks)."
     ),

@@ -23,6 +23,7 @@ import torch
 from mechscope.engine import Engine, Patch, Site
 from mechscope.engine.prefix import KVCache, Resume
 from mechscope.engine.sweep import rows_per_chunk
+from mechscope.errors import SiteError
 from mechscope.patching.cache import RunCache
 from mechscope.patching.metrics import Reference, logit_diff, normalized_effect, readout_metrics
 from mechscope.patching.plan import plan_chunks
@@ -41,9 +42,12 @@ def sweep_layers(eng: Engine, spec: PatchSpec) -> list[int]:
 def sweep_heads(eng: Engine, spec: PatchSpec) -> list[int]:
     if not spec.per_head:
         return [-1]
-    heads = list(spec.heads) if spec.heads is not None else list(range(eng.lm.n_heads))
+    lm = eng.lm
+    n = lm.n_kv_heads if spec.site in ("k", "v") else lm.n_heads  # k/v: key/value heads
+    heads = list(spec.heads) if spec.heads is not None else list(range(n))
     for head in heads:
-        eng.lm.check_head(head)
+        if not 0 <= head < n:
+            raise SiteError(f"head {head} out of range: valid heads are 0..{n - 1}")
     return heads
 
 

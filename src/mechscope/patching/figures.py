@@ -15,6 +15,7 @@ import numpy as np
 
 from mechscope.errors import InputError
 from mechscope.patching.result import PatchingResult
+from mechscope.patching.spec import PER_HEAD_SITES
 from mechscope.report import Figure, Series, curves, heatmap, scatter
 from mechscope.stats import curve_ci
 
@@ -29,6 +30,14 @@ LABELS = {
     "kl_to_base": "KL(patched ‖ base), nats",
     "js_to_base": "JS to base, nats",
     "normalized_effect": "normalised patch effect",
+}
+
+
+_HEAD_SITE_WORDS = {
+    "z": "output (z, before the output projection)",
+    "q": "query (after rotary embeddings)",
+    "k": "key (after rotary embeddings; a key/value head)",
+    "v": "value (a key/value head)",
 }
 
 
@@ -77,9 +86,12 @@ def head_heatmap(
     direction: str = "denoising",
     unit: int = 0,
 ) -> Figure:
-    """Rows = heads, columns = layers, for per-head ``z`` sweeps (mean over pairs)."""
-    if result.site != "z":
-        raise InputError(f"expected a per-head sweep (site 'z'), got {result.site!r}", field="site")
+    """Rows = heads, columns = layers, for per-head sweeps (z, q, k, v; mean over pairs)."""
+    if result.site not in PER_HEAD_SITES:
+        expected = ", ".join(PER_HEAD_SITES)
+        raise InputError(
+            f"expected a per-head sweep (site {expected}), got {result.site!r}", field="site"
+        )
     arr = result.stack(metric, direction)[:, :, unit, :]  # [pairs, layers, heads]
     first = result.direction(direction)[0]
     what = LABELS.get(metric, metric)
@@ -87,13 +99,14 @@ def head_heatmap(
         np.nanmean(arr, axis=0).T,
         [str(x) for x in first.layers],
         [f"H{h}" for h in first.heads],
-        f"head z patching ({direction}, {unit_labels(result, direction)[unit]}): {what}",
+        f"head {result.site} patching ({direction}, {unit_labels(result, direction)[unit]}): "
+        f"{what}",
         diverging=True,
         colorbar_title=what,
         x_title="layer",
         y_title="head",
-        caption=_caption(result, direction, what) + " Each cell patches one head's output "
-        "(z, before the output projection) at one layer.",
+        caption=_caption(result, direction, what) + f" Each cell patches one head's "
+        f"{_HEAD_SITE_WORDS[result.site]} at one layer.",
     )
 
 

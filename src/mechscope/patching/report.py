@@ -10,6 +10,7 @@ from mechscope.patching.figures import (
     position_heatmap,
 )
 from mechscope.patching.result import PatchingResult, from_shard_payload
+from mechscope.patching.spec import PER_HEAD_SITES
 from mechscope.report import (
     Block,
     FigureBlock,
@@ -73,7 +74,7 @@ def sweep_blocks(run: RunDir, part: str) -> list[Block]:
                     "with the most common prompt length."
                 )
             )
-        if result.site == "z":
+        if result.site in PER_HEAD_SITES:
             blocks.append(FigureBlock(head_heatmap(same, "normalized_effect", direction)))
         else:
             blocks.append(FigureBlock(position_heatmap(same, "normalized_effect", direction)))

@@ -11,7 +11,20 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-PATCH_SITES = ("resid_pre", "resid_post", "attn_out", "mlp_out", "z")
+PATCH_SITES = (
+    "resid_pre",
+    "resid_mid",
+    "resid_post",
+    "attn_out",
+    "mlp_out",
+    "mlp_post",
+    "z",
+    "q",
+    "k",
+    "v",
+)
+#: Sites patched one head at a time (``k`` and ``v`` count key/value heads).
+PER_HEAD_SITES = ("z", "q", "k", "v")
 Direction = Literal["denoising", "noising"]
 Granularity = Literal["position", "span", "all"]
 
@@ -44,7 +57,8 @@ class PatchSpec(BaseModel):
     ``granularity``: ``position`` patches one token position at a time (base and source
     must have the same length); ``span`` patches each named span (aligned by name, so
     lengths may differ as long as each span has the same number of tokens on both sides);
-    ``all`` patches every position at once. Site ``z`` is patched one head at a time.
+    ``all`` patches every position at once. Sites ``z``, ``q``, ``k`` and ``v`` are patched
+    one head at a time (``k`` / ``v``: key/value heads under grouped-query attention).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -81,4 +95,4 @@ class PatchSpec(BaseModel):
 
     @property
     def per_head(self) -> bool:
-        return self.site == "z"
+        return self.site in PER_HEAD_SITES
