@@ -1,4 +1,5 @@
-"""The ``mechscope`` command line: models, inspect, demo, report, and one group per workflow.
+"""The ``mechscope`` command line: models, inspect, card, demo, report, and one group per
+workflow.
 
 Errors a user can fix print one line and exit with code 2; ``--debug`` shows the traceback.
 """
@@ -11,10 +12,10 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
+from mechscope import cli_models
 from mechscope.cli_errors import run_app
-from mechscope.models import ALIASES, DEFAULT_MODEL, all_cards
+from mechscope.models import DEFAULT_MODEL
 
 app = typer.Typer(
     name="mechscope",
@@ -46,40 +47,9 @@ def main(
     """mechscope: run causal analyses on your Hugging Face model."""
 
 
-@app.command()
-def models() -> None:
-    """List model aliases and supported families."""
-    table = Table(title="aliases")
-    table.add_column("alias")
-    table.add_column("source")
-    for alias, (dist, rel) in ALIASES.items():
-        default = " (default)" if alias == DEFAULT_MODEL else ""
-        table.add_row(alias + default, f"PyPI {dist}: {rel}")
-    console.print(table)
-    cards = Table(title="families (model cards)")
-    for col in ("family", "config.model_type", "causal", "auto class"):
-        cards.add_column(col)
-    for family, card in sorted(all_cards().items()):
-        cards.add_row(family, ", ".join(card.model_types), str(card.causal), card.auto_class)
-    console.print(cards)
-    console.print("Also: any local HF directory or .gguf file, and tiny:<family> test models.")
-
-
-@app.command()
-def inspect(
-    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Model spec."),
-    dtype: str | None = typer.Option(None, help="float32, bfloat16 or float16."),
-) -> None:
-    """Layers, heads, sites, dtype and parameter count of a model."""
-    from mechscope.engine import SITE_NAMES
-    from mechscope.models import load_model
-
-    lm = load_model(model, dtype=dtype)
-    table = Table(title=model, show_header=False)
-    for key, value in lm.describe().items():
-        table.add_row(key, f"{value:,}" if isinstance(value, int) and value > 9999 else str(value))
-    table.add_row("sites", ", ".join(SITE_NAMES))
-    console.print(table)
+app.command()(cli_models.models)
+app.command()(cli_models.inspect)
+app.command()(cli_models.card)
 
 
 @app.command()

@@ -22,7 +22,7 @@ def _run(args: list[str], capsys) -> tuple[int, str, str]:
 def test_models_lists_aliases_and_families(capsys) -> None:
     code, out, _ = _run(["models"], capsys)
     assert code == 0
-    for name in ("smollm2-135m", "llama", "gemma3", "modernbert", "llada"):
+    for name in ("smollm2-135m", "gemma3-270m", "llama", "gemma3_text", "modernbert", "llada"):
         assert name in out
 
 
@@ -35,7 +35,7 @@ def test_inspect_tiny(capsys) -> None:
     ("args", "needle"),
     [
         (["inspect", "--model", "no/such/model"], "smollm2-135m"),
-        (["inspect", "--model", "tiny:nofamily"], "MECHSCOPE_CARDS"),
+        (["inspect", "--model", "tiny:nofamily"], "model_type"),
         (["report", "/no/such/run"], "manifest.json"),
     ],
 )

@@ -1,0 +1,117 @@
+"""The model commands: ``models`` (aliases, cards, measured support), ``inspect`` (one model,
+its card and what the probe found) and ``card`` (a model's card as YAML to edit and keep)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from mechscope.errors import MechscopeError
+from mechscope.models import ALIASES, DEFAULT_MODEL, all_cards
+
+console = Console()
+CARD_HELP = "A card family, a card YAML file, or 'derive' (default: the card that names the type)."
+
+
+def models(
+    support: list[str] = typer.Option(
+        None,
+        "--support",
+        help="Build tiny random models of these transformers model types (or 'named' for the "
+        "families researchers use most) and show what mechscope does with each.",
+    ),
+) -> None:
+    """List model aliases and cards; with --support, measure support on tiny models."""
+    if support:
+        _support(support)
+        return
+    table = Table(title="aliases")
+    table.add_column("alias")
+    table.add_column("source")
+    for alias, source in ALIASES.items():
+        default = " (default)" if alias == DEFAULT_MODEL else ""
+        table.add_row(alias + default, source.describe())
+    console.print(table)
+    cards = Table(title="built-in model cards")
+    for col in ("family", "config.model_type", "causal", "auto class"):
+        cards.add_column(col)
+    for family, card in sorted(all_cards().items()):
+        cards.add_row(family, ", ".join(card.model_types), str(card.causal), card.auto_class)
+    console.print(cards)
+    console.print(
+        "Any other decoder: a card is derived from the model and checked by the conformance "
+        "probe when it loads (mechscope models --support TYPE tries one on a tiny model).\n"
+        "Specs: a local HF directory, a .gguf file, an alias, tiny:<family|model_type>."
+    )
+
+
+def _support(types: list[str]) -> None:
+    from mechscope.engine.support import support_row
+    from mechscope.models.tiny_types import NAMED_TYPES
+
+    table = Table(title="support measured on tiny random models")
+    for col in ("model_type", "status", "card", "refused", "why"):
+        table.add_column(col, overflow="fold")
+    for model_type in NAMED_TYPES if types == ["named"] else types:
+        row = support_row(model_type)
+        table.add_row(row.model_type, row.status, row.card, ", ".join(row.refused), row.note)
+    console.print(table)
+
+
+def inspect(
+    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Model spec."),
+    dtype: str | None = typer.Option(None, help="float32, bfloat16 or float16."),
+    card: str | None = typer.Option(None, "--card", help=CARD_HELP),
+    probe: bool = typer.Option(False, "--probe", help="Run the conformance probe and show it."),
+) -> None:
+    """Layers, heads, sites, dtype, parameter count, card and probe of a model."""
+    from mechscope.engine import SITE_NAMES, Engine
+    from mechscope.engine.probe import apply_probe
+    from mechscope.models import load_model
+
+    lm = load_model(model, dtype=dtype, card=card)
+    eng = Engine.of(lm)  # probes a derived or user card; refuses one that fails
+    report = lm.extra.get("probe") or (apply_probe(eng) if probe else None)
+    table = Table(title=model, show_header=False)
+    for key, value in lm.describe().items():
+        table.add_row(key, f"{value:,}" if isinstance(value, int) and value > 9999 else str(value))
+    table.add_row("card", f"{lm.card.family} ({lm.card_source})")
+    table.add_row("sites", ", ".join(SITE_NAMES))
+    for name, reason in sorted(lm.refused.items()):
+        table.add_row(f"refused: {name}", reason)
+    if report is not None:
+        for name, result in report.results.items():
+            table.add_row(f"probe: {name}", result)
+    console.print(table)
+
+
+def card(
+    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Model spec."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write the YAML here."),
+    derive: bool = typer.Option(
+        True, "--derive/--current", help="Derive it from the model, or show the card in use."
+    ),
+) -> None:
+    """A model's card as YAML: edit it, put it in $MECHSCOPE_CARDS, and it is used (and
+    probed) whenever a model of that type loads."""
+    from mechscope.engine import Engine
+    from mechscope.models import load_model
+    from mechscope.models.card import card_yaml
+
+    lm = load_model(model, card="derive" if derive else None)
+    try:
+        Engine.of(lm)
+        verdict = "passes the conformance probe"
+    except MechscopeError as exc:  # still worth writing: the user fixes the site it names
+        verdict = f"FAILS the conformance probe: {exc}"
+    text = card_yaml(lm.card)
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+    where = f"{out}; put its folder in $MECHSCOPE_CARDS" if out else "above"
+    Console(stderr=True).print(f"card of family {lm.card.family} ({where}): {verdict}")
