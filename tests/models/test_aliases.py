@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import types
@@ -157,36 +158,43 @@ def test_assembled_gguf_failing_its_checksum_says_reinstall(tmp_path: Path, monk
     assert not list((tmp_path / "models").glob(".bad-*"))  # the bad file went with its temp dir
 
 
-def test_concurrent_first_loads_convert_once(tmp_path: Path, monkeypatch) -> None:
-    """pytest -n 2 on a fresh machine: both workers ask for the alias at once; the second
-    waits on the lock and reads the first one's conversion instead of converting again."""
-    import threading
-    import time
+CONCURRENT_LOAD = """
+import shutil, sys, time, types
+from pathlib import Path
+from mechscope.models import loading
 
+source, log = Path(sys.argv[1]), Path(sys.argv[2])
+
+def assemble(output_path):
+    with log.open("a") as f:
+        f.write("assembled\\n")
+    time.sleep(0.5)  # long enough for the other process to reach the lock
+    shutil.copy(source, output_path)
+    return Path(output_path)
+
+module = types.ModuleType("fake_slow_gguf")
+module.assemble = assemble
+sys.modules["fake_slow_gguf"] = module
+loading.ALIASES["slow"] = loading.AliasSource(
+    packages=("slow==1",), file="s.gguf", assembler="fake_slow_gguf"
+)
+print(loading.load_model("slow").card.family)
+"""
+
+
+def test_concurrent_first_loads_convert_once(tmp_path: Path) -> None:
+    """pytest -n 2 on a fresh machine: both workers (processes) ask for the alias at once;
+    the second waits on the lock and reads the first one's conversion instead of converting
+    again. Processes, not threads: transformers' loading is not thread-safe (its weight-init
+    switches are process-global), and the workers that share a cache are processes."""
     import gguf
 
-    monkeypatch.setenv("MECHSCOPE_CACHE", str(tmp_path))
-    tiny = load_model("tiny:llama")
-    calls: list[Path] = []
-
-    def assemble(output_path: Path) -> Path:
-        calls.append(Path(output_path))
-        time.sleep(0.5)  # long enough for the other thread to reach the lock
-        _write_llama_gguf(gguf, tiny, Path(output_path))
-        return Path(output_path)
-
-    module = types.ModuleType("fake_slow_gguf")
-    module.assemble = assemble  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "fake_slow_gguf", module)
-    source = AliasSource(packages=("slow==1",), file="s.gguf", assembler="fake_slow_gguf")
-    monkeypatch.setitem(ALIASES, "slow", source)
-    families: list[str] = []
-    threads = [
-        threading.Thread(target=lambda: families.append(load_model("slow").card.family))
-        for _ in range(2)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert families == ["llama", "llama"] and len(calls) == 1
+    source, log = tmp_path / "tiny.gguf", tmp_path / "assembled.log"
+    _write_llama_gguf(gguf, load_model("tiny:llama"), source)
+    env = {**os.environ, "MECHSCOPE_CACHE": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-c", CONCURRENT_LOAD, str(source), str(log)]
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300)[0].strip().splitlines()[-1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    assert outs == ["llama", "llama"]
+    assert log.read_text().count("assembled") == 1
