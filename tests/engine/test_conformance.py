@@ -97,7 +97,7 @@ def check_self_patch(lm, eng, ids) -> None:
         noise = torch.randn(value.shape, generator=torch.Generator().manual_seed(1))
         noise = noise * (10.0 if name in ("q", "k", "attn_scores") else 1.0)
         changed = eng.run(ids, [Patch(site, value + noise)]).logits
-        assert (changed - base).abs().max() > 1e-3, name
+        assert (changed - base).abs().max() > 1e-4, name  # self-patch error is < 1e-5
 
 
 def check_gates(lm, eng, ids) -> None:

@@ -124,6 +124,12 @@ def mechscope_attention(
     layer: int | None = getattr(module, "_mechscope_layer", None)
     work = state.work.get(layer) if state is not None and layer is not None else None
     if state is not None and layer is not None:
+        if layer in state.reached and work is not None and work.any():
+            raise UnsupportedInterventionError(
+                f"layer {layer}: {type(module).__name__} calls the attention function more "
+                "than once per pass (differential attention), so its q/k/v, scores, pattern "
+                "and suppression have no single meaning"
+            )
         state.reached.add(layer)
     if work is not None and work.qkv:
         query, key, value = _edit_qkv(work.qkv, query, key, value)
