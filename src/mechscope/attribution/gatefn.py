@@ -17,7 +17,7 @@ import torch
 from mechscope.attribution.integrate import shared_layers
 from mechscope.attribution.objectives import Objective
 from mechscope.engine import Engine, Gate
-from mechscope.engine.sweep import DEFAULT_BUDGET, bytes_per_row
+from mechscope.engine.sweep import bytes_per_row
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 
@@ -41,7 +41,7 @@ def grad_rows(lm: LoadedModel, seq_len: int, rows_per_gate: int, logits_position
     """Gate vectors per chunk whose forward+backward fits the memory budget (an estimate:
     a backward keeps every layer's activations, an inference forward only one layer's)."""
     per_row = bytes_per_row(lm, seq_len, logits_positions=logits_positions) * (lm.n_layers + 1)
-    return max(1, min(256, DEFAULT_BUDGET // (per_row * rows_per_gate)))
+    return max(1, min(256, lm.memory_budget // (per_row * rows_per_gate)))
 
 
 class GateFunction:

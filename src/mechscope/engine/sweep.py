@@ -6,7 +6,6 @@ forward under a memory budget, and :func:`run_chunks` runs them with a progress 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
@@ -15,9 +14,6 @@ from mechscope.progress import make_progress
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-DEFAULT_BUDGET = int(float(os.environ.get("MECHSCOPE_MEMORY_BUDGET_GB", "2")) * 2**30)
-
 
 def bytes_per_row(lm: LoadedModel, seq_len: int, *, logits_positions: int = 1) -> int:
     """Peak activation bytes one batch row needs in an inference forward (an estimate).
@@ -41,9 +37,9 @@ def rows_per_chunk(
     logits_positions: int = 1,
     max_rows: int = 512,
 ) -> int:
-    """How many variant rows fit in one forward under ``budget_bytes`` (default: 2 GiB or
-    ``$MECHSCOPE_MEMORY_BUDGET_GB``)."""
-    budget = budget_bytes or DEFAULT_BUDGET
+    """How many variant rows fit in one forward under ``budget_bytes`` (default: the model's
+    memory budget, ``lm.memory_budget``)."""
+    budget = budget_bytes or lm.memory_budget
     per_row = bytes_per_row(lm, seq_len, logits_positions=logits_positions)
     return max(1, min(max_rows, budget // per_row))
 

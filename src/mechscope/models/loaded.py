@@ -33,6 +33,8 @@ class LoadedModel:
     extra: dict[str, Any] = field(default_factory=dict)
     card_source: str = "built-in"
     """``built-in``, ``user`` ($MECHSCOPE_CARDS) or ``derived`` (read off the model at load)."""
+    memory_budget: int = 2 * 2**30
+    """Bytes batched work may use (:mod:`mechscope.models.memory`; set by ``load_model``)."""
 
     def __post_init__(self) -> None:
         cfg = self.config

@@ -18,11 +18,12 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoTokenizer
 
-from mechscope.errors import ModelSpecError, UnsupportedFamilyError
+from mechscope.errors import InputError, ModelSpecError, UnsupportedFamilyError
 from mechscope.models import diagnose
 from mechscope.models.card import ModelCard, all_cards, find_card
 from mechscope.models.choose import choose_card
 from mechscope.models.loaded import LoadedModel
+from mechscope.models.memory import memory_budget, parse_memory
 from mechscope.models.tiny import build_tiny, tiny_tokenizer
 from mechscope.models.tiny_types import build_tiny_type, known_model_types
 
@@ -133,6 +134,8 @@ def load_model(
     device_map: str | dict | None = None,
     seed: int = 0,
     card: str | None = None,
+    threads: int | None = None,
+    memory: str | None = None,
 ) -> LoadedModel:
     """Load ``spec`` (directory, ``.gguf`` file, alias or ``tiny:<family|model_type>``).
 
@@ -141,9 +144,15 @@ def load_model(
     card family, a card YAML file, or ``derive`` to read the card off the model even where
     a built-in one exists (default: ``$MECHSCOPE_CARD``, else the card that names the
     model's type, else a derived one). Derived and user cards are checked by the engine's
-    conformance probe before any analysis runs.
+    conformance probe before any analysis runs. ``threads``: PyTorch's CPU threads (a
+    process-wide setting). ``memory``: the budget batched work is sized by, an amount
+    (``8GiB``) or a share of the device's free memory (``0.5``); see
+    :mod:`mechscope.models.memory`. Every option is checked before anything loads.
     """
     dtype = _dtype(dtype)
+    _check_placement(device, threads, memory)
+    if threads is not None:
+        torch.set_num_threads(threads)
     choice = card if card is not None else os.environ.get("MECHSCOPE_CARD") or None
     if spec.startswith("tiny:"):
         model, tok, found = _tiny(spec.removeprefix("tiny:"), seed)
@@ -163,7 +172,29 @@ def load_model(
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     chosen, source = choose_card(model, found, choice)
-    return LoadedModel(model=model, tokenizer=tok, card=chosen, spec=spec, card_source=source)
+    lm = LoadedModel(model=model, tokenizer=tok, card=chosen, spec=spec, card_source=source)
+    lm.memory_budget = memory_budget(memory, lm.device)
+    return lm
+
+
+def _check_placement(device: str | torch.device | None, threads: int | None, memory: str | None):
+    """One-line errors for placement options, before any file is read."""
+    if threads is not None and threads < 1:
+        raise InputError(f"expected a positive number of threads, got {threads}", field="threads")
+    if memory is not None:
+        parse_memory(memory)
+    if device is None:
+        return
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise InputError(
+            f"expected a device like cpu, cuda or cuda:1, got {device!r}", field="device"
+        ) from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise InputError(
+            f"{device!r} requested, but no CUDA device is available here", field="device"
+        )
 
 
 def _tiny(name: str, seed: int) -> tuple[transformers.PreTrainedModel, Any, ModelCard | None]:

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from mechscope.errors import InputError
+from mechscope.model_options import ModelOptions, model_options
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 console = Console(stderr=True)
@@ -46,6 +47,7 @@ def _spec(**kwargs):
 
 
 @app.command()
+@model_options
 def run(
     pairs: Path | None = typer.Option(
         None,
@@ -55,7 +57,6 @@ def run(
     task: str | None = typer.Option(None, "--task", help="Built-in pairs: ioi, ioi-json, facts."),
     n: int = typer.Option(16, "--n", help="Number of built-in pairs."),
     out: Path = typer.Option(..., "--out", help="Run directory (resumed if it exists)."),
-    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Model spec."),
     site: str = typer.Option(
         "resid_pre",
         "--site",
@@ -80,9 +81,9 @@ def run(
         False, "--attribution/--no-attribution", help="Also run attribution patching and compare."
     ),
     seed: int = typer.Option(0, "--seed"),
+    opts: ModelOptions = ModelOptions(),
 ) -> None:
     """Patch every layer × position / span / head and save tables, figures and a report."""
-    from mechscope.models import load_model
     from mechscope.patching.sources import load_pairs_jsonl, task_pairs
     from mechscope.patching.workflow import run_patching
     from mechscope.report import build_report
@@ -102,7 +103,7 @@ def run(
         policy=policy,
         attribution=attribution,
     )
-    lm = load_model(model)
+    lm = opts.load()
     data = (
         load_pairs_jsonl(pairs)
         if pairs is not None
@@ -114,9 +115,9 @@ def run(
         "task": task,
         "n": n,
         "seed": seed,
-        "model": model,
+        **opts.config(),
     }
-    rd = RunDir.for_model(out, config, lm.model, model_spec=model, seed=seed)
+    rd = RunDir.for_model(out, config, lm.model, model_spec=opts.model, seed=seed)
     result = run_patching(rd, lm, data, spec)
     rd.finish()
     report = build_report(rd)

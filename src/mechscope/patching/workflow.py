@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 from mechscope.data.pairs import ContrastivePair
 from mechscope.engine import Engine
-from mechscope.engine.sweep import DEFAULT_BUDGET
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 from mechscope.patching.attribution import agreement_frame, attribute_pair
@@ -92,7 +91,7 @@ def group_size(lm: LoadedModel, pairs: Sequence[ContrastivePair], spec: PatchSpe
     prompts, every layer) would pass the memory budget."""
     longest = max(len(lm.tokenizer(t).input_ids) for p in pairs for t in (p.clean, p.corrupt))
     per_pair = 2 * lm.n_layers * longest * lm.d_model * 4  # bytes of fp32 reads
-    budget = spec.budget_bytes or DEFAULT_BUDGET
+    budget = spec.budget_bytes or lm.memory_budget
     return max(1, min(GROUP_PAIRS, budget // (2 * per_pair)))
 
 

@@ -1,0 +1,116 @@
+"""The model options every command that loads a model takes: one set, defined once.
+
+``--model``, ``--dtype``, ``--device``, ``--device-map``, ``--threads``, ``--memory`` and
+``--card`` mean the same on every command, read the same environment variables
+(``MECHSCOPE_MODEL``, ``MECHSCOPE_DTYPE`` …) when not given, and are the keywords of
+:func:`mechscope.models.load_model`. A command declares ``opts: ModelOptions`` and is
+decorated with :func:`model_options`; the decorator adds the options to its signature, so
+typer shows them in ``--help`` and no command repeats them.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, TypeVar
+
+import typer
+
+from mechscope.models.loading import DEFAULT_MODEL
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """Which model, in which precision, where, and with what resources."""
+
+    model: str = DEFAULT_MODEL
+    dtype: str | None = None
+    device: str | None = None
+    device_map: str | None = None
+    threads: int | None = None
+    memory: str | None = None
+    card: str | None = None
+
+    def load(self) -> Any:  # -> LoadedModel
+        """The model, loaded with every option."""
+        from mechscope.models import load_model
+
+        kwargs = {k: v for k, v in asdict(self).items() if k != "model"}
+        return load_model(self.model, **kwargs)
+
+    def config(self) -> dict[str, Any]:
+        """What a run directory's config records: the options that change results (the model
+        and its precision; not where it runs or with how many threads)."""
+        out: dict[str, Any] = {"model": self.model}
+        if self.dtype is not None:
+            out["dtype"] = self.dtype
+        if self.card is not None:
+            out["card"] = self.card
+        return out
+
+
+#: name -> (flags, environment variable, help)
+OPTIONS: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "model": (
+        ("--model", "-m"),
+        "MECHSCOPE_MODEL",
+        "Model: a Hugging Face directory, a .gguf file, an alias or tiny:<type>.",
+    ),
+    "dtype": (
+        ("--dtype",),
+        "MECHSCOPE_DTYPE",
+        "Weights dtype: float32 (default), bfloat16 or float16; metrics stay fp32.",
+    ),
+    "device": (("--device",), "MECHSCOPE_DEVICE", "Device for the whole model: cpu, cuda, cuda:1."),
+    "device_map": (
+        ("--device-map",),
+        "MECHSCOPE_DEVICE_MAP",
+        "accelerate device_map, e.g. 'auto' to spread a large model over GPUs.",
+    ),
+    "threads": (("--threads",), "MECHSCOPE_THREADS", "CPU threads for PyTorch (default: all)."),
+    "memory": (
+        ("--memory",),
+        "MECHSCOPE_MEMORY",
+        "Memory budget for batched work: an amount (8GiB, 500MB) or a share of the device's "
+        "free memory (0.5). Default: 0.4 of the free memory.",
+    ),
+    "card": (
+        ("--card",),
+        "MECHSCOPE_CARD",
+        "Model card: a family, a card YAML file, or 'derive' (default: the card that names "
+        "the model's type, else a derived one).",
+    ),
+}
+_TYPES: dict[str, Any] = {"model": str, "threads": int | None}
+
+
+def _parameter(name: str) -> inspect.Parameter:
+    flags, env, help_text = OPTIONS[name]
+    default = getattr(ModelOptions(), name)
+    option = typer.Option(default, *flags, envvar=env, help=help_text, show_envvar=True)
+    annotation = _TYPES.get(name, str | None)
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation
+    )
+
+
+def model_options(fn: F) -> F:
+    """Give a typer command the model options: ``fn`` declares ``opts: ModelOptions`` and
+    receives them as one value."""
+    signature = inspect.signature(fn)
+    if "opts" not in signature.parameters:
+        raise TypeError(f"{fn.__name__} must take opts: ModelOptions")
+    own = [p for p in signature.parameters.values() if p.name != "opts"]
+
+    @functools.wraps(fn)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        opts = ModelOptions(**{name: kwargs.pop(name) for name in OPTIONS})
+        return fn(*args, opts=opts, **kwargs)
+
+    params = own + [_parameter(name) for name in OPTIONS]
+    command.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    return command  # type: ignore[return-value]
