@@ -15,7 +15,7 @@ from rich.console import Console
 
 from mechscope import cli_models
 from mechscope.cli_errors import run_app
-from mechscope.models import DEFAULT_MODEL
+from mechscope.model_options import ModelOptions, model_options
 
 app = typer.Typer(
     name="mechscope",
@@ -53,16 +53,17 @@ app.command()(cli_models.card)
 
 
 @app.command()
+@model_options
 def demo(
     out: Path = typer.Option(Path("runs/demo"), "--out", help="Run directory."),
-    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Model spec."),
     quick: bool = typer.Option(False, "--quick", help="A smaller version of every part."),
     only: list[str] = typer.Option([], "--only", help="Run only these parts (repeatable)."),
+    opts: ModelOptions = ModelOptions(),
 ) -> None:
     """The main job: every workflow on the demo model, one run directory, one report."""
     from mechscope.demo import run_demo
 
-    report = run_demo(out, model=model, quick=quick, only=only or None, argv=sys.argv)
+    report = run_demo(out, model=opts, quick=quick, only=only or None, argv=sys.argv)
     console.print(f"report: {report}")
 
 

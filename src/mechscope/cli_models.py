@@ -3,6 +3,7 @@ its card and what the probe found) and ``card`` (a model's card as YAML to edit 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -10,10 +11,10 @@ from rich.console import Console
 from rich.table import Table
 
 from mechscope.errors import MechscopeError
+from mechscope.model_options import ModelOptions, model_options
 from mechscope.models import ALIASES, DEFAULT_MODEL, all_cards
 
 console = Console()
-CARD_HELP = "A card family, a card YAML file, or 'derive' (default: the card that names the type)."
 
 
 def models(
@@ -61,21 +62,19 @@ def _support(types: list[str]) -> None:
     console.print(table)
 
 
+@model_options
 def inspect(
-    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Model spec."),
-    dtype: str | None = typer.Option(None, help="float32, bfloat16 or float16."),
-    card: str | None = typer.Option(None, "--card", help=CARD_HELP),
     probe: bool = typer.Option(False, "--probe", help="Run the conformance probe and show it."),
+    opts: ModelOptions = ModelOptions(),
 ) -> None:
     """Layers, heads, sites, dtype, parameter count, card and probe of a model."""
     from mechscope.engine import SITE_NAMES, Engine
     from mechscope.engine.probe import apply_probe
-    from mechscope.models import load_model
 
-    lm = load_model(model, dtype=dtype, card=card)
+    lm = opts.load()
     eng = Engine.of(lm)  # probes a derived or user card; refuses one that fails
     report = lm.extra.get("probe") or (apply_probe(eng) if probe else None)
-    table = Table(title=model, show_header=False)
+    table = Table(title=opts.model, show_header=False)
     for key, value in lm.describe().items():
         table.add_row(key, f"{value:,}" if isinstance(value, int) and value > 9999 else str(value))
     table.add_row("card", f"{lm.card.family} ({lm.card_source})")
@@ -88,20 +87,20 @@ def inspect(
     console.print(table)
 
 
+@model_options
 def card(
-    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Model spec."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the YAML here."),
     derive: bool = typer.Option(
         True, "--derive/--current", help="Derive it from the model, or show the card in use."
     ),
+    opts: ModelOptions = ModelOptions(),
 ) -> None:
     """A model's card as YAML: edit it, put it in $MECHSCOPE_CARDS, and it is used (and
     probed) whenever a model of that type loads."""
     from mechscope.engine import Engine
-    from mechscope.models import load_model
     from mechscope.models.card import card_yaml
 
-    lm = load_model(model, card="derive" if derive else None)
+    lm = (replace(opts, card="derive") if derive else opts).load()
     try:
         Engine.of(lm)
         verdict = "passes the conformance probe"

@@ -17,7 +17,7 @@ from rich.console import Console
 
 from mechscope.demo_timing import Session, TimeLeft
 from mechscope.errors import InputError
-from mechscope.models import load_model
+from mechscope.model_options import ModelOptions
 from mechscope.progress import shared_progress
 from mechscope.runs import RunDir, weights_fingerprint
 from mechscope.runs.rundir import MANIFEST_FILE
@@ -69,7 +69,7 @@ def finished(out: Path, parts: list[str]) -> bool:
 def run_demo(
     out: Path,
     *,
-    model: str,
+    model: str | ModelOptions,
     quick: bool = False,
     only: list[str] | None = None,
     argv: list[str] | None = None,
@@ -78,10 +78,14 @@ def run_demo(
     """Run the demo parts into ``out`` (resuming it if it exists) and build its report.
 
     Prints a live display (part, sample, time left) while it runs and a table of the time
-    of each part at the end; the same times go to the manifest and the report.
+    of each part at the end; the same times go to the manifest and the report. ``model`` is
+    a spec or the full :class:`~mechscope.model_options.ModelOptions` (dtype, device,
+    threads, memory, card).
     """
     from mechscope.report import build_report
 
+    options = model if isinstance(model, ModelOptions) else ModelOptions(model=model)
+    model = options.model
     console = console or Console(stderr=True)
     start = time.perf_counter()
     selected = select_parts(only)
@@ -92,7 +96,7 @@ def run_demo(
         run = RunDir.create(out.parent, out.name, config, model_spec=model, argv=argv)
     else:
         t0 = time.perf_counter()
-        lm = load_model(model)
+        lm = options.load()
         fingerprint = weights_fingerprint(lm.model)
         session.steps["load model"] = time.perf_counter() - t0
         run = RunDir.create(

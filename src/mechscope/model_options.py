@@ -43,14 +43,10 @@ class ModelOptions:
         return load_model(self.model, **kwargs)
 
     def config(self) -> dict[str, Any]:
-        """What a run directory's config records: the options that change results (the model
-        and its precision; not where it runs or with how many threads)."""
-        out: dict[str, Any] = {"model": self.model}
-        if self.dtype is not None:
-            out["dtype"] = self.dtype
-        if self.card is not None:
-            out["card"] = self.card
-        return out
+        """What a run directory's config records of the model: its spec. Its precision is in
+        the weights' fingerprint, which a resume also checks; where and with how many
+        threads it runs does not change results."""
+        return {"model": self.model}
 
 
 #: name -> (flags, environment variable, help)
@@ -113,4 +109,5 @@ def model_options(fn: F) -> F:
 
     params = own + [_parameter(name) for name in OPTIONS]
     command.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    command.loads_model = True  # type: ignore[attr-defined]
     return command  # type: ignore[return-value]

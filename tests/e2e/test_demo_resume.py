@@ -102,7 +102,7 @@ def test_a_finished_demo_reruns_in_seconds_without_a_model(demo_run, tmp_path, m
     def no_model_work(*args, **kwargs):
         raise AssertionError("a finished demo must not load a model or run a part")
 
-    monkeypatch.setattr(demo_module, "load_model", no_model_work)
+    monkeypatch.setattr(demo_module.ModelOptions, "load", no_model_work)
     for name, module in demo_module.PARTS:
         if name in config["parts"]:
             monkeypatch.setattr(f"{module}.demo", no_model_work)

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from mechscope.errors import InputError
+from mechscope.model_options import ModelOptions, model_options
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 console = Console(stderr=True)
@@ -58,10 +59,10 @@ def _finish(run, report: bool) -> None:
 
 
 @app.command()
+@model_options
 def resample(
     input: Path = typer.Argument(..., help=INPUT_HELP),
     out: Path = typer.Option(..., "--out", help=OUT_HELP),
-    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Model spec."),
     n: int = typer.Option(100, "--n", help="Rollouts per chunk position."),
     n_forced: int = typer.Option(0, "--n-forced", help="Forced-answer rollouts per position."),
     temperature: float = typer.Option(0.6, "--temperature"),
@@ -71,12 +72,12 @@ def resample(
     trace_tokens: int = typer.Option(512, "--trace-tokens", help="Tokens of a base trace."),
     batch_size: int = typer.Option(8, "--batch-size", help="Rows per generate call."),
     seed: int = typer.Option(0, "--seed"),
+    opts: ModelOptions = ModelOptions(),
 ) -> None:
     """Rollouts from every chunk boundary of every trace (resumable per chunk)."""
     from mechscope.anchors.prefix_sampler import SharedPrefixSampler
     from mechscope.anchors.rollouts import RolloutSettings
     from mechscope.anchors.run_blackbox import resample_run
-    from mechscope.models import load_model
 
     settings = RolloutSettings(
         n=n,
@@ -86,8 +87,8 @@ def resample(
         max_new_tokens=max_new_tokens,
         seed=seed,
     )
-    lm = load_model(model)
-    run = _open_run(out, model, lm)
+    lm = opts.load()
+    run = _open_run(out, opts.model, lm)
     traces = _traces(run, input, lm, batch_size, trace_tokens)
     sampler = SharedPrefixSampler(lm.model, lm.tokenizer, batch_size=batch_size)
     with run.timed("anchors_resample"):
@@ -132,10 +133,10 @@ def analyze(
 
 
 @app.command()
+@model_options
 def receivers(
     input: Path | None = typer.Argument(None, help=INPUT_HELP + " Default: the run's."),
     out: Path = typer.Option(..., "--out", help=OUT_HELP),
-    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Model spec."),
     proximity: int = typer.Option(4, "--proximity", help="Rows at least this much later."),
     top_k: int = typer.Option(16, "--top-k", help="Receiver heads to keep."),
     control_depth: bool = typer.Option(False, "--control-depth", help="Rank-normalise rows."),
@@ -144,11 +145,11 @@ def receivers(
     n_random: int = typer.Option(10, "--n-random", help="Random head sets."),
     seed: int = typer.Option(0, "--seed"),
     report: bool = REPORT_OPTION,
+    opts: ModelOptions = ModelOptions(),
 ) -> None:
     """Receiver heads (kurtosis of vertical attention scores), scores and head ablation."""
     from mechscope.anchors.receivers import ReceiverOptions
     from mechscope.anchors.run_whitebox import receivers_run
-    from mechscope.models import load_model
 
     options = ReceiverOptions(
         proximity=proximity,
@@ -157,8 +158,8 @@ def receivers(
         control_depth=control_depth,
         seed=seed,
     )
-    lm = load_model(model)
-    run = _open_run(out, model, lm)
+    lm = opts.load()
+    run = _open_run(out, opts.model, lm)
     traces = _traces(run, input, lm, batch_size=8, trace_tokens=512)
     with run.timed("anchors_receivers"):
         result = receivers_run(run, lm, traces, options, ablate=ablate, n_random=n_random)
@@ -168,21 +169,21 @@ def receivers(
 
 
 @app.command()
+@model_options
 def suppress(
     input: Path | None = typer.Argument(None, help=INPUT_HELP + " Default: the run's."),
     out: Path = typer.Option(..., "--out", help=OUT_HELP),
-    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Model spec."),
     epsilon: float = typer.Option(1e-9, "--epsilon", help="log(KL + epsilon)."),
     temperature: float = typer.Option(1.0, "--temperature", help="Softmax temperature."),
     alignment: str = typer.Option("next_token", "--alignment", help="next_token|same_position"),
     first_tokens: int | None = typer.Option(None, "--first-tokens", help="Per target sentence."),
     rows_per_chunk: int | None = typer.Option(None, "--rows-per-chunk", help="Default: budget."),
     report: bool = REPORT_OPTION,
+    opts: ModelOptions = ModelOptions(),
 ) -> None:
     """Attention suppression: sentence × sentence matrix of mean log KL."""
     from mechscope.anchors.run_whitebox import suppression_run
     from mechscope.anchors.suppression import SuppressionOptions
-    from mechscope.models import load_model
 
     options = SuppressionOptions(
         epsilon=epsilon,
@@ -191,8 +192,8 @@ def suppress(
         first_tokens=first_tokens,
         rows_per_chunk=rows_per_chunk,
     )
-    lm = load_model(model)
-    run = _open_run(out, model, lm)
+    lm = opts.load()
+    run = _open_run(out, opts.model, lm)
     traces = _traces(run, input, lm, batch_size=8, trace_tokens=512)
     with run.timed("anchors_suppress"):
         results = suppression_run(run, lm, traces, options)

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mechscope.errors import InputError
+from mechscope.model_options import ModelOptions, model_options
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 console = Console(stderr=True)
@@ -24,12 +25,12 @@ def _print_frame(df, title: str) -> None:
 
 
 @app.command()
+@model_options
 def run(
     samples: Path | None = typer.Argument(
         None, help="JSONL: id, prompt, completion (and correct/wrong for logit_diff)."
     ),
     out: Path = typer.Option(..., "--out", help="Run directory (resumed if it exists)."),
-    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Model spec."),
     mixed: int = typer.Option(0, "--mixed", help="Use N samples per task of the mixed set."),
     objective: str = typer.Option("nll", "--objective", help="nll, diffusion or logit_diff."),
     path: list[str] = typer.Option(
@@ -52,13 +53,13 @@ def run(
     shapley_top: int = typer.Option(0, "--shapley-top", help="Shapley values for top-k heads."),
     n_draws: int = typer.Option(8, "--draws", help="Mask draws (diffusion objective)."),
     seed: int = typer.Option(0, "--seed"),
+    opts: ModelOptions = ModelOptions(),
 ) -> None:
     """Integrated gradients over head gates, diagnostics and pruning checks."""
     from mechscope.attribution.config import build_config
     from mechscope.attribution.prepare import prepare
     from mechscope.attribution.samples import load_samples, mixed_prompt_set
     from mechscope.attribution.workflow import run_heads
-    from mechscope.models import load_model
     from mechscope.report import build_report
     from mechscope.runs import RunDir
 
@@ -81,7 +82,7 @@ def run(
     )
     if (samples is None) == (mixed <= 0):
         raise InputError("either a samples file or --mixed N (not both)", field="samples")
-    lm = load_model(model)
+    lm = opts.load()
     if samples is not None:
         items, source = load_samples(samples), str(samples)
     else:
@@ -91,7 +92,7 @@ def run(
             console.print(note)
     fs = prepare(lm, items, cfg)  # every check before anything is written
     run_dir = RunDir.for_model(
-        out, cfg.model_dump() | {"samples": source}, lm.model, model_spec=model, seed=seed
+        out, cfg.model_dump() | {"samples": source}, lm.model, model_spec=opts.model, seed=seed
     )
     with run_dir.timed("heads"):
         result = run_heads(run_dir, lm, items, cfg, fs=fs)

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from mechscope.errors import InputError
+from mechscope.model_options import ModelOptions, model_options
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -29,18 +30,6 @@ def _pair(text: str | None, field: str) -> tuple[str, str] | None:
     return parts[0], parts[1]
 
 
-def _load(model: str, dtype: str | None, device: str | None, device_map: str | None):
-    """The model, with the placement options every lens command shares."""
-    from mechscope.models import load_model
-
-    return load_model(model, dtype=dtype, device=device, device_map=device_map)
-
-
-DTYPE_HELP = "Weights dtype: float32 (default), bfloat16 or float16; metrics stay fp32."
-DEVICE_HELP = "Device for the whole model (cpu, cuda, cuda:1 ...)."
-DEVICE_MAP_HELP = "accelerate device_map, e.g. 'auto' to spread a large model over GPUs."
-
-
 def _open_run(out: Path, config: BaseModel, model: str, lm: LoadedModel) -> RunDir:
     """Create (or resume) the run directory, after every input check has passed."""
     from mechscope.runs import RunDir
@@ -49,11 +38,11 @@ def _open_run(out: Path, config: BaseModel, model: str, lm: LoadedModel) -> RunD
 
 
 @app.command()
+@model_options
 def diff(
     input: Path = typer.Argument(..., help="JSONL of samples with named conditions."),
     contrast: str = typer.Option(..., "--contrast", help="Conditions to contrast, as A-B."),
     out: Path = typer.Option(..., "--out", help="Run directory (resumed if it exists)."),
-    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Model spec."),
     position_matched: bool = typer.Option(
         False,
         "--position-matched",
@@ -71,9 +60,7 @@ def diff(
     chunk: int | None = typer.Option(None, "--chunk", help="Tokens per unembedding call."),
     resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples."),
     seed: int = typer.Option(0, "--seed"),
-    dtype: str | None = typer.Option(None, "--dtype", help=DTYPE_HELP),
-    device: str | None = typer.Option(None, "--device", help=DEVICE_HELP),
-    device_map: str | None = typer.Option(None, "--device-map", help=DEVICE_MAP_HELP),
+    opts: ModelOptions = ModelOptions(),
 ) -> None:
     """Per layer × token ΔNLL, JS and KL between two prompt conditions (teacher-forced)."""
     from mechscope.lens.diff_run import DiffConfig, parse_contrast, prepare_all, run_diff
@@ -93,9 +80,9 @@ def diff(
         n_resamples=resamples,
         seed=seed,
     )
-    lm = _load(model, dtype, device, device_map)
+    lm = opts.load()
     prepared = prepare_all(lm, samples, config)  # every check before anything is written
-    run = _open_run(out, config, model, lm)
+    run = _open_run(out, config, opts.model, lm)
     with run.timed("lens_diff"):
         result = run_diff(run, lm, samples, config, prepared=prepared)
     console.print(f"{len(result.samples)} samples analysed; tables in {run.tables_dir}")
@@ -104,10 +91,10 @@ def diff(
 
 
 @app.command()
+@model_options
 def candidates(
     input: Path = typer.Argument(..., help="JSONL: id, prompt, candidates and two labels."),
     out: Path = typer.Option(..., "--out", help="Run directory (resumed if it exists)."),
-    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Model spec."),
     label_a: str = typer.Option("semantic_label", "--label-a", help="Field of label A."),
     label_b: str = typer.Option("prosody_label", "--label-b", help="Field of label B."),
     policy: str = typer.Option("first", "--policy", help="Multi-token words: first or sum."),
@@ -115,9 +102,7 @@ def candidates(
     all_samples: bool = typer.Option(False, "--all", help="Also samples whose labels agree."),
     resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples."),
     seed: int = typer.Option(0, "--seed"),
-    dtype: str | None = typer.Option(None, "--dtype", help=DTYPE_HELP),
-    device: str | None = typer.Option(None, "--device", help=DEVICE_HELP),
-    device_map: str | None = typer.Option(None, "--device-map", help=DEVICE_MAP_HELP),
+    opts: ModelOptions = ModelOptions(),
 ) -> None:
     """Candidate-restricted logit lens: win-rates and margins per layer."""
     from mechscope.lens.candidates import load_candidate_samples
@@ -136,9 +121,9 @@ def candidates(
         n_resamples=resamples,
         seed=seed,
     )
-    lm = _load(model, dtype, device, device_map)
+    lm = opts.load()
     select_and_prepare(lm, samples, config)  # every check before anything is written
-    run = _open_run(out, config, model, lm)
+    run = _open_run(out, config, opts.model, lm)
     with run.timed("lens_candidates"):
         result = run_candidates(run, lm, samples, config)
     console.print(f"{len(result.samples)} samples read out; tables in {run.tables_dir}")

@@ -168,4 +168,6 @@ class LoadedModel:
             "dtype": str(self.dtype).removeprefix("torch."),
             "device": str(self.device),
             "parameters": self.n_params,
+            "memory budget": f"{self.memory_budget / 2**30:.2f} GiB",
+            "threads": torch.get_num_threads(),
         }

@@ -8,6 +8,7 @@ import typer
 from rich.console import Console
 
 from mechscope.errors import InputError
+from mechscope.model_options import ModelOptions, model_options
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 console = Console(stderr=True)
@@ -21,9 +22,9 @@ def _variants(text: str) -> tuple[str, ...]:
 
 
 @app.command()
+@model_options
 def humaneval(
     out: Path = typer.Option(..., "--out", help="Run directory (resumed if it exists)."),
-    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Model spec."),
     limit: int | None = typer.Option(None, "--limit", help="Only the first N tasks."),
     variants: str = typer.Option(
         "tests,spec,other_tests,empty", "--variants", help="Tool responses (with 'tests')."
@@ -45,11 +46,11 @@ def humaneval(
     jobs: int = typer.Option(2, "--jobs", help="Test programs run at once."),
     resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples."),
     bins: int = typer.Option(50, "--bins", help="Progress bins of the heatmaps."),
+    opts: ModelOptions = ModelOptions(),
 ) -> None:
     """Generate, test and teacher-force HumanEval with and without a tool response."""
     from mechscope.lens.study.config import StudyConfig
     from mechscope.lens.study.run import TABLES, plan_study, run_study
-    from mechscope.models import load_model
     from mechscope.report import build_report
     from mechscope.runs import RunDir
 
@@ -70,9 +71,9 @@ def humaneval(
         n_resamples=resamples,
         n_bins=bins,
     )
-    lm = load_model(model)
+    lm = opts.load()
     plan = plan_study(lm, config, limit=limit)  # every check before anything is written
-    run = RunDir.for_model(out, config, lm.model, model_spec=model, seed=seed)
+    run = RunDir.for_model(out, config, lm.model, model_spec=opts.model, seed=seed)
     with run.timed("lens_study"):
         result = run_study(run, lm, config, plan=plan, jobs=jobs)
     rates = result.tables["pass_rates"].set_index("arm")["rate"]
