@@ -64,11 +64,13 @@ def sentence_attention(
     def reduce(layer: int, probs: torch.Tensor) -> torch.Tensor:  # probs [1, h, q, k] fp32
         if probs.device not in assign:  # a model sharded over devices (device_map)
             assign[probs.device] = next(iter(assign.values())).to(probs.device)
-        return block_means(probs, assign[probs.device])[0].cpu()  # [h, n, n]
+        return block_means(probs, assign[probs.device])[0]  # [h, n, n], on the device
 
     out = eng.run(tokens.input_ids, [ReduceAttention(reduce, layer_list)], logits=False)
-    stacked = torch.stack([out.reductions[layer][0] for layer in layer_list])  # [L, h, n, n]
-    result = stacked.numpy().astype(np.float32)
+    first = out.reductions[layer_list[0]][0].device
+    # [L, h, n, n]: one transfer after the pass, not one per layer inside it
+    stacked = torch.stack([out.reductions[layer][0].to(first) for layer in layer_list])
+    result = stacked.cpu().numpy().astype(np.float32)
     empty = empty_sentences(tokens.ranges)
     if empty.any():
         result[..., empty, :] = np.nan

@@ -30,6 +30,7 @@ from mechscope.engine.interventions import (
 )
 from mechscope.engine.prefix import KVCache, Resume, dynamic_cache, tail_plan
 from mechscope.engine.sites import Site
+from mechscope.engine.unembed import FinalHidden, head_is_fp32, unembed
 from mechscope.errors import SiteError, UnsupportedInterventionError
 from mechscope.models.loaded import LoadedModel
 
@@ -37,7 +38,9 @@ from mechscope.models.loaded import LoadedModel
 @dataclass
 class RunOutput:
     """What a pass returns: logits (if asked), reads by site, reductions by layer, and the
-    key/value cache (if asked)."""
+    key/value cache (if asked). A model whose final norm or unembedding is not fp32 gets
+    the fp32 readout of its last residual stream as logits (:meth:`Engine.unembed`), not
+    its own low-precision head: every metric downstream is a difference of logits."""
 
     logits: torch.Tensor | None  # [batch, seq|kept, vocab]
     reads: dict[Site, torch.Tensor] = field(default_factory=dict)
@@ -127,8 +130,13 @@ class Engine:
             rows=expand[1] if expand is not None and isinstance(expand[1], torch.Tensor) else None,
         )
         token = attention.ACTIVE.set(state)
+        final: FinalHidden | None = None
         try:
             self._install(interventions, out, handles, work, expand, int(input_ids.shape[1]))
+            wants_logits = logits is not False or any(s.name == "logits" for s in out.reads)
+            if wants_logits and not head_is_fp32(lm):  # logits from the fp32 readout
+                final = FinalHidden(lm)
+                handles.append(final.handle)
             with torch.set_grad_enabled(grad):
                 kwargs: dict[str, Any] = {"use_cache": kv is not None}
                 if kv is not None:
@@ -137,9 +145,14 @@ class Engine:
                     kwargs["attention_mask"] = attention_mask.to(device)
                 if position_ids is not None:
                     kwargs["position_ids"] = position_ids.to(device)
-                if lm.card.auto_class == "AutoModelForCausalLM":
-                    kwargs["logits_to_keep"] = _logits_to_keep(logits)
+                causal_lm = lm.card.auto_class == "AutoModelForCausalLM"
+                keep = _logits_to_keep(logits) if causal_lm else 0
+                if causal_lm:  # with the fp32 readout, the model's own head needs one row
+                    kwargs["logits_to_keep"] = 1 if final is not None else keep
                 result = lm.model(input_ids=input_ids, **kwargs)
+                model_logits = result.logits
+                if final is not None:  # [batch, kept, vocab] fp32, the same rows as the model's
+                    model_logits = self.unembed(final.kept(keep))
             missing = state.unreached()
             if missing:
                 attn = type(lm.layer_part("attn", missing[0])).__name__
@@ -148,13 +161,13 @@ class Engine:
                     "(it computes attention in its own code), so its attention work would be lost"
                 )
             if logits is not False:
-                full = result.logits
+                full = model_logits
                 if lm.card.auto_class != "AutoModelForCausalLM":
                     full = _select_positions(full, logits)
                 out.logits = full
             for site, _value in list(out.reads.items()):
                 if site.name == "logits":
-                    out.reads[site] = select(result.logits, site)
+                    out.reads[site] = select(model_logits, site)
             if cache and kv is not None:
                 out.cache = KVCache.from_dynamic(kv)
             if plan is not None:
@@ -171,17 +184,10 @@ class Engine:
         its logit scale (Cohere multiplies, Granite divides) and final soft-cap (Gemma).
 
         ``h [..., d_model]`` -> ``[..., vocab]``. The last layer's ``resid_post`` maps to the
-        model's own logits.
+        model's own logits. ``fp32=True``: computed in fp32 whatever the model's dtype, the
+        unembedding cast a vocabulary chunk at a time (:mod:`mechscope.engine.unembed`).
         """
-        x = self.lm.final_norm()(h)
-        for module in self.lm.unembed_modules():
-            x = module(x)
-        if self.lm.logit_scale is not None:
-            x = x * self.lm.logit_scale
-        if self.lm.logit_softcap:
-            cap = self.lm.logit_softcap
-            x = torch.tanh(x / cap) * cap
-        return x.float() if fp32 else x
+        return unembed(self.lm, h, fp32=fp32)
 
     # ------------------------------------------------------------------------------------
     def _install(

@@ -129,10 +129,14 @@ def check_z(eng: Engine, ids: torch.Tensor) -> None:
 
 
 def check_lens(eng: Engine, ids: torch.Tensor) -> None:
-    last = Site("resid_post", eng.lm.n_layers - 1)
-    out = eng.run(ids, [Read(last)])
+    """The lens of the last layer against the model's own head, called outside the engine
+    (a half-precision model's pass logits are the lens itself)."""
+    lm = eng.lm
+    last = Site("resid_post", lm.n_layers - 1)
+    out = eng.run(ids, [Read(last)], logits=False)
     with torch.no_grad():
-        _close(eng.lm, eng.unembed(out[last]), out.logits, "lens(last layer) vs logits")
+        ref = lm.model(input_ids=ids.to(lm.device)).logits
+        _close(lm, eng.unembed(out[last]), ref, "lens(last layer) vs logits")
 
 
 def check_gate(eng: Engine, ids: torch.Tensor) -> None:

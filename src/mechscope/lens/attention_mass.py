@@ -12,7 +12,7 @@ so for each layer, head and token the masses sum to 1. The reduction is one
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -45,10 +45,22 @@ def mass_reducer(
     q_start: int, n_queries: int, onehot: torch.Tensor
 ) -> Callable[[int, torch.Tensor], torch.Tensor]:
     """A ``ReduceAttention`` function: per head, query ``q_start .. q_start+n-1`` and
-    segment, the summed attention probability -> ``[heads, n, segments]`` fp32 (CPU)."""
+    segment, the summed attention probability -> ``[heads, n, segments]`` fp32, left on
+    the attention's device (a copy to the host per layer would wait for the GPU inside the
+    forward); :func:`stack_masses` moves all layers at once."""
+    on_device: dict[torch.device, torch.Tensor] = {}
 
     def reduce(layer: int, probs: torch.Tensor) -> torch.Tensor:  # probs [b, h, q, k]
         rows = probs[0, :, q_start : q_start + n_queries]  # [h, n, k]
-        return (rows @ onehot.to(rows.device)).cpu()  # [h, n, segments]
+        if rows.device not in on_device:  # once per device (layers may be spread out)
+            on_device[rows.device] = onehot.to(rows.device)
+        return rows @ on_device[rows.device]  # [h, n, segments]
 
     return reduce
+
+
+def stack_masses(per_layer: Sequence[torch.Tensor]) -> np.ndarray:
+    """Each layer's ``[heads, n, segments]`` masses -> ``[layers, heads, n, segments]``
+    float32 on the host, in one transfer (layers on other devices join the first's)."""
+    first = per_layer[0].device
+    return torch.stack([m.to(first) for m in per_layer]).cpu().numpy()

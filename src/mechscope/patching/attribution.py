@@ -17,7 +17,7 @@ import torch
 
 from mechscope.engine import Engine, Read, Site
 from mechscope.patching.cache import RunCache
-from mechscope.patching.exact import aligned_values, reference
+from mechscope.patching.exact import aligned_values, reference, unit_positions
 from mechscope.patching.metrics import scalar_metric
 from mechscope.patching.prepare import PreparedPair, units
 from mechscope.patching.result import PairResult, PatchingResult
@@ -35,17 +35,20 @@ def attribute_pair(
     metric = scalar_metric(out.logits[0, 0], reference(p, base), spec.attribution_metric)
     grads = torch.autograd.grad(metric, [out.reads[s] for s in sites])
     _, _, base_pos, _ = units(p, spec)
-    est = np.zeros(res.shape, dtype=np.float64)
-    for i, (site, grad) in enumerate(zip(sites, grads, strict=True)):
+    act0 = out.reads[sites[0]]  # [1, seq, ...]
+    member = unit_positions(base_pos, act0.shape[1]).to(act0.device, torch.float32)  # [U, seq]
+    heads = torch.tensor(res.heads if spec.per_head else [0], device=act0.device)
+    per_layer = []
+    for site, grad in zip(sites, grads, strict=True):
         act = out.reads[site].detach()  # [1, seq, ...] (the base run, where grad is taken)
         values = aligned_values(p, spec, base, source, site.layer)  # [1|U, seq, ...]
-        contrib = ((values - act) * grad).double().sum(-1)  # [1|U, seq] or [1|U, seq, H]
-        for u, bp in enumerate(base_pos):
-            row = contrib[u if contrib.shape[0] > 1 else 0, bp].sum(0)  # [] or [H]
-            if spec.per_head:
-                est[i, u] = row[res.heads].cpu().numpy()
-            else:
-                est[i, u, 0] = float(row)
+        # fp32 before subtracting: a difference of two bf16 values is exact in fp32
+        contrib = ((values.float() - act.float()) * grad.float()).sum(-1)  # [1|U, seq(, H)]
+        if not spec.per_head:
+            contrib = contrib[..., None]  # [1|U, seq, 1]
+        est_u = (member[:, :, None] * contrib).sum(1)  # [U, H|1]: each unit's own positions
+        per_layer.append(est_u[:, heads])  # [U, heads]
+    est = torch.stack(per_layer).cpu().numpy()  # [layers, U, heads]: one transfer
     del out, grads
     res.attribution = est.astype(np.float32)
     res.attribution_metric = spec.attribution_metric

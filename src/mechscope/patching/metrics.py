@@ -64,6 +64,7 @@ def readout_metrics(logits: torch.Tensor, ref: Reference) -> dict[str, torch.Ten
     base_logp = torch.log_softmax(ref.view(base), dim=-1)  # [K]
     t = _index_in_view(ref, ref.target_id)
     pred = ref.to_vocab(view.argmax(dim=-1))  # [rows]
+    base_pred = ref.to_vocab(ref.view(base).argmax(dim=-1))  # []: on the device, no sync
     return {
         "logit_diff": logit_diff(x, ref.correct_id, ref.wrong_id),
         "delta_logit": x[:, ref.target_id] - base[ref.target_id],
@@ -71,7 +72,7 @@ def readout_metrics(logits: torch.Tensor, ref: Reference) -> dict[str, torch.Ten
         "target_prob": logp[:, t].exp(),
         "target_logprob": logp[:, t],
         "flip_to_target": (pred == ref.target_id).float(),
-        "flip_from_base": (pred != ref.base_prediction).float(),
+        "flip_from_base": (pred != base_pred).float(),
         "kl_to_base": kl_from_logp(logp, base_logp.expand_as(logp)),
         "js_to_base": js_from_logp(logp, base_logp.expand_as(logp)),
     }

@@ -21,7 +21,7 @@ from transformers import DynamicCache
 
 from mechscope.engine import Engine
 from mechscope.engine import attention as engine_attention
-from mechscope.lens.attention_mass import mass_reducer
+from mechscope.lens.attention_mass import mass_reducer, stack_masses
 from mechscope.lens.paired import ConditionPass
 from mechscope.models.loaded import LoadedModel
 
@@ -113,5 +113,5 @@ def tail_pass(
     stacked = torch.stack([hidden[i] for i in range(lm.n_layers)])  # [L, n, d_model]
     mass = None
     if onehot is not None:
-        mass = torch.stack([masses[i] for i in range(lm.n_layers)]).numpy()  # [L, H, n, S]
+        mass = stack_masses([masses[i] for i in range(lm.n_layers)])  # [L, H, n, S]
     return ConditionPass(stacked, mass)
