@@ -12,8 +12,10 @@ Formulas (``P_p``, ``Q_p``: next-token distributions at logits position ``p`` wi
 with the suppression, ``softmax(logits / temperature)``):
 
 - ``KL_i(p) = KL(P_p ‖ Q_p) = Σ_v P(v) (log P(v) − log Q(v))`` in nats over the full
-  vocabulary, from log-softmax in fp64 (fp32 rounding alone is ~1e-7 nats, see
-  :func:`_kl_fp64`);
+  vocabulary, from fp32 logits (the engine's fp32 readout whatever the model's dtype) in a
+  form without cancellation, reduced in fp32 on the model's device and finished in fp64
+  on the host (the textbook formula in fp32 leaves ~1e-7 nats of noise, see
+  :func:`_kl_parts`);
 - a target token ``t`` of sentence ``j`` is scored by the distribution that *predicts* it:
   position ``p = t - 1`` (``alignment="next_token"``, default). The published code scores
   it by the distribution at ``p = t`` (the prediction of token ``t + 1``);
@@ -42,10 +44,11 @@ import numpy as np
 import pandas as pd
 import torch
 
+from mechscope.anchors.suppression_memory import fit_sentences
 from mechscope.anchors.trace_tokens import TraceTokens
 from mechscope.engine import Engine, SuppressAttention
 from mechscope.engine.prefix import Resume, can_resume
-from mechscope.engine.sweep import rows_per_chunk, run_chunks
+from mechscope.engine.sweep import run_chunks
 from mechscope.errors import InputError
 
 Alignment = Literal["next_token", "same_position"]
@@ -81,37 +84,80 @@ class SuppressionOptions:
             )
 
 
-_KL_BLOCK_BYTES = 256 * 2**20  # fp64 temporaries of one block of positions
+_KL_BLOCK_BYTES = 256 * 2**20  # about eight fp32 [rows, block, vocab] temporaries
+
+#: Below this |ε| the series of ``e^-ε − 1 + ε`` is used (its first left-out term is
+#: ``(1/4)^5 / 2520 ≈ 4e-7`` of the sum at the bound; above it the direct formula loses at
+#: most ``1.2e-7 / |ε| ≤ 5e-7`` to cancellation).
+_SERIES_BOUND = 0.25
 
 
-def _kl_fp64(base: torch.Tensor, sup: torch.Tensor, temperature: float) -> torch.Tensor:
-    """``KL(base ‖ sup)`` per row and position, in fp64, a block of positions at a time.
+def _exp_excess(eps: torch.Tensor) -> torch.Tensor:
+    """``e^-ε − 1 + ε ≥ 0`` to fp32's relative precision, also where ``|ε|`` is tiny and
+    the direct formula cancels. Overflows to inf for ``ε < -88`` (handled by the caller)."""
+    # ε² (1/2 − ε (1/6 − ε (1/24 − ε (1/120 − ε (1/720 − ε/5040))))), in place (Horner)
+    series = eps * (-1 / 5040)
+    for c in (1 / 720, 1 / 120, 1 / 24, 1 / 6):
+        series.add_(c).mul_(eps).neg_()
+    series.add_(0.5).mul_(eps).mul_(eps)
+    direct = torch.expm1(-eps).add_(eps)
+    return torch.where(eps.abs() < _SERIES_BOUND, series, direct, out=series)
 
-    ``base [pos, vocab]`` and ``sup [rows, pos, vocab]`` are logits → ``[rows, pos]``.
-    Two nearly equal distributions give a KL that is a small difference of large terms:
-    fp32 log-probabilities leave about 1e-7 nats of rounding noise, the size of the distant
-    effects the log scale is there to show. fp64 (from the model's own logits) removes it.
+
+def _kl_parts(base: torch.Tensor, sup: torch.Tensor, temperature: float) -> torch.Tensor:
+    """The three fp32 reductions :func:`kl_from_parts` turns into ``KL(base ‖ sup)``.
+
+    ``base [pos, vocab]`` and ``sup [rows, pos, vocab]`` are logits (any dtype, any device)
+    → ``[3, rows, pos]`` fp32 on their device: ``E_p[ε]``, ``E_p[e^-ε − 1 + ε]`` and
+    ``log E_p[e^-ε]``, with ``δ = (z_p − z_q) / T`` and ``ε = δ − E_p[δ]``.
+
+    Why not ``Σ p (log p − log q)``: two nearly equal distributions give a KL that is a
+    small difference of large terms, and fp32 log-probabilities leave ~1e-7 nats of
+    rounding noise, the size of the distant effects the log scale is there to show. The
+    identity ``KL = E_p[δ] + log E_p[e^-δ]`` (``q ∝ p e^-δ``) holds for any shift of ``δ``,
+    so with ``ε`` centred ``KL = a + log1p(b − a)``, ``a = E_p[ε] ≈ 0``, ``b = E_p[e^-ε −
+    1 + ε] ≥ 0``: no large terms cancel, ``δ`` is a difference of nearly equal logits (exact
+    in fp32), and every term of ``b`` has full relative precision. The last part,
+    ``log E_p[e^-ε]`` (a log-sum-exp, never overflowing), serves rows where ``e^-ε``
+    overflows fp32 (a token over 88 nats less likely under ``p`` than under ``q``); there
+    the KL is large and its absolute rounding does not matter.
     """
     rows, n_pos, vocab = sup.shape
     step = max(1, _KL_BLOCK_BYTES // (4 * 8 * vocab * (rows + 1)))
-    out = torch.empty(rows, n_pos, dtype=torch.float64)
+    out = torch.empty(3, rows, n_pos, dtype=torch.float32, device=sup.device)
     for start in range(0, n_pos, step):
         stop = min(n_pos, start + step)
-        lp = torch.log_softmax(base[start:stop].double() / temperature, dim=-1)  # [b, vocab]
-        lq = torch.log_softmax(sup[:, start:stop].double() / temperature, dim=-1)  # [r, b, V]
-        # Σ p (log p − log q): p once per block, not per row; log-softmax of finite logits
-        # is finite, so p = 0 terms are exactly 0 (kl_from_logp's general case not needed).
-        kl = ((lp - lq) * lp.exp()).sum(dim=-1)  # [r, b]
-        out[:, start:stop] = kl.clamp_min(0.0).cpu()
+        zp = base[start:stop].to(sup.device).float()  # [b, vocab]
+        lp = torch.log_softmax(zp / temperature, dim=-1)  # [b, vocab]
+        p = lp.exp()  # [b, vocab]
+        eps = (zp - sup[:, start:stop].float()) / temperature  # [r, b, vocab]: δ
+        eps -= (p * eps).sum(-1, keepdim=True)  # ε: δ centred under p
+        out[0, :, start:stop] = (p * eps).sum(-1)
+        out[1, :, start:stop] = (p * _exp_excess(eps)).sum(-1)
+        out[2, :, start:stop] = torch.logsumexp(lp - eps, dim=-1)
     return out
 
 
-def _default_rows(eng: Engine, seq: int, n_rows: int, reuse: bool) -> int:
-    """Rows per forward: what the memory budget allows; with prefix reuse also at most
+def kl_from_parts(parts: np.ndarray) -> np.ndarray:
+    """``[3, rows, pos]`` reductions of :func:`_kl_parts` (on the host) → ``KL [rows, pos]``
+    float64, ``≥ 0``: ``a + log1p(b − a)``, or ``a + log E_p[e^-ε]`` where ``b`` overflowed."""
+    a, b, log_mean = (np.asarray(x, dtype=np.float64) for x in parts)
+    with np.errstate(invalid="ignore", over="ignore"):
+        small = a + np.log1p(b - a)
+    kl = np.where(np.isfinite(b), small, a + log_mean)
+    return np.maximum(kl, 0.0)
+
+
+def _default_rows(eng: Engine, seq: int, spans: torch.Tensor, reuse: bool) -> int:
+    """Rows per forward: what the memory budget allows for the chunk that starts earliest
+    (:mod:`mechscope.anchors.suppression_memory`); with prefix reuse also at most
     ``ceil(n_rows / 8)``, so the chunks (rows ordered by span end) start late enough for the
     reuse to pay (compute ∝ Σ rows × (seq − first) over chunks)."""
-    budget = rows_per_chunk(eng.lm, seq, logits_positions=seq)
-    return min(budget, max(1, -(-n_rows // 8))) if reuse else budget
+    n_rows = int(spans.shape[0])
+    most = max(1, -(-n_rows // 8)) if reuse else max(1, n_rows)
+    first = int(spans[:, 1].min()) if n_rows else 0
+    block = _KL_BLOCK_BYTES
+    return fit_sentences(eng.lm, seq, first, reuse=reuse, block_bytes=block, most=most).rows
 
 
 def position_kl(
@@ -135,7 +181,7 @@ def position_kl(
     # nothing), so base and suppressed rows differ only by the suppression.
     base_out = eng.run(input_ids, [SuppressAttention((0, 0), layers, heads)], cache=reuse)
     base = base_out.logits[0]  # [seq, vocab]
-    size = opts.rows_per_chunk or _default_rows(eng, seq, spans.shape[0], reuse)
+    size = opts.rows_per_chunk or _default_rows(eng, seq, spans, reuse)
 
     def run(rows: Sequence[int]) -> tuple[list[int], np.ndarray]:
         chunk = spans[list(rows)]  # [c, 2]
@@ -145,9 +191,9 @@ def position_kl(
         suppress = [SuppressAttention(chunk, layers, heads)]
         out = eng.run(ids, suppress, logits=torch.arange(first, seq), resume=resume)
         logits = out.logits  # [c, seq - first, vocab]
-        kl = _kl_fp64(base[first:], logits, opts.temperature)  # [c, seq - first]
+        parts = _kl_parts(base[first:], logits, opts.temperature).cpu()  # [3, c, seq - first]
         full = np.full((len(rows), seq), np.nan)
-        full[:, first:] = kl.numpy()
+        full[:, first:] = kl_from_parts(parts.numpy())
         return list(rows), full
 
     order = sorted(range(spans.shape[0]), key=lambda r: int(spans[r, 1]))  # similar ends

@@ -15,9 +15,9 @@ import numpy as np
 import torch
 
 from mechscope.attribution.integrate import shared_layers
+from mechscope.attribution.memory import fit_gates
 from mechscope.attribution.objectives import Objective
 from mechscope.engine import Engine, Gate
-from mechscope.engine.sweep import bytes_per_row
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 
@@ -38,10 +38,9 @@ def frozen_parameters(lm: LoadedModel) -> Iterator[None]:
 
 
 def grad_rows(lm: LoadedModel, seq_len: int, rows_per_gate: int, logits_positions: int) -> int:
-    """Gate vectors per chunk whose forward+backward fits the memory budget (an estimate:
-    a backward keeps every layer's activations, an inference forward only one layer's)."""
-    per_row = bytes_per_row(lm, seq_len, logits_positions=logits_positions) * (lm.n_layers + 1)
-    return max(1, min(256, lm.memory_budget // (per_row * rows_per_gate)))
+    """Gate vectors per chunk whose forward+backward fits the memory budget: a backward
+    keeps every layer's saved activations (:mod:`mechscope.attribution.memory`)."""
+    return fit_gates(lm, seq_len, rows_per_gate, logits_positions).rows
 
 
 class GateFunction:

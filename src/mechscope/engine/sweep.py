@@ -1,32 +1,21 @@
 """Sweeps: many intervention variants packed into the batch dimension, in memory-sized chunks.
 
 A workflow describes its variants as a list; :func:`rows_per_chunk` says how many fit in one
-forward under a memory budget, and :func:`run_chunks` runs them with a progress bar.
+forward under a memory budget (counted by :mod:`mechscope.engine.memory_model`), and
+:func:`run_chunks` runs them with a progress bar.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from mechscope.engine.memory_model import Dims, Pass, fit_rows, pass_bytes
 from mechscope.models.loaded import LoadedModel
 from mechscope.progress import make_progress
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-def bytes_per_row(lm: LoadedModel, seq_len: int, *, logits_positions: int = 1) -> int:
-    """Peak activation bytes one batch row needs in an inference forward (an estimate).
-
-    Counts the live residual stream and MLP hidden of one layer, one attention score block,
-    and the logits kept; weights are not counted.
-    """
-    itemsize = 4 if lm.dtype.is_floating_point and lm.dtype.itemsize >= 4 else 2
-    d_ff = getattr(lm.model.config, "intermediate_size", None) or 4 * lm.d_model
-    per_token = (6 * lm.d_model + 3 * d_ff) * itemsize
-    attn = lm.n_heads * seq_len * seq_len * 4
-    logits = logits_positions * lm.vocab_size * 4
-    return seq_len * per_token + attn + logits
 
 
 def rows_per_chunk(
@@ -36,12 +25,22 @@ def rows_per_chunk(
     budget_bytes: int | None = None,
     logits_positions: int = 1,
     max_rows: int = 512,
+    held_bytes: int = 0,
+    **shape: Any,
 ) -> int:
-    """How many variant rows fit in one forward under ``budget_bytes`` (default: the model's
-    memory budget, ``lm.memory_budget``)."""
+    """How many variant rows of one inference forward over ``seq_len`` positions fit in
+    ``budget_bytes`` (default: the model's budget, ``lm.memory_budget``) beside
+    ``held_bytes`` the caller keeps meanwhile. ``shape``: the rest of the pass
+    (:class:`~mechscope.engine.memory_model.Pass`: ``keys``, ``explicit``, ``cache``, …),
+    counted by :func:`~mechscope.engine.memory_model.pass_bytes`."""
     budget = budget_bytes or lm.memory_budget
-    per_row = bytes_per_row(lm, seq_len, logits_positions=logits_positions)
-    return max(1, min(max_rows, budget // per_row))
+    dims = Dims.of(lm)
+
+    def nbytes(rows: int) -> int:
+        p = Pass(rows=rows, tokens=seq_len, logits=logits_positions, **shape)
+        return held_bytes + pass_bytes(dims, p)
+
+    return fit_rows(nbytes, budget, max_rows).rows
 
 
 def chunked(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:

@@ -15,9 +15,8 @@ import numpy as np
 import torch
 
 from mechscope.engine import Engine, Read, ReduceAttention, Site
-from mechscope.lens.attention_mass import key_onehot, mass_reducer, segment_names
+from mechscope.lens.attention_mass import key_onehot, mass_reducer, segment_names, stack_masses
 from mechscope.lens.divergence import Kernel
-from mechscope.lens.logit_lens import chunk_tokens
 from mechscope.lens.positions import (
     ForwardInput,
     as_run,
@@ -25,7 +24,8 @@ from mechscope.lens.positions import (
     position_matched,
 )
 from mechscope.lens.prepare import PreparedSample, TokenizedCondition
-from mechscope.lens.readout import readout_layers
+from mechscope.lens.readout import readout_layers, readout_workers
+from mechscope.lens.readout_memory import readout_chunk
 from mechscope.lens.results import SampleDiff
 from mechscope.lens.tokens import code_token_classes, semantic_mask
 from mechscope.models.loaded import LoadedModel
@@ -83,7 +83,7 @@ def forward_condition(
         hidden = torch.stack([out.reads[s][0].to(device) for s in sites])  # [L, T, d_model]
     mass = None
     if attention:
-        mass = torch.stack([out.reductions[layer][0] for layer in range(lm.n_layers)]).numpy()
+        mass = stack_masses([out.reductions[layer][0] for layer in range(lm.n_layers)])
     return ConditionPass(hidden, mass)
 
 
@@ -106,9 +106,23 @@ def analyse_sample(
     pa = forward_condition(engine, ca, ia, n, options.attention)
     pb = forward_condition(engine, cb, ib, n, options.attention)
     targets = torch.tensor(prep.cont_ids)  # [T]
-    chunk = chunk_tokens(lm.vocab_size, n, options.chunk_tokens)
+    workers = readout_workers(pa.hidden.device)
+    chunk = readout_chunk(
+        lm,
+        n,
+        (int(ia.ids.shape[1]), int(ib.ids.shape[1])),
+        attention=options.attention,
+        workers=workers,
+        device=pa.hidden.device,
+        chunk=options.chunk_tokens,
+    ).rows
     stats = readout_layers(  # [nll_a, nll_b, js, kl_ab, kl_ba] x L x T
-        engine, (pa.hidden, pb.hidden), targets, chunk=chunk, kernel=options.kernel
+        engine,
+        (pa.hidden, pb.hidden),
+        targets,
+        chunk=chunk,
+        kernel=options.kernel,
+        workers=workers,
     )
     metrics = torch.stack([stats[0], stats[1], stats[0] - stats[1], stats[2], stats[3], stats[4]])
     attention, segments = {}, {}

@@ -22,11 +22,10 @@ import torch
 
 from mechscope.engine import Engine, Patch, Site
 from mechscope.engine.prefix import KVCache, Resume
-from mechscope.engine.sweep import rows_per_chunk
 from mechscope.errors import SiteError
 from mechscope.patching.cache import RunCache
+from mechscope.patching.memory import held_bytes, plan_sweep
 from mechscope.patching.metrics import Reference, logit_diff, normalized_effect, readout_metrics
-from mechscope.patching.plan import plan_chunks
 from mechscope.patching.prepare import PreparedPair, units
 from mechscope.patching.result import PairResult
 from mechscope.patching.spec import PatchSpec
@@ -124,26 +123,37 @@ def aligned_values(
     return out
 
 
+def unit_positions(base_pos: Sequence[Sequence[int]], seq: int) -> torch.Tensor:
+    """``[units, seq]`` bool: which base positions each unit patches (built on the host)."""
+    member = torch.zeros(len(base_pos), seq, dtype=torch.bool)
+    for u, bp in enumerate(base_pos):
+        member[u, list(bp)] = True
+    return member
+
+
 def _identical(
     p: PreparedPair,
     spec: PatchSpec,
     base: RunCache,
-    values: torch.Tensor,
-    layer: int,
+    values: dict[int, torch.Tensor],
+    layers: Sequence[int],
     heads: Sequence[int],
 ) -> np.ndarray:
-    """``[units, heads]`` True where the patch would write exactly the base value."""
+    """``[layers, units, heads]`` True where the patch would write exactly the base value.
+
+    Computed on the activations' device for every layer, then moved to the host once.
+    """
     _, _, base_pos, _ = units(p, spec)
-    act = base.acts[layer]  # [1, seq, ...]
-    differs = values != act  # [1|U, seq, d] or [1|U, seq, H, dh]
-    differs = differs.flatten(3).any(-1) if spec.per_head else differs.any(-1)[..., None]
-    out = np.zeros((len(base_pos), len(heads)), dtype=bool)
-    for u, bp in enumerate(base_pos):
-        row = differs[u if differs.shape[0] > 1 else 0, bp]  # [positions, H|1]
-        per_head = row.any(0)  # [H|1]
-        for j, h in enumerate(heads):
-            out[u, j] = not bool(per_head[h if h >= 0 else 0])
-    return out
+    act0 = base.acts[layers[0]]  # [1, seq, ...]
+    member = unit_positions(base_pos, act0.shape[1]).to(act0.device)  # [U, seq]
+    head_index = torch.tensor([h if h >= 0 else 0 for h in heads], device=act0.device)
+    same = []
+    for layer in layers:
+        differs = values[layer] != base.acts[layer]  # [1|U, seq, d] or [1|U, seq, H, dh]
+        differs = differs.flatten(3).any(-1) if spec.per_head else differs.any(-1)[..., None]
+        hit = (member[:, :, None] & differs).any(1)  # [U, H|1]: any own position differs
+        same.append(~hit[:, head_index])  # [U, heads]
+    return torch.stack(same).cpu().numpy()  # [layers, U, heads]
 
 
 @dataclass
@@ -172,8 +182,7 @@ def _grid(
     values = {layer: aligned_values(p, spec, base, source, layer) for layer in res.layers}
     skip = np.zeros((n_l, n_u, n_h), dtype=bool)
     if spec.skip_identical:
-        for i, layer in enumerate(res.layers):
-            skip[i] = _identical(p, spec, base, values[layer], layer, res.heads)
+        skip[:] = _identical(p, spec, base, values, res.layers, res.heads)
     starts = [min(pos) for pos in base_pos]
     if eng.lm.causal:  # a patch after the readout cannot reach it
         skip |= np.asarray([s > p.readout for s in starts])[None, :, None]
@@ -181,7 +190,10 @@ def _grid(
     base_row = readout_metrics(base.logits[None], ref)
     for k in _METRIC_KEYS:
         metrics[k][skip] = float(base_row[k][0])
-    kept = base.logits.float().expand(n_l, n_u, n_h, -1).clone().numpy() if keep else None
+    kept = None
+    if keep:
+        row = base.logits.float().cpu().numpy()  # [vocab]
+        kept = np.broadcast_to(row, (n_l, n_u, n_h, row.size)).copy()
     return _PairGrid(p, res, ref, base, values, base_pos, starts, skip, metrics, kept)
 
 
@@ -212,8 +224,9 @@ def sweep_pairs(
     by_len: dict[int, list[int]] = {}
     for j, g in enumerate(grids):
         by_len.setdefault(len(g.p.base_ids), []).append(j)
+    held = _held(eng, spec, grids)
     for seq, members in by_len.items():
-        _sweep_same_length(eng, spec, [grids[j] for j in members], seq)
+        _sweep_same_length(eng, spec, [grids[j] for j in members], seq, held)
     out = []
     for g in grids:
         clean, corrupt = g.res.baseline["clean_logit_diff"], g.res.baseline["corrupt_logit_diff"]
@@ -227,8 +240,20 @@ def sweep_pairs(
     return out
 
 
-def _sweep_same_length(eng: Engine, spec: PatchSpec, grids: list[_PairGrid], seq: int) -> None:
-    """Fill the grids of pairs whose base prompts have ``seq`` tokens (readout: the last)."""
+def _held(eng: Engine, spec: PatchSpec, grids: list[_PairGrid]) -> int:
+    """Bytes the group's read caches and kept logits hold while the sweep runs."""
+    prompts = {tuple(ids) for g in grids for ids in (g.p.base_ids, g.p.source_ids)}
+    seqs = [len(ids) for ids in prompts]
+    kv = all(g.base.kv is not None for g in grids)
+    kept = sum(g.kept.nbytes for g in grids if g.kept is not None)
+    return held_bytes(eng.lm, seqs, spec, kv=kv) + kept
+
+
+def _sweep_same_length(
+    eng: Engine, spec: PatchSpec, grids: list[_PairGrid], seq: int, held: int
+) -> None:
+    """Fill the grids of pairs whose base prompts have ``seq`` tokens (readout: the last);
+    ``held``: bytes the group holds meanwhile (chunks are sized beside them)."""
     variants = [
         (j, *v) for j, g in enumerate(grids) for v in np.ndindex(g.skip.shape) if not g.skip[v]
     ]  # (pair, layer index, unit, head)
@@ -237,9 +262,12 @@ def _sweep_same_length(eng: Engine, spec: PatchSpec, grids: list[_PairGrid], seq
     reuse = all(g.base.kv is not None for g in grids)
     row_layers = [grids[j].res.layers[li] for j, li, _, _ in variants]
     row_starts = [grids[j].starts[u] for j, _, u, _ in variants] if reuse else None
-    max_rows = rows_per_chunk(eng.lm, seq, budget_bytes=spec.budget_bytes)
+    row_pairs = [j for j, *_ in variants]
+    kept = any(g.kept is not None for g in grids)
     readout = torch.tensor([seq - 1])
-    chunks = plan_chunks(row_layers, eng.lm.n_layers, max_rows, row_starts=row_starts, seq=seq)
+    chunks = plan_sweep(
+        eng.lm, spec, seq, row_layers, row_pairs, row_starts, held=held, keep_logits=kept
+    )
     for chunk in chunks:
         rows = [variants[i] for i in chunk]
         pairs = sorted({j for j, *_ in rows})
@@ -254,14 +282,24 @@ def _sweep_same_length(eng: Engine, spec: PatchSpec, grids: list[_PairGrid], seq
         patches = _chunk_patches(spec, rows, grids, seq)
         out = eng.run(ids, patches, logits=readout, expand=(low, index), resume=resume)
         logits = out.logits[:, 0].float()  # [rows, vocab]
+        keep = any(grids[j].kept is not None for j in pairs)
+        mine = {j: [r for r, row in enumerate(rows) if row[0] == j] for j in pairs}
+        parts = [  # [rows of j, metrics] per pair, all on the device
+            torch.stack(_metric_values(logits[mine[j]], grids[j].ref), dim=1) for j in pairs
+        ]
+        order = [r for j in pairs for r in mine[j]]
+        block = torch.cat(parts)  # [rows, metrics] in ``order``
+        if keep:
+            block = torch.cat([block, logits[order]], dim=1)  # [rows, metrics + vocab]
+        host = block.cpu().numpy()  # the chunk's one transfer
+        at = 0
         for j in pairs:
-            mine = [r for r, row in enumerate(rows) if row[0] == j]
-            got = readout_metrics(logits[mine], grids[j].ref)
-            cells = tuple(np.array([rows[r][1:] for r in mine]).T)
-            for k in _METRIC_KEYS:
-                grids[j].metrics[k][cells] = got[k].cpu().numpy()
+            n_mine, cells = len(mine[j]), tuple(np.array([rows[r][1:] for r in mine[j]]).T)
+            for i, k in enumerate(_METRIC_KEYS):
+                grids[j].metrics[k][cells] = host[at : at + n_mine, i]
             if grids[j].kept is not None:
-                grids[j].kept[cells] = logits[mine].cpu().numpy()
+                grids[j].kept[cells] = host[at : at + n_mine, len(_METRIC_KEYS) :]
+            at += n_mine
 
 
 _METRIC_KEYS = (
@@ -277,29 +315,52 @@ _METRIC_KEYS = (
 )
 
 
+def _metric_values(logits: torch.Tensor, ref: Reference) -> list[torch.Tensor]:
+    """:func:`readout_metrics` of ``logits [rows, vocab]`` in :data:`_METRIC_KEYS` order."""
+    got = readout_metrics(logits, ref)
+    return [got[k].float() for k in _METRIC_KEYS]
+
+
 def _chunk_patches(
     spec: PatchSpec, rows: list[tuple[int, int, int, int]], grids: list[_PairGrid], seq: int
 ) -> list[Patch]:
     """One masked ``Patch`` per layer present in the chunk; row ``r`` takes its own pair's
-    (and, for spans, its own unit's) value."""
+    (and, for spans, its own unit's) value.
+
+    A layer's value is one gather on the values' device (``[rows, seq, ...]``, every row
+    from its pair's ``[1|U, seq, ...]`` values); the mask is built on the host from the
+    rows' positions and heads. Rows of other layers take any value: their mask is False.
+    """
     n = len(rows)
     by_layer: dict[int, list[int]] = {}
     for r, (j, li, _, _) in enumerate(rows):
         by_layer.setdefault(grids[j].res.layers[li], []).append(r)
     patches = []
     for layer, members in by_layer.items():
-        sample = grids[rows[members[0]][0]].values[layer]  # [1|U, seq, ...]
-        shape = (n, seq, sample.shape[2]) if spec.per_head else (n, seq)
-        mask = torch.zeros(shape, dtype=torch.bool)
-        value = torch.zeros((n, *sample.shape[1:]), dtype=sample.dtype)  # [rows, seq, ...]
+        offset: dict[int, int] = {}  # pair -> its first row in the concatenated values
+        bank: list[torch.Tensor] = []  # [1|U, seq, ...] per pair
+        for j in sorted({rows[r][0] for r in members}):
+            offset[j] = sum(v.shape[0] for v in bank)
+            bank.append(grids[j].values[layer])
+        source = [0] * n  # per row: its row of the concatenated values
+        mask_rows: list[int] = []
+        mask_pos: list[int] = []
+        mask_heads: list[int] = []
         for r in members:
             j, _, ui, hi = rows[r]
             g = grids[j]
-            v = g.values[layer]
-            value[r] = v[ui if v.shape[0] > 1 else 0]
-            if spec.per_head:
-                mask[r, g.base_pos[ui], g.res.heads[hi]] = True
-            else:
-                mask[r, g.base_pos[ui]] = True
+            source[r] = offset[j] + (ui if g.values[layer].shape[0] > 1 else 0)
+            mask_rows += [r] * len(g.base_pos[ui])
+            mask_pos += list(g.base_pos[ui])
+            mask_heads += [g.res.heads[hi]] * len(g.base_pos[ui])
+        values = bank[0] if len(bank) == 1 else torch.cat(bank)  # [ΣU, seq, ...]
+        value = values[torch.tensor(source, device=values.device)]  # [rows, seq, ...]
+        sample = bank[0]
+        shape = (n, seq, sample.shape[2]) if spec.per_head else (n, seq)
+        mask = torch.zeros(shape, dtype=torch.bool)
+        if spec.per_head:
+            mask[mask_rows, mask_pos, mask_heads] = True
+        else:
+            mask[mask_rows, mask_pos] = True
         patches.append(Patch(Site(spec.site, layer), value, mask=mask))
     return patches

@@ -14,11 +14,13 @@ from collections.abc import Sequence
 
 from mechscope.data.pairs import ContrastivePair
 from mechscope.engine import Engine
+from mechscope.engine.prefix import can_resume
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 from mechscope.patching.attribution import agreement_frame, attribute_pair
 from mechscope.patching.cache import read_caches
 from mechscope.patching.exact import new_result, sweep_layers, sweep_pairs
+from mechscope.patching.memory import fit_group
 from mechscope.patching.prepare import prepare_pair
 from mechscope.patching.result import (
     PairResult,
@@ -87,12 +89,12 @@ def patch_pair(
 
 
 def group_size(lm: LoadedModel, pairs: Sequence[ContrastivePair], spec: PatchSpec) -> int:
-    """Pairs per group: up to :data:`GROUP_PAIRS`, fewer when their cached activations (both
-    prompts, every layer) would pass the memory budget."""
+    """Pairs per group: up to :data:`GROUP_PAIRS`, fewer when what a group keeps (both
+    prompts' reads of every swept layer, key/value caches, readout logits) would pass half
+    the memory budget (:func:`~mechscope.patching.memory.fit_group`)."""
     longest = max(len(lm.tokenizer(t).input_ids) for p in pairs for t in (p.clean, p.corrupt))
-    per_pair = 2 * lm.n_layers * longest * lm.d_model * 4  # bytes of fp32 reads
-    budget = spec.budget_bytes or lm.memory_budget
-    return max(1, min(GROUP_PAIRS, budget // (2 * per_pair)))
+    most = min(GROUP_PAIRS, len(pairs))
+    return fit_group(lm, longest, spec, most=most, kv=can_resume(lm, longest)).rows
 
 
 def _groups(items: Sequence[ContrastivePair], size: int) -> list[Sequence[ContrastivePair]]:

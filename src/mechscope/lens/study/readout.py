@@ -17,7 +17,7 @@ import torch
 
 from mechscope.engine import Engine
 from mechscope.lens.divergence import paired_stats
-from mechscope.lens.logit_lens import CHUNK_BYTES, MIN_CHUNK_TOKENS
+from mechscope.lens.readout_memory import shared_chunk
 
 
 @torch.inference_mode()
@@ -34,8 +34,10 @@ def shared_pair_readout(
     lm = engine.lm
     n_layers, n = int(hidden[0].shape[0]), int(hidden[0].shape[1])
     used = sorted({i for pair in pairs for i in pair})
-    chunk = chunk_tokens or max(MIN_CHUNK_TOKENS, CHUNK_BYTES // (len(used) * lm.vocab_size * 4))
-    chunk = max(1, min(chunk, n))
+    held = sum(h.numel() * h.element_size() for h in {id(h): h for h in hidden}.values())
+    held += len(pairs) * 5 * n_layers * n * 4  # the stats filled meanwhile (fp32)
+    device = hidden[0].device
+    chunk = shared_chunk(lm, n, len(used), held=held, device=device, chunk=chunk_tokens)
     stats = torch.empty(len(pairs), 5, n_layers, n, dtype=torch.float32)
     for layer in range(n_layers):
         for start in range(0, n, chunk):
