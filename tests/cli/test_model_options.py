@@ -23,7 +23,6 @@ NO_MODEL = {
     "distill check",
     "distill summarize",
     "distill configs",
-    "distill pilot",
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mechscope.errors import MechscopeError
+from mechscope.model_options import ModelOptions, model_options
 
 app = typer.Typer(
     help="RCID distillation: keep the teacher's causal mechanism.", no_args_is_help=True
@@ -108,26 +110,29 @@ def summarize(
 
 
 @app.command()
+@model_options
 def pilot(
-    teacher: Annotated[str, typer.Option(help="Teacher model spec")] = "smollm2-135m",
     config: Annotated[
-        str | None, typer.Option(help="Take teacher and first student from a config")
+        str | None,
+        typer.Option(help="Take the teacher (instead of --model) and first student from a config"),
     ] = None,
     n_accuracy: Annotated[int, typer.Option(help="IOI pairs for the accuracy check")] = 100,
+    opts: ModelOptions = ModelOptions(),
 ) -> None:
-    """The pilot validation checks (teacher accuracy, names, norms, patching, student)."""
+    """The pilot validation checks (teacher accuracy, names, norms, patching, student) on
+    the teacher ``--model``."""
     with _one_line_errors():
         from mechscope.distill.pilot import run_pilot
         from mechscope.distill.students import build_student
-        from mechscope.models import load_model
 
         student = None
         if config is not None:
             cfg = _load(config, None, False)
-            lm = load_model(cfg.teacher, dtype=cfg.teacher_dtype)
+            dtype = cfg.teacher_dtype or opts.dtype
+            lm = replace(opts, model=cfg.teacher, dtype=dtype).load()
             student = build_student(cfg.students[0], lm, seed=cfg.seeds[0])
         else:
-            lm = load_model(teacher)
+            lm = opts.load()
         checks = run_pilot(lm, student, n_accuracy=n_accuracy)
         table = Table("check", "result", "value", "expected")
         for c in checks:
