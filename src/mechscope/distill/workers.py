@@ -11,8 +11,11 @@ each interrupted trial from its own checkpoint whatever the number of workers.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
+import signal
+import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
@@ -28,8 +31,29 @@ TrialDone = Callable[[Trial, pd.DataFrame], None]
 _STATE: dict[str, Any] = {}
 
 
-def _init(raw: dict[str, Any], threads: int) -> None:
-    """Worker start: fix the thread count, validate the config, load the teacher once."""
+#: ``prctl`` option: the signal a process gets when the thread that created it exits.
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int) -> None:
+    """Make this process end when ``parent`` does, however it ends (``kill -9`` included).
+
+    A worker holds a teacher and a student (1.5 GB on SmolLM2); a killed study must not leave
+    them behind. Linux delivers SIGKILL on the parent's death (``PR_SET_PDEATHSIG``); if the
+    parent died before this ran, the worker was already reparented and exits now. Elsewhere
+    the pool's own shutdown is all there is.
+    """
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _init(raw: dict[str, Any], threads: int, parent: int) -> None:
+    """Worker start: tie its life to the parent's, fix the thread count, validate the
+    config, load the teacher once."""
+    die_with_parent(parent)
     os.environ.setdefault("MECHSCOPE_PROGRESS", "0")  # no interleaved progress bars
     import torch
 
@@ -68,7 +92,10 @@ def run_parallel(
     ctx = multiprocessing.get_context("spawn")
     raw = cfg.model_dump(mode="json")
     with ProcessPoolExecutor(
-        max_workers=workers, mp_context=ctx, initializer=_init, initargs=(raw, threads)
+        max_workers=workers,
+        mp_context=ctx,
+        initializer=_init,
+        initargs=(raw, threads, os.getpid()),
     ) as pool:
         pending = {pool.submit(_one, i, str(root)): t for i, t in zip(indices, trials, strict=True)}
         try:
