@@ -160,6 +160,7 @@ def test_cli_receivers_suppress_and_errors(tmp_path):
     res = runner.invoke(app, ["suppress", *common])  # traces reused from the run
     assert res.exit_code == 0, res.output
     assert (out / "report.html").is_file()
+    assert "<th>status</th><td>finished</td>" in (out / "report.html").read_text()
     assert (out / "tables" / "anchors_suppression.parquet").is_file()
     res = runner.invoke(app, ["analyze", "--out", str(out), "--embedder", "none"])
     assert isinstance(res.exception, InputError) and "rollouts" in str(res.exception)

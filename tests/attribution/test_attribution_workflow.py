@@ -139,7 +139,11 @@ def test_cli_run_and_diagnose(tmp_path, monkeypatch) -> None:
     built = []  # the HTML report is the report module's job (tested there); record the call
     import mechscope.report
 
-    monkeypatch.setattr(mechscope.report, "build_report", lambda run: built.append(run) or "x")
+    def build(run):  # the report is built once the run is marked finished
+        built.append((run, run.manifest["status"]))
+        return "x"
+
+    monkeypatch.setattr(mechscope.report, "build_report", build)
     runner = CliRunner()
     result = runner.invoke(
         app,
@@ -157,7 +161,7 @@ def test_cli_run_and_diagnose(tmp_path, monkeypatch) -> None:
         ],
     )
     assert result.exit_code == 0, result.output
-    assert len(built) == 1 and built[0].path == out
+    assert len(built) == 1 and built[0][0].path == out and built[0][1] == "finished"
     summary = completeness_summary(read_table(RunDir.open(out), "heads_completeness"))
     assert set(summary["path"]) == {"joint", "per_layer"}
     result = runner.invoke(app, ["diagnose", str(out)])

@@ -95,6 +95,7 @@ def test_cli_end_to_end(tmp_path):
         ],
     )
     assert (out / "report.html").is_file()
+    assert "<th>status</th><td>finished</td>" in (out / "report.html").read_text()
     assert len(ShardStore(RunDir.open(out), "lens_diff")) == 2
     cands = tmp_path / "c.jsonl"
     cands.write_text(

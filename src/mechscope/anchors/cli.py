@@ -53,9 +53,9 @@ def _finish(run, report: bool) -> None:
     from mechscope.report import build_report
 
     console.print(f"tables in {run.tables_dir}")
+    run.finish()  # before the report, so that it says "finished"
     if report:
         console.print(f"report: {build_report(run)}")
-    run.finish()
 
 
 @app.command()

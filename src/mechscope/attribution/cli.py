@@ -100,8 +100,8 @@ def run(
 
     _print_frame(completeness_summary(result.completeness), "completeness")
     _print_frame(diagnostics_table(result.diagnostics), "diagnostics")
+    run_dir.finish()  # before the report, so that it says "finished"
     console.print(f"report: {build_report(run_dir)}")
-    run_dir.finish()
 
 
 @app.command()

@@ -86,8 +86,8 @@ def diff(
     with run.timed("lens_diff"):
         result = run_diff(run, lm, samples, config, prepared=prepared)
     console.print(f"{len(result.samples)} samples analysed; tables in {run.tables_dir}")
+    run.finish()  # before the report, so that it says "finished"
     console.print(f"report: {build_report(run)}")
-    run.finish()
 
 
 @app.command()
@@ -127,8 +127,8 @@ def candidates(
     with run.timed("lens_candidates"):
         result = run_candidates(run, lm, samples, config)
     console.print(f"{len(result.samples)} samples read out; tables in {run.tables_dir}")
+    run.finish()  # before the report, so that it says "finished"
     console.print(f"report: {build_report(run)}")
-    run.finish()
 
 
 def _mount_study() -> None:

@@ -80,5 +80,5 @@ def humaneval(
     shown = ", ".join(f"{arm} {rate:.1%}" for arm, rate in rates.items())
     console.print(f"{len(result.payloads)} tasks; pass rates: {shown}")
     console.print(f"tables: {run.tables_dir} ({', '.join(sorted(TABLES.values())[:3])} …)")
+    run.finish()  # before the report, so that it says "finished"
     console.print(f"report: {build_report(run)}")
-    run.finish()
