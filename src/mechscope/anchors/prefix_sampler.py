@@ -15,6 +15,7 @@ import torch
 from transformers import DynamicCache
 
 from mechscope.anchors.sampler import HFSampler, _check_generation_args, batch_seed
+from mechscope.engine.prefix import cache_kwargs
 
 
 class SharedPrefixSampler(HFSampler):
@@ -39,7 +40,7 @@ class SharedPrefixSampler(HFSampler):
             options.update(temperature=temperature, top_p=top_p, top_k=0)
         if ids.shape[1] > 1:
             cache = DynamicCache(config=self.model.config)
-            self.model(input_ids=ids[:, :-1], past_key_values=cache, use_cache=True)
+            self.model(input_ids=ids[:, :-1], **cache_kwargs(self.model, cache), use_cache=True)
             cache.batch_repeat_interleave(rows)
             options["past_key_values"] = cache
         batch = ids.expand(rows, -1)  # [rows, prompt_len]

@@ -28,7 +28,7 @@ from mechscope.engine.interventions import (
     ReduceAttention,
     SuppressAttention,
 )
-from mechscope.engine.prefix import KVCache, Resume, dynamic_cache, tail_plan
+from mechscope.engine.prefix import KVCache, Resume, cache_kwargs, dynamic_cache, tail_plan
 from mechscope.engine.sites import Site
 from mechscope.engine.unembed import FinalHidden, head_is_fp32, unembed
 from mechscope.errors import SiteError, UnsupportedInterventionError
@@ -140,7 +140,7 @@ class Engine:
             with torch.set_grad_enabled(grad):
                 kwargs: dict[str, Any] = {"use_cache": kv is not None}
                 if kv is not None:
-                    kwargs["past_key_values"] = kv
+                    kwargs.update(cache_kwargs(lm.model, kv))
                 if attention_mask is not None:
                     kwargs["attention_mask"] = attention_mask.to(device)
                 if position_ids is not None:

@@ -17,8 +17,11 @@ interventions to the tail. Reads return the tail only (their positions must lie 
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from transformers import DynamicCache
@@ -75,6 +78,19 @@ class Resume:
 
     cache: KVCache
     start: int
+
+
+@functools.cache
+def _cache_name(model_class: type) -> str:
+    params = inspect.signature(model_class.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def cache_kwargs(model: torch.nn.Module, cache: Any) -> dict[str, Any]:
+    """The keyword a model's forward takes its key/value cache by: ``cache`` where its
+    signature has it (transformers 5.24 renamed it and warns on the old name every call),
+    else ``past_key_values``."""
+    return {_cache_name(type(model)): cache}
 
 
 def can_resume(lm: LoadedModel, seq: int) -> bool:

@@ -126,6 +126,16 @@ def cache_dir() -> Path:
     return Path(os.environ.get("MECHSCOPE_CACHE", Path.home() / ".cache" / "mechscope"))
 
 
+def quiet_loading() -> None:
+    """No "Loading weights" bar from transformers unless progress shows live: in a log (not
+    a terminal) it is a screenful of carriage returns, and mechscope's own progress lines
+    say what runs (:mod:`mechscope.progress`)."""
+    from mechscope.progress import progress_mode
+
+    if progress_mode() != "live":
+        transformers.utils.logging.disable_progress_bar()
+
+
 def load_model(
     spec: str,
     *,
@@ -151,6 +161,7 @@ def load_model(
     """
     dtype = _dtype(dtype)
     _check_placement(device, threads, memory)
+    quiet_loading()
     if threads is not None:
         torch.set_num_threads(threads)
     choice = card if card is not None else os.environ.get("MECHSCOPE_CARD") or None

@@ -21,6 +21,7 @@ from transformers import DynamicCache
 
 from mechscope.engine import Engine
 from mechscope.engine import attention as engine_attention
+from mechscope.engine.prefix import cache_kwargs
 from mechscope.lens.attention_mass import mass_reducer, stack_masses
 from mechscope.lens.paired import ConditionPass
 from mechscope.models.loaded import LoadedModel
@@ -52,7 +53,7 @@ def extend(lm: LoadedModel, cache: DynamicCache, ids: list[int]) -> None:
     if ids:
         lm.model(
             input_ids=torch.tensor([ids], device=lm.device),
-            past_key_values=cache,
+            **cache_kwargs(lm.model, cache),
             use_cache=True,
             logits_to_keep=1,
         )
@@ -102,7 +103,7 @@ def tail_pass(
     try:
         lm.model(
             input_ids=torch.tensor([ids[start:]], device=lm.device),
-            past_key_values=cache,
+            **cache_kwargs(lm.model, cache),
             use_cache=True,
             logits_to_keep=1,
         )

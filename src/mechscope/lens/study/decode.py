@@ -19,6 +19,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from mechscope.engine.prefix import cache_kwargs
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 
@@ -168,7 +169,7 @@ def decode_rows(
             input_ids=current.to(device),
             attention_mask=mask.to(device),
             position_ids=position.to(device),
-            past_key_values=cache,
+            **cache_kwargs(lm.model, cache),
             use_cache=True,
         )
         live = [b for b, i in enumerate(batch) if i not in done]
