@@ -123,6 +123,13 @@ def test_cli_run_and_one_line_errors(tmp_path, pairs, capsys):
     )
     assert len(read_table(RunDir.open(out), "patching")) == 2 * 3 * 3
     assert (out / "report.html").is_file()
+    assert "<th>status</th><td>finished</td>" in (out / "report.html").read_text()
+    figures = sorted(p.stem for p in (out / "figures").glob("patching*.png"))
+    assert figures == [  # named by what they show, not patching-04 … -08
+        "patching-denoising-delta-logit",
+        "patching-denoising-flips",
+        "patching-denoising-positions",
+    ], figures
     capsys.readouterr()
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(pairs[0].to_dict() | {"correct": " drink"}) + "\n")

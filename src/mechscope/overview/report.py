@@ -33,4 +33,5 @@ def overview_section(run: RunDir) -> list:
         ),
     )
     last = df[df.layer == df.layer.max()][["prompt", "target", "target_prob"]]
-    return [FigureBlock(fig), TableBlock(last, caption="The model's final prediction per prompt.")]
+    final = TableBlock(last, caption="The model's final prediction per prompt.")
+    return [FigureBlock(fig, name="overview-logit-lens"), final]

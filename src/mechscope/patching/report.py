@@ -74,17 +74,21 @@ def sweep_blocks(run: RunDir, part: str) -> list[Block]:
                     "with the most common prompt length."
                 )
             )
+        stem = f"{part.replace('_', '-')}-{direction}"  # e.g. patching-resid-pre-denoising
         if result.site in PER_HEAD_SITES:
-            blocks.append(FigureBlock(head_heatmap(same, "normalized_effect", direction)))
+            fig = head_heatmap(same, "normalized_effect", direction)
+            blocks.append(FigureBlock(fig, name=f"{stem}-heads"))
         else:
-            blocks.append(FigureBlock(position_heatmap(same, "normalized_effect", direction)))
+            fig = position_heatmap(same, "normalized_effect", direction)
+            blocks.append(FigureBlock(fig, name=f"{stem}-positions"))
             if result.granularity != "position" or n_same >= 2:
-                blocks.append(
-                    FigureBlock(layer_curves(same, ("flip_to_target", "flip_from_base"), direction))
-                )
-                blocks.append(FigureBlock(layer_curves(same, ("delta_logit",), direction)))
+                flips = layer_curves(same, ("flip_to_target", "flip_from_base"), direction)
+                blocks.append(FigureBlock(flips, name=f"{stem}-flips"))
+                delta = layer_curves(same, ("delta_logit",), direction)
+                blocks.append(FigureBlock(delta, name=f"{stem}-delta-logit"))
         if any(p.attribution is not None for p in result.direction(direction)):
-            blocks.append(FigureBlock(attribution_scatter(result, direction)))
+            fig = attribution_scatter(result, direction)
+            blocks.append(FigureBlock(fig, name=f"{stem}-attribution-vs-exact"))
     if any(p.attribution is not None for p in result.pairs):
         blocks.append(
             TableBlock(
