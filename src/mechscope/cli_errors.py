@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 
 from mechscope.errors import MechscopeError
@@ -12,6 +13,20 @@ from mechscope.runs import interrupt
 
 USER_ERRORS: tuple[type[BaseException], ...] = (MechscopeError, FileNotFoundError)
 INTERRUPTED = 130  # the shell's exit code for a process ended by Ctrl-C (128 + SIGINT)
+
+
+def one_line(exc: BaseException) -> str:
+    """The message of a user error on one line; a pydantic error as its first problem: the
+    :class:`~mechscope.errors.InputError` a validator raised, or ``field 'x': message``."""
+    if isinstance(exc, ValidationError) and exc.errors():
+        first = exc.errors()[0]
+        cause = (first.get("ctx") or {}).get("error")
+        if isinstance(cause, MechscopeError):
+            return str(cause).splitlines()[0]
+        where = ".".join(str(x) for x in first.get("loc", ()))
+        what = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+        return f"field {where!r}: {what}" if where else what
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def run_app(app: typer.Typer, argv: list[str] | None = None) -> None:
@@ -29,10 +44,10 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> None:
         sys.exit(INTERRUPTED)
     except KeyboardInterrupt:
         code = INTERRUPTED
-    except USER_ERRORS as exc:
+    except (*USER_ERRORS, ValidationError) as exc:
         if debug:
             raise
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        message = one_line(exc)
         Console(stderr=True, highlight=False).print(f"error: {message}", soft_wrap=True)
         sys.exit(2)
     except Exception as exc:  # click usage errors carry their own exit code

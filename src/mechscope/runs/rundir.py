@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import re
 import sys
 import time
@@ -105,6 +106,7 @@ class RunDir:
         if name is None:
             name = _free_timestamp_name(root)
         path = root / check_name(name)
+        check_writable(path)
         if (path / MANIFEST_FILE).is_file():
             run = cls.open(path)
             run._check_resume(cfg, seed=seed, model_fingerprint=model_fingerprint)
@@ -264,6 +266,20 @@ class RunDir:
 
     def __fspath__(self) -> str:
         return str(self.path)
+
+
+def check_writable(path: Path) -> None:
+    """Refuse, in one line, a run directory that cannot be made at ``path``: the path or a
+    folder above it is a file, or the nearest existing folder is not writable."""
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise InputError(f"a folder for the run at {path}; {p} is a file", field="--out")
+            if not os.access(p, os.W_OK | os.X_OK):
+                raise InputError(
+                    f"a writable folder for the run at {path}; {p} is not writable", field="--out"
+                )
+            return
 
 
 def _mark_resumed(manifest: dict[str, Any]) -> None:

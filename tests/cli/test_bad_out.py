@@ -1,0 +1,80 @@
+"""An ``--out`` that cannot be a run directory, and pydantic's errors, give one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import BaseModel, field_validator
+
+from mechscope.cli import app
+from mechscope.cli_errors import one_line, run_app
+from mechscope.errors import InputError
+
+SAMPLE = {
+    "id": "s0",
+    "continuation": " hello world",
+    "conditions": {"a": {"prompt": "Hi there."}, "b": {"prompt": "Hello."}},
+}
+
+
+def lens_diff(tmp_path, *extra: str) -> list[str]:
+    path = tmp_path / "in.jsonl"
+    path.write_text(json.dumps(SAMPLE) + "\n")
+    return ["lens", "diff", str(path), "--contrast", "a-b", "-m", "tiny:llama", *extra]
+
+
+@pytest.mark.parametrize(
+    ("out", "expected"),
+    [
+        ("afile", "field '--out': a folder for the run at {tmp}/afile; {tmp}/afile is a file"),
+        (
+            "afile/run",
+            "field '--out': a folder for the run at {tmp}/afile/run; {tmp}/afile is a file",
+        ),
+    ],
+)
+def test_out_through_a_file(tmp_path, capsys, out, expected):
+    (tmp_path / "afile").write_text("not a folder")
+    argv = lens_diff(tmp_path, "--out", str(tmp_path / out))
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(SystemExit) as exc:
+        run_app(app, argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: " + expected.format(tmp=tmp_path)
+    assert sorted(tmp_path.rglob("*")) == before  # nothing written
+
+
+def test_invalid_anchor_regex(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        run_app(app, lens_diff(tmp_path, "--anchor", "re:(", "--out", str(tmp_path / "r")))
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: field 'anchor': expected a valid regex (missing )")
+    assert len(err.splitlines()) == 1
+    assert not (tmp_path / "r").exists()
+
+
+class _Config(BaseModel):
+    n: int
+    name: str
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not v:
+            raise InputError("expected a non-empty name", field="name")
+        return v
+
+
+def test_one_line_of_a_validation_error():
+    with pytest.raises(Exception) as exc:
+        _Config.model_validate({"n": "x", "name": "a"})
+    assert (
+        one_line(exc.value)
+        == "field 'n': Input should be a valid integer, unable to parse string as an integer"
+    )
+    with pytest.raises(Exception) as exc:
+        _Config.model_validate({"n": 1, "name": ""})
+    assert one_line(exc.value) == "field 'name': expected a non-empty name"
