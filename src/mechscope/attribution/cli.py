@@ -18,7 +18,7 @@ console = Console(stderr=True)
 def _print_frame(df, title: str) -> None:
     table = Table(title=title)
     for col in df.columns:
-        table.add_column(str(col))
+        table.add_column(str(col), overflow="fold")  # wrap long names, never cut them
     for row in df.itertuples(index=False):
         table.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row])
     Console().print(table)
@@ -96,9 +96,16 @@ def run(
     )
     with run_dir.timed("heads"):
         result = run_heads(run_dir, lm, items, cfg, fs=fs)
-    from mechscope.attribution.report import completeness_summary, diagnostics_table
+    from mechscope.attribution.report import (
+        completeness_summary,
+        completeness_warnings,
+        diagnostics_table,
+    )
 
-    _print_frame(completeness_summary(result.completeness), "completeness")
+    summary = completeness_summary(result.completeness)
+    _print_frame(summary, "completeness")
+    for warning in completeness_warnings(summary):  # the report's caution, on the terminal too
+        console.print(warning.replace("**", ""), style="yellow")
     _print_frame(diagnostics_table(result.diagnostics), "diagnostics")
     run_dir.finish()  # before the report, so that it says "finished"
     console.print(f"report: {build_report(run_dir)}")
