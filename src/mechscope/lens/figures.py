@@ -12,13 +12,20 @@ import pandas as pd
 from mechscope.report import Figure, Series, curves, heatmap
 
 LABELS = {
-    "dnll": "ΔNLL (A − B, nats)",
+    "dnll": "ΔNLL ({a} − {b}, nats)",
     "js": "JS divergence (nats)",
-    "kl_ab": "KL(A‖B) (nats)",
-    "kl_ba": "KL(B‖A) (nats)",
-    "nll_a": "NLL under A (nats)",
-    "nll_b": "NLL under B (nats)",
+    "kl_ab": "KL({a}‖{b}) (nats)",
+    "kl_ba": "KL({b}‖{a}) (nats)",
+    "nll_a": "NLL under {a} (nats)",
+    "nll_b": "NLL under {b} (nats)",
 }
+Names = tuple[str, str] | None  # the conditions A and B, by name
+
+
+def label(metric: str, names: Names = None) -> str:
+    """The metric's axis label with the conditions named (``A`` and ``B`` when unknown)."""
+    a, b = names or ("A", "B")
+    return LABELS[metric].format(a=a, b=b)
 
 
 def _axis_labels(texts: list[str]) -> list[str]:
@@ -35,7 +42,9 @@ def _shown(text: str) -> str:
     return t[:12]
 
 
-def sample_heatmap(tokens: pd.DataFrame, sample: str, metric: str, contrast: str) -> Figure:
+def sample_heatmap(
+    tokens: pd.DataFrame, sample: str, metric: str, contrast: str, names: Names = None
+) -> Figure:
     """Layer × token heatmap of one sample (ΔNLL: diverging, centred at 0)."""
     part = tokens[(tokens["sample"] == sample) & (tokens["metric"] == metric)]
     z = part.pivot(index="layer", columns="token", values="value").sort_index()  # [L, T]
@@ -51,18 +60,20 @@ def sample_heatmap(tokens: pd.DataFrame, sample: str, metric: str, contrast: str
         z.to_numpy()[::-1],
         _axis_labels(texts),
         [str(v) for v in z.index[::-1]],
-        f"{LABELS[metric]} per layer and continuation token — sample {sample} ({contrast})",
+        f"{label(metric, names)} per layer and continuation token — sample {sample} ({contrast})",
         diverging=diverging,
         hover_text=hover[::-1],
         colorbar_title=metric,
         x_title="continuation token (index, text)",
         y_title="layer",
         caption=(
-            f"Each cell is {LABELS[metric]} of the true next token read through the "
+            f"Each cell is {label(metric, names)} of the true next token read through the "
             "model's own final norm and unembedding at that layer (logit lens), teacher-"
             "forced. "
             + (
-                "Blue: condition A predicts the token better than B; red: worse."
+                "Blue: condition {} predicts the token better than {}; red: worse.".format(
+                    *(names or ("A", "B"))
+                )
                 if diverging
                 else "Brighter: the two conditions' next-token distributions differ more."
             )
@@ -70,7 +81,9 @@ def sample_heatmap(tokens: pd.DataFrame, sample: str, metric: str, contrast: str
     )
 
 
-def aligned_heatmap(aligned: pd.DataFrame, metric: str, alignment: str = "progress") -> Figure:
+def aligned_heatmap(
+    aligned: pd.DataFrame, metric: str, alignment: str = "progress", names: Names = None
+) -> Figure:
     """Layer × progress-bin (or first-K / anchor) heatmap averaged over samples."""
     part = aligned[(aligned["alignment"] == alignment) & (aligned["metric"] == metric)]
     z = part.pivot(index="layer", columns="column", values="mean").sort_index()
@@ -83,7 +96,8 @@ def aligned_heatmap(aligned: pd.DataFrame, metric: str, alignment: str = "progre
         z.to_numpy()[::-1],
         [str(c) for c in z.columns],
         [str(v) for v in z.index[::-1]],
-        f"{LABELS[metric]} by layer, aligned by {alignment.replace('_', ' ')} (mean over samples)",
+        f"{label(metric, names)} by layer, aligned by {alignment.replace('_', ' ')} "
+        "(mean over samples)",
         diverging=metric == "dnll",
         colorbar_title=metric,
         x_title=x_title,
@@ -96,7 +110,9 @@ def aligned_heatmap(aligned: pd.DataFrame, metric: str, alignment: str = "progre
     )
 
 
-def metric_curves_figure(table: pd.DataFrame, metric: str, kind: str = "curve") -> Figure:
+def metric_curves_figure(
+    table: pd.DataFrame, metric: str, kind: str = "curve", names: Names = None
+) -> Figure:
     """Per-layer curves (mean over semantic tokens, then samples) with CI bands per group."""
     part = table[(table["metric"] == metric) & (table["kind"] == kind)]
     series = []
@@ -117,9 +133,9 @@ def metric_curves_figure(table: pd.DataFrame, metric: str, kind: str = "curve") 
     return curves(
         layers,
         series,
-        f"{LABELS[metric]} per layer, {what}",
+        f"{label(metric, names)} per layer, {what}",
         "layer",
-        LABELS[metric],
+        label(metric, names),
         hline=0.0 if metric == "dnll" or kind == "difference" else None,
         caption=(
             "Each line is the mean over samples of the per-sample mean over "

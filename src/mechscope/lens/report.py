@@ -29,19 +29,24 @@ def diff_blocks(run: RunDir) -> list:
     ]
     tokens = read_table(run, TABLES["tokens"])
     samples = read_table(run, TABLES["samples"])
-    contrast = f"{samples['condition_a'].iloc[0]} − {samples['condition_b'].iloc[0]}"
+    names = (str(samples["condition_a"].iloc[0]), str(samples["condition_b"].iloc[0]))
+    contrast = f"{names[0]} − {names[1]}"
     first = str(samples["sample"].iloc[0])
-    blocks.append(FigureBlock(sample_heatmap(tokens, first, "dnll", contrast), name="lens-dnll"))
-    blocks.append(FigureBlock(sample_heatmap(tokens, first, "js", contrast), name="lens-js"))
+    blocks.append(
+        FigureBlock(sample_heatmap(tokens, first, "dnll", contrast, names), name="lens-dnll")
+    )
+    blocks.append(FigureBlock(sample_heatmap(tokens, first, "js", contrast, names), name="lens-js"))
     curves = read_table(run, TABLES["curves"])
     for metric in ("dnll", "js"):
         blocks.append(
-            FigureBlock(metric_curves_figure(curves, metric), name=f"lens-curve-{metric}")
+            FigureBlock(
+                metric_curves_figure(curves, metric, names=names), name=f"lens-curve-{metric}"
+            )
         )
     if (curves["kind"] == "difference").any():
         blocks.append(
             FigureBlock(
-                metric_curves_figure(curves, "dnll", "difference"),
+                metric_curves_figure(curves, "dnll", "difference", names),
                 name="lens-curve-dnll-difference",
             )
         )
@@ -50,7 +55,10 @@ def diff_blocks(run: RunDir) -> list:
         for metric in ("dnll", "js"):
             if ((aligned["alignment"] == "progress") & (aligned["metric"] == metric)).any():
                 blocks.append(
-                    FigureBlock(aligned_heatmap(aligned, metric), name=f"lens-progress-{metric}")
+                    FigureBlock(
+                        aligned_heatmap(aligned, metric, names=names),
+                        name=f"lens-progress-{metric}",
+                    )
                 )
     if has_table(run, TABLES["attention"]):
         att = read_table(run, TABLES["attention"])

@@ -14,12 +14,13 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from mechscope.lens.figures import LABELS, aligned_heatmap, metric_curves_figure
+from mechscope.lens.figures import aligned_heatmap, label, metric_curves_figure
 from mechscope.lens.study.conditions import TOOL
 from mechscope.lens.study.outcomes import QUADRANTS
 from mechscope.report import Figure, Series, bars, curves, heatmap
 
 MODE_LABEL = {"as_run": "as run", "position_matched": "position-matched"}
+AGENTIC = ("agentic", "assisted")  # conditions A and B of the study
 ARM_LABEL = {
     "assisted": "assisted",
     "tests": "agentic: tests",
@@ -85,12 +86,14 @@ def quadrant_figure(quadrants: pd.DataFrame) -> Figure:
 def group_heatmap(aligned: pd.DataFrame, metric: str, group: str, n: int, mode: str) -> Figure:
     """Layer × progress heatmap of one quadrant (the note's figure 1, aggregated)."""
     part = aligned[aligned["group"] == group]
-    return _retitle(aligned_heatmap(part, metric), f"{group} (n={n}), {MODE_LABEL[mode]}")
+    return _retitle(
+        aligned_heatmap(part, metric, names=AGENTIC), f"{group} (n={n}), {MODE_LABEL[mode]}"
+    )
 
 
 def group_curves(curves_part: pd.DataFrame, metric: str, mode: str, kind: str = "curve") -> Figure:
     """Per-layer curves per quadrant (the note's figure 2), or the G10 − G01 difference."""
-    return _retitle(metric_curves_figure(curves_part, metric, kind), MODE_LABEL[mode])
+    return _retitle(metric_curves_figure(curves_part, metric, kind, AGENTIC), MODE_LABEL[mode])
 
 
 def mass_by_group(attention: pd.DataFrame, mode: str) -> Figure:
@@ -131,9 +134,9 @@ def variant_curves(curves_all: pd.DataFrame, metric: str, mode: str) -> Figure:
     return curves(
         sorted(curves_all["layer"].unique()),
         _variant_series(curves_all),
-        f"{LABELS[metric]} per layer by tool response — {MODE_LABEL[mode]}",
+        f"{label(metric, AGENTIC)} per layer by tool response — {MODE_LABEL[mode]}",
         "layer",
-        LABELS[metric],
+        label(metric, AGENTIC),
         hline=0.0 if metric == "dnll" else None,
         caption=(
             "Agentic (task + read_file + the given tool response) against assisted (task "
