@@ -41,18 +41,35 @@ _HEAD_SITE_WORDS = {
 }
 
 
+def _token(unit: str) -> str:
+    return unit.split(":", 1)[-1].replace("Ġ", " ").replace("▁", " ").strip()
+
+
 def unit_labels(result: PatchingResult, direction: str) -> list[str]:
-    """Axis labels of the unit dimension: span role where known, else the first pair's token."""
-    first = result.direction(direction)[0]
+    """Axis labels of the unit dimension: the span role where known; else the token, when
+    every pair has the same one there, or the first pair's token marked with ``*`` (the
+    caption says whose, :func:`label_note`)."""
+    pairs = result.direction(direction)
+    first = pairs[0]
     roles = first.roles or [""] * len(first.units)
     out = []
-    for unit, pos, role in zip(first.units, first.positions, roles, strict=True):
+    for j, (unit, pos, role) in enumerate(zip(first.units, first.positions, roles, strict=True)):
         if pos < 0:
             out.append(unit)
+        elif role:
+            out.append(f"{pos} {role}")
         else:
-            token = unit.split(":", 1)[-1].replace("Ġ", " ").replace("▁", " ").strip()
-            out.append(f"{pos} {role}" if role else f"{pos} {token!r}")
+            same = all(len(p.units) > j and _token(p.units[j]) == _token(unit) for p in pairs)
+            out.append(f"{pos} {_token(unit)!r}" + ("" if same else "*"))
     return out
+
+
+def label_note(result: PatchingResult, direction: str) -> str:
+    """The caption's word on token labels that belong to one pair only (``*``)."""
+    if not any(x.endswith("*") for x in unit_labels(result, direction)):
+        return ""
+    first = result.direction(direction)[0]
+    return f" Labels marked * are pair {first.pair_id}'s tokens; other pairs differ there."
 
 
 def position_heatmap(
@@ -76,7 +93,7 @@ def position_heatmap(
         x_title="position / span",
         y_title="layer",
         caption=_caption(result, direction, what) + " Rows are layers, columns what was "
-        "patched; red is above 0, blue below, white near 0.",
+        "patched; red is above 0, blue below, white near 0." + label_note(result, direction),
     )
 
 

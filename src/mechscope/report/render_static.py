@@ -9,6 +9,7 @@ no timestamps in the files and a fixed SVG id salt.
 from __future__ import annotations
 
 import math
+import textwrap
 import warnings
 from functools import singledispatch
 from pathlib import Path
@@ -47,6 +48,13 @@ def _tick_idx(n: int) -> list[int]:
     return list(range(0, n, max(1, math.ceil(n / MAX_TICKS))))
 
 
+def wrap_title(title: str, width_in: float, fontsize: float = 11) -> str:
+    """``title`` broken into lines that fit ``width_in`` inches (a character is about 0.55 of
+    the font size wide), so a long title is wrapped, not cut at the figure's edge."""
+    chars = max(20, int(width_in * 72 / (0.55 * fontsize)))
+    return "\n".join(textwrap.wrap(title, chars)) or title
+
+
 def save_static(figure: Figure, directory: Path, stem: str) -> list[Path]:
     """Draw ``figure`` and write ``<stem>.png`` (150 dpi) and ``<stem>.svg`` atomically."""
     with mpl.rc_context(_RC), warnings.catch_warnings():
@@ -54,7 +62,7 @@ def save_static(figure: Figure, directory: Path, stem: str) -> list[Path]:
         fig = MplFigure(layout="constrained")
         FigureCanvasAgg(fig)
         _draw(figure.spec, fig)
-        fig.suptitle(figure.title, fontsize=11, x=0.01, ha="left")
+        fig.suptitle(wrap_title(figure.title, fig.get_figwidth()), fontsize=11, x=0.01, ha="left")
         written = []
         for ext, extra in (("png", {"dpi": 150}), ("svg", {})):
             path = directory / f"{stem}.{ext}"
