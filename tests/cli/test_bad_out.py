@@ -78,3 +78,20 @@ def test_one_line_of_a_validation_error():
     with pytest.raises(Exception) as exc:
         _Config.model_validate({"n": 1, "name": ""})
     assert one_line(exc.value) == "field 'name': expected a non-empty name"
+
+
+@pytest.mark.parametrize(
+    ("option", "field"),
+    [
+        (["--resamples", "0"], "n_resamples"),
+        (["--resamples", "-5"], "n_resamples"),
+        (["--bins", "0"], "n_bins"),
+    ],
+)
+def test_lens_options_refused_before_any_work(tmp_path, capsys, option, field):
+    with pytest.raises(SystemExit) as exc:
+        run_app(app, lens_diff(tmp_path, *option, "--out", str(tmp_path / "r")))
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: field '{field}': Input should be greater than or equal to 1"
+    assert not (tmp_path / "r").exists()

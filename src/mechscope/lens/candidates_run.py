@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from mechscope.errors import InputError
 from mechscope.lens.aggregate import AggregateOptions, ci_rows
@@ -47,8 +47,8 @@ class CandidatesConfig(BaseModel):
     readout: int = -1
     candidate_prefix: str | None = None
     all_samples: bool = False
-    n_resamples: int = 2000
-    confidence: float = 0.95
+    n_resamples: int = Field(2000, ge=1)
+    confidence: float = Field(0.95, gt=0, lt=1)
     seed: int = 0
 
 

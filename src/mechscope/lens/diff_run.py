@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from mechscope.engine import Engine
 from mechscope.errors import InputError
@@ -54,13 +54,13 @@ class DiffConfig(BaseModel):
     contrast: tuple[str, str]
     position_matched: bool = False
     attention: bool = True
-    chunk_tokens: int | None = None
-    n_bins: int = 50
-    first_k: int = 64
+    chunk_tokens: int | None = Field(None, ge=1)
+    n_bins: int = Field(50, ge=1)
+    first_k: int = Field(64, ge=1)
     anchor: str = "return"
     group_diff: tuple[str, str] | None = None
-    n_resamples: int = 2000
-    confidence: float = 0.95
+    n_resamples: int = Field(2000, ge=1)
+    confidence: float = Field(0.95, gt=0, lt=1)
     seed: int = 0
 
     @field_validator("anchor")
