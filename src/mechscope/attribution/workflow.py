@@ -27,6 +27,7 @@ from mechscope.attribution.shapley import shapley_sampled
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 from mechscope.runs import RunDir, ShardStore, run_sharded, write_arrays, write_table
+from mechscope.runs.content_key import content_key
 
 
 @dataclass
@@ -66,7 +67,11 @@ def _attribute_all(run: RunDir, fs: list[GateFunction], kind: str, cfg: HeadsCon
     store = ShardStore(run, f"heads-{kind}")
     with run.timed(f"heads-{kind}"):
         return run_sharded(
-            store, [(f.sample_id, f.sample_id) for f in fs], one, description=f"IG ({kind})"
+            store,
+            [(f.sample_id, f.sample_id) for f in fs],
+            one,
+            description=f"IG ({kind})",
+            key=lambda sid: content_key(by_id[sid].objective),  # an edited sample reruns
         )
 
 

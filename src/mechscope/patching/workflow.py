@@ -31,6 +31,8 @@ from mechscope.patching.result import (
 from mechscope.patching.spec import PatchSpec
 from mechscope.progress import make_progress, track
 from mechscope.runs import RunDir, ShardStore, write_table
+from mechscope.runs.content_key import content_key
+from mechscope.runs.shards import report_reuse
 
 PART = "patching"
 #: Pairs swept together: equal-length pairs share forwards, which pays for short prompts.
@@ -140,14 +142,16 @@ def run_patching(
         for d in spec.directions:
             prepare_pair(p, lm.tokenizer, d, spec)
     store = ShardStore(run, name)
-    todo = [p for p in pairs if not store.done(p.id)]
+    keys = {p.id: content_key(p) for p in pairs}  # an edited pair is recomputed
+    todo = [p for p in pairs if not store.done(p.id, keys[p.id])]
+    report_reuse(store, f"patching {spec.site}", list(keys), [p.id for p in todo])
     with run.timed(name), make_progress() as bar:
         task = bar.add_task(
             f"patching {spec.site}", total=len(pairs), completed=len(pairs) - len(todo)
         )
         for group in _groups(todo, group_size(lm, pairs, spec)) if todo else []:
             for pair, res in zip(group, patch_group(lm, group, spec), strict=True):
-                store.write(pair.id, shard_payload(res))  # atomic: a kill loses the group
+                store.write(pair.id, shard_payload(res), keys[pair.id])  # a kill loses the group
             bar.advance(task, len(group))
     results = [r for p in pairs for r in from_shard_payload(store.read(p.id))]
     result = PatchingResult(results, spec.site, spec.granularity)

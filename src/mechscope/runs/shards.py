@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,8 +22,9 @@ from typing import Any, TypeVar
 import numpy as np
 
 from mechscope.errors import InputError
-from mechscope.progress import make_progress
+from mechscope.progress import make_progress, progress_mode
 from mechscope.runs.atomic import atomic_path, atomic_write_text, is_temp_name
+from mechscope.runs.content_key import content_key
 from mechscope.runs.payload import join_payload, record_to_json, split_payload
 from mechscope.runs.rundir import RunDir, check_name
 
@@ -60,18 +62,24 @@ class ShardStore:
     def _json_path(self, sample_id: str) -> Path:
         return self.dir / f"{shard_stem(sample_id)}.json"
 
-    def done(self, sample_id: str) -> bool:
-        """Whether ``sample_id`` has a finished shard."""
-        return self._json_path(sample_id).is_file()
+    def done(self, sample_id: str, key: str | None = None) -> bool:
+        """Whether ``sample_id`` has a finished shard (with ``key``: one computed from
+        content with that :func:`~mechscope.runs.content_key.content_key`)."""
+        path = self._json_path(sample_id)
+        if not path.is_file():
+            return False
+        return key is None or self._load(path).get("content_key") == key
 
     def __contains__(self, sample_id: object) -> bool:
         return isinstance(sample_id, str) and self.done(sample_id)
 
-    def write(self, sample_id: str, payload: dict[str, Any]) -> None:
-        """Store ``payload`` for ``sample_id`` atomically (arrays first, the JSON commits)."""
+    def write(self, sample_id: str, payload: dict[str, Any], key: str | None = None) -> None:
+        """Store ``payload`` for ``sample_id`` atomically (arrays first, the JSON commits);
+        ``key``: the content key of the sample it was computed from."""
         stem = shard_stem(sample_id)
         arrays, record = split_payload(payload, sample_id)
         record["arrays_file"] = None
+        record["content_key"] = key
         if arrays:
             # A fresh name per write: an overwrite never pairs an old JSON with new arrays.
             record["arrays_file"] = f"{stem}.{uuid.uuid4().hex[:12]}.npz"
@@ -119,19 +127,37 @@ class ShardStore:
         return {sample_id: self.read(sample_id) for sample_id in self.ids()}
 
 
+def report_reuse(store: ShardStore, label: str, ids: Sequence[str], todo: Sequence[str]) -> None:
+    """One line, when a run resumes: how many samples were reused, recomputed because their
+    content changed, computed new, and how many stored ones are no longer in the input."""
+    if progress_mode() == "off" or (len(todo) == len(ids) and not len(store)):
+        return
+    stored = set(store.ids())
+    changed = sum(1 for i in todo if i in stored)
+    dropped = len(stored - set(ids))
+    line = f"{label}: {len(ids) - len(todo)} reused, {changed} recomputed (content changed), "
+    line += f"{len(todo) - changed} new"
+    if dropped:
+        line += f"; {dropped} stored sample(s) not in the input are left out"
+    print(line, file=sys.stderr, flush=True)
+
+
 def run_sharded(
     store: ShardStore,
     items: Sequence[tuple[str, T]],
     fn: Callable[[T], dict[str, Any]],
     progress: bool = True,
     description: str | None = None,
+    key: Callable[[T], str] | None = content_key,
 ) -> list[dict[str, Any]]:
-    """Compute ``fn(item)`` for every ``(sample_id, item)`` without a finished shard.
+    """Compute ``fn(item)`` for every ``(sample_id, item)`` without a finished shard of
+    the same content (``key(item)``; ``None``: by id alone).
 
     Each result is written atomically as soon as it is computed, so an exception (or
     a kill) loses at most the sample in flight. Returns every sample's payload, in
     input order, as read back from the store: identical whether it was computed now
-    or in an earlier, interrupted run.
+    or in an earlier, interrupted run. Samples that were in the store but are not in
+    ``items`` are left out; a line says what was reused and what recomputed.
     """
     ids = [sample_id for sample_id, _ in items]
     seen: set[str] = set()
@@ -140,7 +166,9 @@ def run_sharded(
         if sample_id in seen:
             raise InputError("unique sample ids within a part", sample=sample_id, field=store.part)
         seen.add(sample_id)
-    todo = [(sample_id, item) for sample_id, item in items if not store.done(sample_id)]
+    keys = {sample_id: key(item) if key is not None else None for sample_id, item in items}
+    todo = [(i, item) for i, item in items if not store.done(i, keys[i])]
+    report_reuse(store, description or store.part, ids, [i for i, _ in todo])
     if todo:
         bar = make_progress() if progress else None  # honours MECHSCOPE_PROGRESS=0
         label = description or store.part
@@ -158,7 +186,7 @@ def run_sharded(
                         sample=sample_id,
                         field=store.part,
                     )
-                store.write(sample_id, payload)
+                store.write(sample_id, payload, keys[sample_id])
                 if bar is not None:
                     bar.advance(task)
         finally:
