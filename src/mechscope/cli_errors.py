@@ -10,6 +10,7 @@ from rich.console import Console
 
 from mechscope.errors import MechscopeError
 from mechscope.runs import interrupt
+from mechscope.runs.rundir import discard_unused_runs
 
 USER_ERRORS: tuple[type[BaseException], ...] = (MechscopeError, FileNotFoundError)
 INTERRUPTED = 130  # the shell's exit code for a process ended by Ctrl-C (128 + SIGINT)
@@ -45,6 +46,7 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         code = INTERRUPTED
     except (*USER_ERRORS, ValidationError) as exc:
+        discard_unused_runs()  # a run directory made before the refusal holds no work
         if debug:
             raise
         message = one_line(exc)

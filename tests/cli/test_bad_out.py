@@ -95,3 +95,28 @@ def test_lens_options_refused_before_any_work(tmp_path, capsys, option, field):
     err = capsys.readouterr().err.strip()
     assert err == f"error: field '{field}': Input should be greater than or equal to 1"
     assert not (tmp_path / "r").exists()
+
+
+def test_refusal_after_the_run_directory_was_made_leaves_nothing(tmp_path, capsys):
+    """The length check runs after the run directory exists; the refusal removes it (and the
+    folders made for it), so the advised fix can run in the same --out."""
+    pair = {
+        "id": "p0",
+        "clean": "Mary and John went to the store. John gave a drink to",
+        "corrupt": "Mary and John went to the big old store. Mary gave a drink to",
+        "correct": " Mary",
+        "wrong": " John",
+    }
+    path = tmp_path / "pairs.jsonl"
+    path.write_text(json.dumps(pair) + "\n")
+    out = tmp_path / "runs" / "p"
+    argv = ["patch", "run", "--pairs", str(path), "-m", "tiny:llama", "--out", str(out)]
+    with pytest.raises(SystemExit) as exc:
+        run_app(app, [*argv, "--granularity", "position"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "expected base and source of the same token length" in err and "\n" not in err
+    assert not (tmp_path / "runs").exists()
+    with pytest.raises(SystemExit) as exc:  # the fix, same --out: not "config differs"
+        run_app(app, [*argv, "--granularity", "span"])
+    assert "named span" in capsys.readouterr().err

@@ -84,7 +84,7 @@ def run(
         raise InputError("either a samples file or --mixed N (not both)", field="samples")
     lm = opts.load()
     if samples is not None:
-        items, source = load_samples(samples), str(samples)
+        items, source = load_samples(samples), str(samples.resolve())  # as typed or not
     else:
         items, notes = mixed_prompt_set(lm.tokenizer, n_per_task=mixed, seed=seed)
         source = f"mixed:{mixed}"

@@ -111,7 +111,7 @@ def run(
     )
     config = {
         "spec": spec.model_dump(mode="json"),
-        "pairs": str(pairs) if pairs else None,
+        "pairs": str(pairs.resolve()) if pairs else None,  # relative or absolute: one path
         "task": task,
         "n": n,
         "seed": seed,

@@ -22,6 +22,7 @@ import datetime as _dt
 import json
 import os
 import re
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -40,6 +41,10 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MANIFEST_FILE = "manifest.json"
 CONFIG_FILE = "config.yaml"
 SUBDIRS = ("figures", "tables", "arrays", "shards")
+
+#: Run directories this process created (not resumed), each with the highest folder above
+#: it that did not exist before, for :func:`discard_unused_runs`.
+_CREATED: list[tuple[Path, Path]] = []
 
 
 def check_name(name: str, field: str = "name") -> str:
@@ -118,6 +123,9 @@ class RunDir:
                 f"an empty folder or a run directory at {path}; it has files but no manifest",
                 field="name",
             )
+        top = path
+        while not top.parent.exists():
+            top = top.parent
         for sub in SUBDIRS:
             (path / sub).mkdir(parents=True, exist_ok=True)
         atomic_write_text(path / CONFIG_FILE, yaml.safe_dump(cfg, sort_keys=False))
@@ -131,6 +139,7 @@ class RunDir:
             argv=list(argv) if argv is not None else [],
         )
         atomic_write_json(path / MANIFEST_FILE, manifest)  # written last: marks the run as made
+        _CREATED.append((path, top))
         return cls(path)
 
     @classmethod
@@ -266,6 +275,23 @@ class RunDir:
 
     def __fspath__(self) -> str:
         return str(self.path)
+
+
+def discard_unused_runs() -> list[Path]:
+    """Remove the run directories this process created that hold nothing but their config
+    and manifest (empty subfolders, an empty shard folder): a command refused after it made
+    its run directory leaves nothing behind, so a rerun with the corrected option is a new
+    run, not a "config differs" refusal. Returns the removed paths."""
+    removed = []
+    while _CREATED:
+        path, top = _CREATED.pop()
+        if not path.is_dir():
+            continue
+        files = [p for p in top.rglob("*") if p.is_file()]
+        if all(p.parent == path and p.name in (CONFIG_FILE, MANIFEST_FILE) for p in files):
+            shutil.rmtree(top, ignore_errors=True)  # with the folders made for it
+            removed.append(path)
+    return removed
 
 
 def check_writable(path: Path) -> None:
