@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from mechscope.attribution.integrate import shared_layers
-from mechscope.attribution.memory import fit_gates
+from mechscope.attribution.memory import fit_gates, note_chunk
 from mechscope.attribution.objectives import Objective
 from mechscope.engine import Engine, Gate
 from mechscope.errors import InputError
@@ -60,6 +60,11 @@ class GateFunction:
             )
         k = int(objective.positions.numel())
         self.default_batch = default_batch or grad_rows(lm, seq, objective.rows, k)
+
+    def note_chunk(self, gates: int) -> None:
+        """Record the predicted peak of a gradient chunk of ``gates`` gate vectors."""
+        seq, k = int(self.objective.input_ids.shape[1]), int(self.objective.positions.numel())
+        note_chunk(self.lm, gates, self.objective.rows, seq, k)
 
     @property
     def sample_id(self) -> str:

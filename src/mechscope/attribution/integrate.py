@@ -84,6 +84,8 @@ def gradients(
     """
     size = _batch(f, alphas.shape[0], internal_batch_size)
     rows = alphas.shape[0]
+    if rows and hasattr(f, "note_chunk"):  # the memory prediction of the largest chunk
+        f.note_chunk(min(size, rows))
     share = needed_from is not None and getattr(f, "shares_prefix", False)
     order = np.argsort(needed_from, kind="stable") if share else np.arange(rows)
     out = torch.zeros(rows, *alphas.shape[1:], dtype=torch.float64)

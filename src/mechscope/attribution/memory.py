@@ -2,7 +2,7 @@
 
 An IG chunk runs ``gates × rows_per_gate`` rows forward with gradients and then backward,
 so autograd keeps every layer's saved activations until the backward
-(:func:`~mechscope.engine.memory_model.saved_bytes`: about 50 kB per token and layer on
+(:func:`~mechscope.engine.memory_model.saved_bytes`: about 32 kB per token and layer on
 smollm2-135m, against 25 kB for the single layer an inference forward holds at a time).
 On top of them the objective holds fp32 ``[rows, positions, vocab]`` tensors: the logits,
 the log-softmax autograd saves, and the two gradients of the backward's first steps.
@@ -35,11 +35,15 @@ def fit_gates(
     lm: LoadedModel, seq: int, rows_per_gate: int, positions: int, budget: int | None = None
 ) -> Fit:
     """Gate vectors per chunk whose forward+backward fits ``budget`` (default: the
-    model's); records the predicted peak of such a chunk."""
+    model's)."""
 
     def nbytes(gates: int) -> int:
         return ig_chunk_bytes(lm, gates, rows_per_gate, seq, positions)
 
-    fit = fit_rows(nbytes, budget or lm.memory_budget, MAX_GATES)
-    note("attribution gradient chunk", fit.bytes)
-    return fit
+    return fit_rows(nbytes, budget or lm.memory_budget, MAX_GATES)
+
+
+def note_chunk(lm: LoadedModel, gates: int, rows_per_gate: int, seq: int, positions: int) -> None:
+    """Record the predicted peak of a gradient chunk as it runs (its real number of gate
+    vectors, often fewer than the budget allows: 32 steps of joint IG in one chunk)."""
+    note("attribution gradient chunk", ig_chunk_bytes(lm, gates, rows_per_gate, seq, positions))
