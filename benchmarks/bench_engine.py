@@ -5,9 +5,16 @@
 (b) ``ReduceAttention`` summing attention probabilities over a key segment in every layer
     against eager attention with ``output_attentions=True`` reduced the same way: at most
     20% more time, and peak memory of each measured in a fresh process.
+(c) (a) again with a card derived from the module tree (``load_model(spec, card="derive")``,
+    probed once by ``Engine.of``) on two families, SmolLM2 (llama) and Gemma 3
+    (gemma3_text): at most 5% more than the plain forward, like the built-in card.
+(d) The one-time cost of a derived card, ``derive_card`` plus the conformance probe
+    (``run_probe``), against the model's own load time (``load_model`` with its built-in
+    card): recorded, no target.
 
 Every case also checks that both sides computed the same thing (logits within 1e-4,
-reductions within 1e-5) and the script exits non-zero when one does not.
+reductions within 1e-5; for (d): every probe check holds and the derived card puts every
+site where the built-in card does) and the script exits non-zero when one does not.
 Run: ``python benchmarks/bench_engine.py [--quick] [--reps N] [--threads N]``.
 """
 
@@ -15,7 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
+import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +36,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 
 from mechscope.engine import Engine, Read, ReduceAttention, Site
+from mechscope.engine.probe import run_probe
+from mechscope.errors import MechscopeError
 from mechscope.models import LoadedModel, load_model
+from mechscope.models.derive import derive_card
 
-MODEL = "smollm2-135m"
+MODEL = "smollm2-135m"  # the built-in card rows and the attention reduction
+DERIVED_MODELS = ("smollm2-135m", "gemma3-270m")  # llama and gemma3_text: derived-card rows
+#: Where the sites live and what the engine reads off the config: a derived card must give
+#: the same as the built-in one (card fields, then the loaded model's resolved values).
+SITE_FIELDS = ("embed", "layers", "attn", "o_proj", "attn_out", "mlp_out", "mlp_down")
+SITE_FIELDS += ("experts", "final_norm", "unembed", "attention", "causal")
+RESOLVED = ("n_layers", "n_heads", "n_kv_heads", "d_model", "d_head", "vocab_size")
+RESOLVED += ("logit_softcap", "logit_scale", "residual_scale", "parallel")
 LOGITS_ATOL = 1e-4
 REDUCE_ATOL = 1e-5
 FORWARD_TARGET = 1.05
@@ -39,9 +60,9 @@ def _ids(lm: LoadedModel, batch: int, seq: int) -> torch.Tensor:
     return torch.randint(100, lm.vocab_size, (batch, seq), generator=gen)  # [batch, seq]
 
 
-def _peer(attn: str) -> LoadedModel:
+def _peer(attn: str, spec: str = MODEL) -> LoadedModel:
     """A second instance of the model that no engine ever touches."""
-    lm = load_model(MODEL)
+    lm = load_model(spec)
     lm.model.set_attn_implementation(attn)
     return lm
 
@@ -51,16 +72,29 @@ def _segment(seq: int) -> tuple[int, int]:
 
 
 def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    return (a.float() - b.float()).abs().max().item()
+    """max |a - b| one batch row at a time (Gemma's b4 s512 logits are 2 GB a tensor)."""
+    if a.shape != b.shape:
+        return math.inf
+    return max((x.float() - y.float()).abs().max().item() for x, y in zip(a, b, strict=True))
 
 
-# --- (a) forward ---------------------------------------------------------------------------
+def _loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+# --- (a), (c) forward ----------------------------------------------------------------------
 def forward_cases(
-    lm: LoadedModel, plain: LoadedModel, batch: int, seq: int, reps: int
+    engines: dict[str, tuple[str, LoadedModel]],
+    plain: LoadedModel,
+    batch: int,
+    seq: int,
+    reps: int,
 ) -> list[harness.Case]:
-    eng = Engine.of(lm)
-    ids = _ids(lm, batch, seq)
-    L = lm.n_layers
+    """Each engine (variant name -> (case label prefix, model)) with no interventions and
+    with four Reads against ``plain``'s SDPA forward, all interleaved in one timing."""
+    first = next(iter(engines.values()))[1]
+    ids = _ids(first, batch, seq)
+    L = first.n_layers
     reads = [Read(Site("resid_post", layer)) for layer in (0, L // 2, L - 1)]
     reads.append(Read(Site("mlp_out", L // 2)))
 
@@ -68,31 +102,156 @@ def forward_cases(
         with torch.no_grad():
             return plain.model(input_ids=ids, use_cache=False).logits  # [b, s, vocab]
 
-    variants = {
-        "plain": plain_forward,
-        "engine": lambda: eng.run(ids).logits,
-        "engine_reads": lambda: eng.run(ids, reads).logits,
-    }
-    print(f"forward batch {batch} x {seq} tokens", file=sys.stderr, flush=True)
+    def bare(eng: Engine) -> Any:
+        return lambda: eng.run(ids).logits
+
+    def with_reads(eng: Engine) -> Any:
+        return lambda: eng.run(ids, reads).logits
+
+    variants = {"plain": plain_forward}
+    for name, (_, lm) in engines.items():
+        eng = Engine.of(lm)
+        variants[name] = bare(eng)
+        variants[f"{name}_reads"] = with_reads(eng)
+    print(
+        f"forward batch {batch} x {seq} tokens: {', '.join(variants)}", file=sys.stderr, flush=True
+    )
+    load = _loadavg()
     t = harness.interleaved(variants, reps=reps)
+    load = [load, _loadavg()]
     cases = []
-    for name, label in (("engine", "no interventions"), ("engine_reads", f"{len(reads)} Reads")):
-        diff = _max_diff(t.last[name], t.last["plain"])
-        cases.append(
-            harness.compare(
-                t,
-                name,
-                "plain",
-                case=f"forward b{batch} s{seq}, {label}",
-                peer_label="HF sdpa forward",
-                target=FORWARD_TARGET,
-                agree=diff <= LOGITS_ATOL,
-                tolerance=f"logits atol {LOGITS_ATOL:g}",
-                note=f"max |dlogits| {diff:.1e}",
-                extra={"max_diff_logits": diff},
+    for name, (prefix, _) in engines.items():
+        for variant, what in ((name, "no interventions"), (f"{name}_reads", f"{len(reads)} Reads")):
+            diff = _max_diff(t.last[variant], t.last["plain"])
+            cases.append(
+                harness.compare(
+                    t,
+                    variant,
+                    "plain",
+                    case=f"{prefix}forward b{batch} s{seq}, {what}",
+                    peer_label="HF sdpa forward",
+                    target=FORWARD_TARGET,
+                    agree=diff <= LOGITS_ATOL,
+                    tolerance=f"logits atol {LOGITS_ATOL:g}",
+                    note=f"max |dlogits| {diff:.1e}",
+                    extra={"max_diff_logits": diff, "loadavg_start_end": load},
+                )
             )
-        )
     return cases
+
+
+def derived_model(spec: str) -> tuple[LoadedModel | None, dict[str, Any]]:
+    """``spec`` with its card derived and its engine created (which runs the probe once),
+    or None and why not; with the seconds each step took."""
+    info: dict[str, Any] = {}
+    start = time.perf_counter()
+    try:
+        lm = load_model(spec, card="derive")
+        info["load_derive_s"] = time.perf_counter() - start
+        start = time.perf_counter()
+        Engine.of(lm)
+        info["first_engine_of_s"] = time.perf_counter() - start  # engine + apply_probe
+    except MechscopeError as exc:
+        info.update(
+            error=f"{type(exc).__name__}: {exc}", failed_after_s=time.perf_counter() - start
+        )
+        return None, info
+    return lm, info
+
+
+# --- (d) the one-time cost of a derived card ---------------------------------------------------
+def card_differences(built_in: LoadedModel, derived: LoadedModel) -> list[str]:
+    """Where the derived card (or what the engine resolves from it) differs from the
+    built-in card's: [] when every site is where the built-in card puts it."""
+    diffs = []
+    for name in SITE_FIELDS:
+        a, b = getattr(built_in.card, name), getattr(derived.card, name)
+        if a != b:
+            diffs.append(f"{name} {b!r} (built-in {a!r})")
+    for name in RESOLVED:
+        a, b = getattr(built_in, name), getattr(derived, name)
+        if a != b:
+            diffs.append(f"{name} {b!r} (built-in {a!r})")
+    return diffs
+
+
+def load_cost_case(
+    spec: str,
+    plain: LoadedModel,
+    derived: LoadedModel | None,
+    info: dict[str, Any],
+    reps: int,
+) -> harness.Case:
+    """``derive_card`` (on ``plain``'s model, as ``load_model`` runs it on a fresh one) plus
+    ``run_probe`` (on the derived card's engine) against ``load_model(spec)``, interleaved."""
+    case = f"{spec} derived card: derive_card + run_probe, once at load"
+    peer_label = "load_model (built-in card, warm page cache)"
+    tolerance = "every probe check ok; sites = the built-in card's"
+    print(f"one-time cost of a derived card, {spec}", file=sys.stderr, flush=True)
+    if derived is None:  # derivation refused the model: one failing row that says why
+        start = time.perf_counter()
+        load_model(spec)
+        load_s = time.perf_counter() - start
+        return harness.Case(
+            case=case,
+            ours_s=info["failed_after_s"],
+            peer=peer_label,
+            peer_s=load_s,
+            agree=False,
+            tolerance=tolerance,
+            note=(
+                f"load_model({spec!r}, card='derive') raised after {info['failed_after_s']:.2f} s: "
+                f"{info['error']}; no derived-card rows for {spec}"
+            ),
+            extra={**info, "loadavg": _loadavg()},
+        )
+    eng = Engine.of(derived)
+    load = _loadavg()
+    t = harness.interleaved(
+        {
+            "load": lambda: load_model(spec),
+            "derive": lambda: derive_card(plain.model),
+            "probe": lambda: run_probe(eng),
+        },
+        reps=reps,
+    )
+    load = [load, _loadavg()]
+    for kind in ("wall", "cpu"):
+        times = getattr(t, kind)
+        times["ours"] = [d + p for d, p in zip(times["derive"], times["probe"], strict=True)]
+    report = t.last["probe"]
+    bad = {k: v for k, v in report.results.items() if not (v == "ok" or v.startswith("n/a"))}
+    diffs = card_differences(t.last["load"], derived)
+    part = {k: harness.paired_ratio(t.wall[k], t.wall["load"])[0] for k in ("derive", "probe")}
+    median = {k: statistics.median(t.wall[k]) for k in ("derive", "probe")}
+    ok = sum(v == "ok" for v in report.results.values())
+    note = (
+        f"derive_card {median['derive']:.2f} s ({part['derive']:.2f}x load), run_probe "
+        f"{median['probe']:.2f} s ({part['probe']:.2f}x load); probe {ok}/{len(report.results)} ok"
+    )
+    if bad:
+        note += "; " + "; ".join(f"{k} {v}" for k, v in bad.items())
+    note += "; " + ("; ".join(diffs) if diffs else "every site as in the built-in card")
+    return harness.compare(
+        t,
+        "ours",
+        "load",
+        case=case,
+        peer_label=peer_label,
+        agree=not bad and not diffs,
+        tolerance=tolerance,
+        note=note,
+        extra={
+            **info,
+            "wall_derive": t.wall["derive"],
+            "wall_probe": t.wall["probe"],
+            "ratio_derive": part["derive"],
+            "ratio_probe": part["probe"],
+            "probe": report.results,
+            "card_differences": diffs,
+            "loadavg_start_end": load,
+        },
+    )
 
 
 # --- (b) attention reduction ---------------------------------------------------------------
@@ -120,7 +279,9 @@ def reduce_case(
     ids = _ids(lm, batch, seq)
     variants = {"engine": lambda: _reduce_ours(lm, ids), "eager": lambda: _reduce_peer(eager, ids)}
     print(f"attention reduction batch {batch} x {seq} tokens", file=sys.stderr, flush=True)
+    load = _loadavg()
     t = harness.interleaved(variants, reps=reps)
+    load = [load, _loadavg()]
     (ours_logits, ours_mass), (peer_logits, peer_mass) = t.last["engine"], t.last["eager"]
     d_logits = _max_diff(ours_logits, peer_logits)
     d_mass = max(_max_diff(a, b) for a, b in zip(ours_mass, peer_mass, strict=True))
@@ -146,7 +307,12 @@ def reduce_case(
         agree=d_mass <= REDUCE_ATOL and d_logits <= LOGITS_ATOL,
         tolerance=f"mass atol {REDUCE_ATOL:g}, logits atol {LOGITS_ATOL:g}",
         note=note,
-        extra={"max_diff_mass": d_mass, "max_diff_logits": d_logits, "memory": mem},
+        extra={
+            "max_diff_mass": d_mass,
+            "max_diff_logits": d_logits,
+            "memory": mem,
+            "loadavg_start_end": load,
+        },
     )
 
 
@@ -183,18 +349,46 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return result
 
     reps = args.reps or (2 if args.quick else 9)
+    load_reps = 2 if args.quick else 5
     forward_sizes = [(2, 32)] if args.quick else [(4, 128), (4, 512)]
     reduce_size = (1, 128) if args.quick else (1, 1024)
+    built_in: list[harness.Case] = []
+    derived_rows: list[harness.Case] = []
+    load_rows: list[harness.Case] = []
+
+    def forward_all(engines: dict[str, tuple[str, LoadedModel]], plain: LoadedModel) -> None:
+        for batch, seq in forward_sizes:
+            # short passes are cheap and the noisiest on a loaded machine: three times the reps
+            n = reps * 3 if seq <= 128 else reps
+            for case in forward_cases(engines, plain, batch, seq, n):
+                (derived_rows if "derived card" in case.case else built_in).append(case)
+
+    # SmolLM2: built-in and derived card side by side against one plain instance
     lm = load_model(MODEL)
     plain = _peer("sdpa")
-    cases: list[harness.Case] = []
-    for batch, seq in forward_sizes:
-        # short passes are cheap and the noisiest on a loaded machine: three times the reps
-        cases += forward_cases(lm, plain, batch, seq, reps * 3 if seq <= 128 else reps)
-    del plain
+    derived, info = derived_model(MODEL)
+    engines = {"engine": ("", lm)}
+    if derived is not None:
+        engines["derived"] = (f"{MODEL} derived card, ", derived)
+    forward_all(engines, plain)
+    load_rows.append(load_cost_case(MODEL, plain, derived, info, load_reps))
+    del plain, derived, engines
     eager = _peer("eager")
-    cases.append(reduce_case(lm, eager, *reduce_size, reps, threads))
-    return harness.emit("engine", cases, model=MODEL, dtype="float32", device="cpu")
+    built_in.append(reduce_case(lm, eager, *reduce_size, reps, threads))
+    del eager, lm
+    # the other families: derived card only
+    for spec in DERIVED_MODELS:
+        if spec == MODEL:
+            continue
+        plain = _peer("sdpa", spec)
+        derived, info = derived_model(spec)
+        if derived is not None:
+            forward_all({"derived": (f"{spec} derived card, ", derived)}, plain)
+        load_rows.append(load_cost_case(spec, plain, derived, info, load_reps))
+        del plain, derived
+    cases = built_in + derived_rows + load_rows
+    models = {"model": MODEL, "derived_models": list(DERIVED_MODELS)}
+    return harness.emit("engine", cases, **models, dtype="float32", device="cpu")
 
 
 if __name__ == "__main__":
