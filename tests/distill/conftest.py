@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from mechscope.distill.config import StudyConfig, parse_study_config
 from mechscope.models import LoadedModel, load_model
@@ -95,3 +96,42 @@ def ioi_task(teacher):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return prepare_teacher_task(teacher, cfg.tasks[0], cfg.checkpoints, cfg.eval)
+
+
+def _reference_effect(lm, pair, layer: int, name: str, clean: float) -> float:
+    """One pair, one site, with raw forward hooks and unpadded single-row inputs."""
+    block = lm.layer_module(layer)
+    pc, pk = pair.positions[name]
+    store = {}
+
+    def grab(_m, _i, out):
+        store["h"] = out[0][0, pk].clone() if isinstance(out, tuple) else out[0, pk].clone()
+
+    def put(_m, _i, out):
+        h = (out[0] if isinstance(out, tuple) else out).clone()
+        h[0, pc] = store["h"]
+        return (h, *out[1:]) if isinstance(out, tuple) else h
+
+    def ld(ids) -> float:
+        with torch.no_grad():
+            logits = lm.model(torch.tensor([ids])).logits[0, -1].double()
+        return float(logits[pair.correct_id] - logits[pair.wrong_id])
+
+    handle = block.register_forward_hook(grab)
+    try:
+        ld(pair.corrupt_ids)
+    finally:
+        handle.remove()
+    handle = block.register_forward_hook(put)
+    try:
+        patched = ld(pair.clean_ids)
+    finally:
+        handle.remove()
+    return clean - patched
+
+
+@pytest.fixture(name="reference_effect", scope="session")
+def reference_effect_fixture():
+    """``reference_effect(lm, pair, layer, name, clean_ld) -> Δ``: one pair, one site, with
+    raw forward hooks (no engine), the independent computation effects are checked against."""
+    return _reference_effect

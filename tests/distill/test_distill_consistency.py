@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
 from scipy.stats import pearsonr
 
 from mechscope.distill.consistency import causal_consistency, causal_effects
@@ -12,45 +11,13 @@ from mechscope.distill.trial import evaluate_student
 from mechscope.engine import Engine
 
 
-def _reference_effect(lm, pair, layer: int, name: str, clean: float) -> float:
-    """One pair, one site, with raw forward hooks and unpadded single-row inputs."""
-    block = lm.layer_module(layer)
-    pc, pk = pair.positions[name]
-    store = {}
-
-    def grab(_m, _i, out):
-        store["h"] = out[0][0, pk].clone() if isinstance(out, tuple) else out[0, pk].clone()
-
-    def put(_m, _i, out):
-        h = (out[0] if isinstance(out, tuple) else out).clone()
-        h[0, pc] = store["h"]
-        return (h, *out[1:]) if isinstance(out, tuple) else h
-
-    def ld(ids) -> float:
-        with torch.no_grad():
-            logits = lm.model(torch.tensor([ids])).logits[0, -1].double()
-        return float(logits[pair.correct_id] - logits[pair.wrong_id])
-
-    handle = block.register_forward_hook(grab)
-    try:
-        ld(pair.corrupt_ids)
-    finally:
-        handle.remove()
-    handle = block.register_forward_hook(put)
-    try:
-        patched = ld(pair.clean_ids)
-    finally:
-        handle.remove()
-    return clean - patched
-
-
-def test_causal_effects_match_hook_loop(teacher, ioi_task):
+def test_causal_effects_match_hook_loop(teacher, ioi_task, reference_effect):
     data = ioi_task.test.subset(range(3))
     sites = [(1, data.names.index("end")), (0, data.names.index("S2"))]
     delta, ld = causal_effects(Engine.of(teacher), data, sites, batch_size=2)
     for k, (layer, p) in enumerate(sites):
         ref = [
-            _reference_effect(teacher, pair, layer, data.names[p], float(ld[i]))
+            reference_effect(teacher, pair, layer, data.names[p], float(ld[i]))
             for i, pair in enumerate(data.pairs)
         ]
         np.testing.assert_allclose(delta[k].numpy(), ref, atol=1e-4)

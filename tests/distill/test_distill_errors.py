@@ -90,3 +90,10 @@ def test_incomplete_student_spec(tiny_cfg, tmp_path, no_training):
     with pytest.raises(InputError) as err:
         run_study(cfg, tmp_path)
     assert "n_layers" in _one_line(err)
+
+
+def test_kept_mapping_needs_layer_subset_students(tiny_cfg, tmp_path, no_training):
+    cfg = tiny_cfg(checkpoints={"k": 3, "mapping": "kept"})  # the tiny config has a narrow one
+    with pytest.raises(InputError) as err:
+        run_study(cfg, tmp_path)
+    assert "layer_subset" in _one_line(err) and "nar" in str(err.value)

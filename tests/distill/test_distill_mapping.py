@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from mechscope.distill.mapping import cka_map, linear_cka, proportional_layer, proportional_map
+from mechscope.distill.mapping import (
+    cka_map,
+    kept_map,
+    linear_cka,
+    proportional_layer,
+    proportional_map,
+)
 from mechscope.errors import InputError
 
 
@@ -60,3 +66,29 @@ def test_keep_causal_moves_deep_checkpoints_off_the_last_student_layer():
     assert m == {10: 1, 27: 5, 29: 5}
     assert keep_causal(m, 30, 6) == {10: 1, 27: 4, 29: 5}
     assert keep_causal({0: 0}, 3, 1) == {0: 0}
+
+
+def test_kept_map_stops_before_the_copies_of_later_layers():
+    from mechscope.distill.students import keep_every
+
+    kept = keep_every(30, 5)
+    assert kept == [0, 6, 12, 17, 23, 29]
+    m = kept_map(list(range(30)), kept)
+    for t in range(30):  # brute force: the student layer holding the deepest kept layer <= t
+        assert kept[m[t]] == max(k for k in kept if k <= t)
+    assert m[22] == 3 and m[23] == 4 and m[29] == 5  # by depth, 22 would map to 4 (= layer 23)
+    assert proportional_layer(22, 30, 6) == 4
+    with pytest.raises(InputError, match="increasing"):
+        kept_map([1], [3, 1])
+
+
+def test_kept_mapping_of_a_subset_student(teacher, ioi_task):
+    from mechscope.distill.alignment import layer_maps
+    from mechscope.distill.students import layer_subset_student
+
+    student = layer_subset_student(teacher, [0, 2])
+    ckpt, fit, cka = layer_maps("kept", ioi_task, student, kept=[0, 2])
+    assert fit == {0: 0, 1: 2} and cka is None
+    assert all(ckpt[c.layer] == (1 if c.layer == 2 else 0) for c in ioi_task.checkpoints)
+    with pytest.raises(InputError, match="layer_subset"):
+        layer_maps("kept", ioi_task, student)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -33,31 +32,28 @@ def test_wandb_guard(monkeypatch):
     assert WandbLogger(None, "trial", {}).run is None
 
 
-def test_demo_config_is_one_seed_of_the_cpu_study(monkeypatch):
-    from mechscope.distill import demo as demo_mod
+def test_demo_config_is_one_seed_of_the_cpu_study():
     from mechscope.distill.config import builtin_config_path, load_study_config
+    from mechscope.distill.demo import DEMO_METHODS
 
     study = load_study_config(builtin_config_path("cpu_study"))
     smollm = SimpleNamespace(spec="smollm2-135m", n_layers=30, d_model=576)
-    monkeypatch.setattr(demo_mod, "default_facts_path", lambda: Path("known_1000.json"))
     full = demo_config(smollm, quick=False)
     assert full.seeds == study.seeds[:1] and full.workers == 2
-    assert full.methods == study.methods
-    assert [s.name for s in full.students] == [s.name for s in study.students]
+    assert full.methods == [m for m in study.methods if m in DEMO_METHODS]
+    assert full.methods == ["untrained", "standard_kd", "rcid"]
+    assert [s.model_dump() for s in full.students] == [s.model_dump() for s in study.students]
     assert [t.model_dump() for t in full.tasks] == [t.model_dump() for t in study.tasks]
-    assert full.train == study.train
+    assert full.train == study.train and full.checkpoints == study.checkpoints
     quick = demo_config(smollm, quick=True)
-    assert quick.seeds == [0] and len(quick.methods) == 4 and len(quick.students) == 2
+    assert quick.seeds == [0] and quick.methods == study.methods  # every loss, smoke-tested
     assert quick.train.steps <= 10 and all((s.steps or 0) <= 10 for s in quick.students)
     assert quick.train.checkpoint_every == quick.train.steps  # one save, at the end
     assert all(t.n_train <= 16 and t.n_test <= 16 and t.n_ood <= 8 for t in quick.tasks)
-    assert [t.name for t in quick.tasks] == ["ioi"]  # the full demo keeps both tasks
-    # a tiny test model: only the layer-subset student (every 2nd layer) and IOI
+    # a test model: every second layer, and no effect screen (its effects are a few %)
     tiny = demo_config(SimpleNamespace(spec="tiny:llama", n_layers=3, d_model=64), quick=True)
     assert [(s.kind, s.every) for s in tiny.students] == [("layer_subset", 2)]
-    assert [t.name for t in tiny.tasks] == ["ioi"]
-    monkeypatch.setattr(demo_mod, "default_facts_path", lambda: None)
-    assert [t.name for t in demo_config(smollm, quick=True).tasks] == ["ioi"]
+    assert tiny.checkpoints.min_effect == 0.0 and study.checkpoints.min_effect > 0
     over = quick_overrides(study)
     assert over["seeds"] == [0] and over["train"]["steps"] <= 10
 

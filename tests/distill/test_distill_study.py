@@ -1,5 +1,5 @@
-"""A tiny study end to end: grid, teacher cache reuse, summary (mean ± std), report section,
-CLI, shipped configs, pilot."""
+"""A tiny study end to end: grid, teacher cache reuse, summary (mean, std and 95 % interval
+over seeds), report section, CLI, shipped configs, pilot."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 from typer.testing import CliRunner
 
 from mechscope.distill.cli import app
@@ -49,7 +50,7 @@ def test_grid_runs_every_trial_once(tiny_study):
     assert len(list((study.path / "teacher").iterdir())) == 1  # one cache per task
 
 
-def test_summary_mean_std_match_pandas(tiny_study):
+def test_summary_mean_std_and_interval_match_scipy(tiny_study):
     _, study, _ = tiny_study
     summary, md = summarize_study(study.path)
     trials = pd.concat(
@@ -59,10 +60,19 @@ def test_summary_mean_std_match_pandas(tiny_study):
         sel = trials[(trials.method == row.method) & (trials.student == row.student)]
         np.testing.assert_allclose(row.accuracy_mean, sel.accuracy.mean(), atol=1e-12)
         np.testing.assert_allclose(row.consistency_std, np.std(sel.consistency, ddof=1), atol=1e-12)
+        x = sel.consistency.to_numpy()
+        half = stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
+        np.testing.assert_allclose(
+            [row.consistency_ci_low, row.consistency_ci_high],
+            [x.mean() - half, x.mean() + half],
+            atol=1e-12,
+        )
         assert row.n_seeds == 2
     assert list(summary.method) == ["informed_fitnets"]
-    assert "±" in md and md.count("\n") == 1 + len(summary)
+    assert "[" in md and "**teacher**" in md
     assert (study.path / "figures" / "distill-consistency-vs-accuracy.png").is_file()
+    teacher = pd.read_parquet(study.path / "tables" / "distill_teacher.parquet")
+    assert list(teacher.task) == ["ioi"] and 0 < teacher.accuracy_raw.iloc[0] <= 1
 
 
 def test_report_section_blocks(tiny_study):
@@ -73,7 +83,7 @@ def test_report_section_blocks(tiny_study):
     assert kinds.count("FigureBlock") >= 1 and "TableBlock" in kinds
 
 
-def test_single_seed_std_is_blank():
+def test_single_seed_has_no_interval():
     df = pd.DataFrame(
         {
             "student": "s",
@@ -87,7 +97,7 @@ def test_single_seed_std_is_blank():
         }
     )
     s = summary_table(df)
-    assert np.isnan(s.accuracy_std.iloc[0])
+    assert np.isnan(s.accuracy_std.iloc[0]) and np.isnan(s.accuracy_ci_low.iloc[0])
     assert "| 0.500 |" in format_summary(s) and "–" in format_summary(s)
 
 
@@ -158,10 +168,12 @@ def test_summary_orders_methods_as_in_the_note():
         }
     )
     assert list(summary_table(df).method) == ["standard_kd", "fitnets", "rcid"]
+    df.loc[len(df)] = {**df.iloc[0].to_dict(), "method": "untrained"}
+    assert summary_table(df).method.iloc[0] == "untrained"  # the reference first
 
 
-def test_method_bars_show_mean_and_std_over_seeds():
-    from mechscope.distill.summarize import method_bars
+def test_method_bars_show_mean_and_interval_over_seeds():
+    from mechscope.distill.summary_figures import method_bars
 
     rng = np.random.default_rng(0)
     df = pd.DataFrame(
@@ -186,8 +198,11 @@ def test_method_bars_show_mean_and_std_over_seeds():
     spec = fig.spec
     assert [x.name for x in spec.series] == ["standard_kd", "rcid"]  # the note's order
     for series in spec.series:
-        for cat, mean, low in zip(spec.categories, series.mean, series.low, strict=True):
+        for cat, mean, low, high in zip(
+            spec.categories, series.mean, series.low, series.high, strict=True
+        ):
             student, task = cat.split(" · ")
             sel = df[(df.student == student) & (df.task == task) & (df.method == series.name)]
+            ci = stats.t.interval(0.95, 2, loc=sel.accuracy.mean(), scale=stats.sem(sel.accuracy))
             np.testing.assert_allclose(mean, sel.accuracy.mean(), atol=1e-12)
-            np.testing.assert_allclose(mean - low, sel.accuracy.std(ddof=1), atol=1e-12)
+            np.testing.assert_allclose([low, high], ci, atol=1e-12)

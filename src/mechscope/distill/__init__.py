@@ -31,7 +31,9 @@ _EXPORTS = {
     "Checkpoint": "checkpoints",
     "contrast_scores": "checkpoints",
     "select_checkpoints": "checkpoints",
+    "EffectScreen": "screen",
     "proportional_map": "mapping",
+    "kept_map": "mapping",
     "linear_cka": "mapping",
     "cka_map": "mapping",
     "procrustes_align": "procrustes",
@@ -62,6 +64,8 @@ _EXPORTS = {
     "validate_study": "study",
     "summarize_study": "summarize",
     "summary_table": "summarize",
+    "mean_ci": "intervals",
+    "method_contrasts": "intervals",
     "run_pilot": "pilot",
 }
 

@@ -11,12 +11,13 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from mechscope.distill.mapping import cka_map, proportional_layer, proportional_map
+from mechscope.distill.mapping import cka_map, kept_map, proportional_layer, proportional_map
 from mechscope.distill.pairset import PairSet
 from mechscope.distill.passes import read_resid
 from mechscope.distill.procrustes import fit_alignments
 from mechscope.distill.teacher_cache import TeacherTask
 from mechscope.engine import Engine
+from mechscope.errors import InputError
 from mechscope.models import LoadedModel
 
 
@@ -47,18 +48,32 @@ def key_reads(
 
 
 def layer_maps(
-    kind: str, teacher: TeacherTask, student: LoadedModel, *, batch_size: int = 16
+    kind: str,
+    teacher: TeacherTask,
+    student: LoadedModel,
+    *,
+    kept: Sequence[int] | None = None,
+    batch_size: int = 16,
 ) -> tuple[dict[int, int], dict[int, int], np.ndarray | None]:
     """``(checkpoint map teacher->student, FitNets map student->teacher, CKA matrix)``.
 
-    ``kind="proportional"``: by relative depth. ``kind="cka"``: by linear CKA of clean
-    representations at the key positions of the training pairs (all teacher layers ×
-    all student layers; the matrix is returned for the record). Either way a teacher
-    layer below its last maps below the student's last layer (:func:`keep_causal`).
+    ``kind="proportional"``: by relative depth. ``kind="kept"``: a layer-subset student
+    whose layer ``j`` is teacher layer ``kept[j]`` (:func:`~mechscope.distill.mapping.
+    kept_layer`). ``kind="cka"``: by linear CKA of clean representations at the key
+    positions of the training pairs (all teacher layers × all student layers; the matrix
+    is returned for the record). Every way, a teacher layer below its last maps below the
+    student's last layer (:func:`keep_causal`).
     """
     n_t = teacher.key_clean.shape[1]
     n_s = student.n_layers
     ckpt_layers = sorted({c.layer for c in teacher.checkpoints})
+    if kind == "kept":
+        if kept is None or len(kept) != n_s:
+            raise InputError(
+                "expected a layer_subset student for mapping 'kept'", field="checkpoints.mapping"
+            )
+        fit = {j: int(kept[j]) for j in range(n_s)}
+        return keep_causal(kept_map(ckpt_layers, kept), n_t, n_s), fit, None
     if kind == "proportional":
         fit = {j: proportional_layer(j, n_s, n_t) for j in range(n_s)}
         return keep_causal(proportional_map(ckpt_layers, n_t, n_s), n_t, n_s), fit, None

@@ -16,7 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from mechscope.errors import InputError
 
-METHODS = ("standard_kd", "fitnets", "informed_fitnets", "rcid")
+#: ``untrained`` evaluates the initial student without training: the reference every method
+#: starts from (what training changed, not only where it ended).
+METHODS = ("untrained", "standard_kd", "fitnets", "informed_fitnets", "rcid")
+TRAINED_METHODS = METHODS[1:]
 Method = str  # one of METHODS, checked by StudyConfig
 
 
@@ -68,12 +71,21 @@ class StudentSpec(_Strict):
 
 class CheckpointSpec(_Strict):
     """Top-k (layer, position) checkpoints, with at least ``min_modified`` positions whose
-    token differs and ``min_unmodified`` whose token is the same in clean and corrupt."""
+    token differs and ``min_unmodified`` whose token is the same in clean and corrupt.
+
+    ``min_effect``: a candidate is kept only if patching it in the teacher moves the logit
+    difference by at least this fraction of its clean value (on training pairs); 0 (the
+    default) keeps every candidate, the plan's pure norm ranking. The shipped configs of
+    real models use 0.1: without it SmolLM2's IOI checkpoints are sites where the teacher's
+    own patch effect is 0-2 % of its logit difference. ``mapping``: teacher layer -> student
+    layer by relative depth (``proportional``), by the teacher layers a ``layer_subset``
+    student kept (``kept``), or by linear CKA (``cka``)."""
 
     k: int = Field(6, ge=2)
     min_modified: int = Field(1, ge=0)
     min_unmodified: int = Field(1, ge=0)
-    mapping: Literal["proportional", "cka"] = "proportional"
+    min_effect: float = Field(0.0, ge=0, le=1)
+    mapping: Literal["proportional", "kept", "cka"] = "proportional"
 
 
 class LossSpec(_Strict):

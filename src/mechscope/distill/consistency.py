@@ -16,13 +16,7 @@ import numpy as np
 import torch
 
 from mechscope.distill.pairset import PairSet
-from mechscope.distill.passes import (
-    answer_logits,
-    gather_rows,
-    logit_diff,
-    patched_logit_diffs,
-    read_resid,
-)
+from mechscope.distill.passes import answer_logits, logit_diff, patched_logit_diffs, read_resid
 from mechscope.engine import Engine
 from mechscope.errors import InputError
 from mechscope.stats import pearson
@@ -35,8 +29,9 @@ def causal_effects(
     """Effects of patching each ``(layer, position index)`` site, for every pair.
 
     Returns ``(delta [K, N], clean_ld [N])`` in fp32: per site and pair, the clean logit
-    difference minus the patched one. One clean and one corrupt pass per batch read all
-    needed layers; each site then costs one patched pass.
+    difference minus the patched one. Per batch, one clean and one corrupt pass read all
+    needed layers, and one pass of ``K × batch`` rows patches every site
+    (:func:`~mechscope.distill.passes.patched_logit_diffs`).
     """
     if not sites:
         raise InputError("expected at least one site", field="sites")
@@ -48,11 +43,7 @@ def causal_effects(
         hc = read_resid(eng, b.clean, b.clean_mask, [last])
         ld = logit_diff(answer_logits(eng, hc[last], b.answer[:, 0]), b.correct, b.wrong).cpu()
         hk = read_resid(eng, b.corrupt, b.corrupt_mask, layers)
-        rows = []
-        for layer, p in sites:
-            value = gather_rows(hk[layer], b.positions[:, p, 1])  # [b, d] corrupt value
-            rows.append(ld - patched_logit_diffs(eng, b, layer, p, value))
-        deltas.append(torch.stack(rows))  # [K, b]
+        deltas.append(ld - patched_logit_diffs(eng, b, sites, hk))  # [K, b]
         clean_lds.append(ld)
     return torch.cat(deltas, dim=1), torch.cat(clean_lds)
 

@@ -1,15 +1,18 @@
-"""The distill part of ``mechscope demo``: the CPU study, smaller.
+"""The distill part of ``mechscope demo``: one seed of the CPU study.
 
-Both modes take the shipped ``cpu_study`` config (two students, IOI and factual probing, the
-four methods) with the demo's model as teacher and one seed, run on two worker processes:
+Both modes take the shipped ``cpu_study`` config (a layer subset of the teacher, IOI) with
+the demo's model as teacher and the study's first seed, on two worker processes:
 
-- full: the study's own data sizes and steps (one of its three seeds);
-- ``--quick``: IOI only (both students, the four methods) on small data with a few steps:
-  a smoke test of the whole pipeline that fits in well under a minute on 2 CPU cores (its
-  students do not have time to learn anything).
+- full: the study's data sizes and steps, with the three methods its question needs
+  (``untrained``, the reference; ``standard_kd``, outputs only; ``rcid``), so the demo's
+  rows are one seed of the study's rows;
+- ``--quick``: every method on small data with a few steps, a smoke test of the whole
+  pipeline (teacher cache, effect screen, Procrustes, the four losses, consistency,
+  summary and figures); its students do not learn anything.
 
-A model the study is not sized for (a teacher no wider than the narrow student, a tiny
-test model) keeps only the layer-subset student and IOI.
+A test model (``tiny:``, under 10 layers) keeps every second layer instead of every fifth,
+and every checkpoint candidate: its patch effects are a few percent of its logit
+difference, below the study's effect screen.
 """
 
 from __future__ import annotations
@@ -19,10 +22,10 @@ from typing import Any
 from mechscope.distill.config import StudyConfig, builtin_config_path, load_study_config
 from mechscope.distill.study import run_study
 from mechscope.distill.summarize import summarize_study
-from mechscope.distill.tasks import default_facts_path
 from mechscope.models import LoadedModel
 from mechscope.runs import RunDir, atomic_write_text
 
+DEMO_METHODS = ("untrained", "standard_kd", "rcid")
 QUICK_STEPS = 4
 QUICK_SIZES = {"n_train": 16, "n_test": 16, "n_ood": 8}  # pairs kept per task (at most)
 
@@ -57,17 +60,11 @@ def demo_config(lm: LoadedModel, quick: bool) -> StudyConfig:
         workers=2,
         executor="local",
     )
-    real = not lm.spec.startswith("tiny:") and lm.n_layers >= 10
-    if quick or not real or default_facts_path() is None:
-        raw["tasks"] = [t for t in raw["tasks"] if t["name"] == "ioi"]
-    students = []
-    for s in raw["students"]:
-        if s["kind"] == "narrow" and (not real or s["hidden"] >= lm.d_model):
-            continue
-        if s["kind"] == "layer_subset" and not real:
-            s = {**s, "every": 2}
-        students.append(s)
-    raw["students"] = students
+    if not quick:
+        raw["methods"] = [m for m in raw["methods"] if m in DEMO_METHODS]
+    if lm.spec.startswith("tiny:") or lm.n_layers < 10:  # a test model, random or nearly
+        raw["students"] = [{**s, "every": 2} for s in raw["students"]]
+        raw["checkpoints"]["min_effect"] = 0.0  # its patch effects are a few % of its LD
     cfg = StudyConfig.model_validate(raw)
     if quick:
         cfg = StudyConfig.model_validate({**cfg.model_dump(), **quick_overrides(cfg)})

@@ -1,7 +1,11 @@
 """Which student layer stands for which teacher layer.
 
 Proportional by depth is the default (the last layer maps to the last layer, the relative
-depth is kept otherwise). Linear CKA (Kornblith et al., 2019) picks, for each teacher layer,
+depth is kept otherwise). A layer-subset student, whose layer ``j`` *is* teacher layer
+``kept[j]``, can be mapped by what it kept instead (``kept``): a teacher layer goes to the
+last student layer that copies a teacher layer at or below it, so the student site, like the
+teacher's checkpoint, comes before the copies of the teacher's later layers that read it.
+Linear CKA (Kornblith et al., 2019) picks, for each teacher layer,
 the student layer whose representations of the same inputs are most similar up to a
 rotation and isotropic scaling; it compares spaces of different widths, which the
 teacher and a narrower student have.
@@ -9,7 +13,7 @@ teacher and a narrower student have.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -33,6 +37,27 @@ def proportional_layer(layer: int, n_from: int, n_to: int) -> int:
 def proportional_map(layers: list[int], n_teacher: int, n_student: int) -> dict[int, int]:
     """``{teacher_layer: student_layer}`` by relative depth."""
     return {t: proportional_layer(t, n_teacher, n_student) for t in layers}
+
+
+def kept_layer(layer: int, kept: Sequence[int]) -> int:
+    """The student layer standing for teacher ``layer`` when student layer ``j`` is teacher
+    layer ``kept[j]`` (increasing): the last ``j`` with ``kept[j] <= layer`` (0 if none).
+
+    Why not by depth: SmolLM2's IOI information leaves S2 at teacher layers 19-23. Every
+    fifth layer keeps teacher layers 0, 6, 12, 17, 23, 29; by depth, teacher layer 22 maps to
+    student layer 4, which *is* teacher layer 23, the one that reads S2, so a patch there
+    comes after the read. By what was kept it maps to student layer 3 (teacher 17), read by
+    the student's copy of layer 23 as the teacher's layer 22 is.
+    """
+    if list(kept) != sorted(set(kept)) or not kept:
+        raise InputError(f"expected increasing kept layers, got {list(kept)}", field="layers")
+    below = [j for j, k in enumerate(kept) if k <= layer]
+    return below[-1] if below else 0
+
+
+def kept_map(layers: list[int], kept: Sequence[int]) -> dict[int, int]:
+    """``{teacher_layer: student_layer}`` of a layer-subset student (:func:`kept_layer`)."""
+    return {t: kept_layer(t, kept) for t in layers}
 
 
 def linear_cka(x: torch.Tensor, y: torch.Tensor) -> float:

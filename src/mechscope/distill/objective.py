@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mechscope.distill.config import METHODS, LossSpec
+from mechscope.distill.config import TRAINED_METHODS, LossSpec
 from mechscope.distill.losses import FitNetsLoss, InformedFitNetsLoss, RCIDLoss, kd_loss
 from mechscope.distill.passes import answer_logits, gather_rows, read_both
 from mechscope.distill.teacher_cache import TeacherTask
@@ -39,9 +39,10 @@ class Objective(nn.Module):
         loss: LossSpec,
     ):
         super().__init__()
-        if method not in METHODS:
+        if method not in TRAINED_METHODS:
             raise InputError(
-                f"expected a method among {', '.join(METHODS)}, got {method!r}", field="method"
+                f"expected a method among {', '.join(TRAINED_METHODS)}, got {method!r}",
+                field="method",
             )
         self.method, self.spec = method, loss
         self.teacher, self.student = teacher, student

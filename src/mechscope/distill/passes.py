@@ -88,21 +88,44 @@ def clean_logit_diffs(eng: Engine, data: PairSet, batch_size: int = 16) -> torch
 
 @torch.no_grad()
 def patched_logit_diffs(
-    eng: Engine, b: PairSet, layer: int, pos_index: int, corrupt_h: torch.Tensor
+    eng: Engine, b: PairSet, sites: Sequence[tuple[int, int]], corrupt: dict[int, torch.Tensor]
 ) -> torch.Tensor:
-    """Clean run with ``resid_post[layer]`` at key position ``pos_index`` replaced, row by
-    row, by ``corrupt_h [b, d]`` (the same model's value in its corrupt run): ``[b]``."""
-    rows = torch.arange(len(b))
-    at = b.positions[:, pos_index, 0]  # [b] clean index of the key position
+    """Clean runs with ``resid_post[layer]`` at key position ``p`` replaced, row by row, by
+    the same model's value in its corrupt run, for every ``(layer, p)`` in ``sites``: ``[K, b]``.
+
+    ``corrupt``: ``{layer: [b, s', d]}`` ``resid_post`` of the corrupt prompts. All sites run
+    in *one* pass of ``K * b`` rows (site-major): layers below the lowest patched layer run
+    once on the ``b`` clean prompts and their rows are repeated there (``expand``), so a
+    teacher patched at layers 22-29 computes its first 22 layers once, not ``K`` times.
+    """
     n, s = b.clean.shape
-    value = torch.zeros(n, s, corrupt_h.shape[-1], dtype=corrupt_h.dtype)  # [b, s, d]
-    value[rows, at] = corrupt_h.cpu()
-    mask = torch.zeros(n, s, dtype=torch.bool)  # [b, s]
-    mask[rows, at] = True
+    k = len(sites)
+    rows = torch.arange(n)
+    at = b.positions[:, :, 0]  # [b, P] clean index of each key position
+    patches = []
+    for layer in sorted({layer for layer, _ in sites}):
+        d = corrupt[layer].shape[-1]
+        value = torch.zeros(k * n, s, d, dtype=corrupt[layer].dtype)  # [K b, s, d]
+        mask = torch.zeros(k * n, s, dtype=torch.bool)  # [K b, s]
+        for j, (site_layer, p) in enumerate(sites):
+            if site_layer == layer:
+                src = gather_rows(corrupt[layer], b.positions[:, p, 1]).cpu()  # [b, d]
+                value[j * n + rows, at[:, p]] = src
+                mask[j * n + rows, at[:, p]] = True
+        patches.append(Patch(Site("resid_post", layer), value=value, mask=mask))
     last = eng.lm.n_layers - 1
-    patch = Patch(Site("resid_post", layer), value=value, mask=mask)
     final = Site("resid_post", last)
-    out = eng.run(b.clean, [patch, Read(final)], attention_mask=b.clean_mask, logits=False)
-    return logit_diff(
-        answer_logits(eng, out.reads[final], b.answer[:, 0]), b.correct, b.wrong
-    ).cpu()
+    low = min(layer for layer, _ in sites)
+    out = eng.run(
+        b.clean,
+        [*patches, Read(final)],
+        attention_mask=b.clean_mask,
+        logits=False,
+        expand=(low, rows.repeat(k)),
+    )
+    ld = logit_diff(
+        answer_logits(eng, out.reads[final], b.answer[:, 0].repeat(k)),
+        b.correct.repeat(k),
+        b.wrong.repeat(k),
+    )
+    return ld.cpu().reshape(k, n)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from mechscope.distill.summarize import format_summary, summary_figures
+from mechscope.distill.intervals import format_contrasts
+from mechscope.distill.summarize import format_summary
+from mechscope.distill.summary_figures import summary_figures
 from mechscope.report import FigureBlock, TableBlock, TextBlock, register_section
 from mechscope.runs import RunDir, has_table, read_table
 
@@ -13,7 +15,13 @@ INTRO = (
     "a causal checkpoint; each model uses its own corrupt value), pooled over checkpoints and "
     "test pairs. Accuracy is the share of test pairs where the correct answer beats the wrong "
     "one; OOD degradation is test accuracy minus OOD accuracy; perplexity is on held-out text. "
-    "Cells are mean ± standard deviation over seeds."
+    "Cells are the mean over training seeds with its 95 % Student-t interval in brackets (the "
+    "task's pairs fixed); 'untrained' is the student before distillation, the teacher's row "
+    "what the students are read against."
+)
+CONTRASTS = (
+    "Method differences, paired by seed (same student initialisation and batch order): mean "
+    "of method − reference over seeds, 95 % interval and p-value of the paired t-test."
 )
 
 
@@ -25,7 +33,11 @@ def distill_section(run: RunDir) -> list:
         return []
     blocks: list = [TextBlock(INTRO)]
     if has_table(run, "distill_summary"):
-        blocks.append(TextBlock(format_summary(read_table(run, "distill_summary"))))
+        teacher = read_table(run, "distill_teacher") if has_table(run, "distill_teacher") else None
+        blocks.append(TextBlock(format_summary(read_table(run, "distill_summary"), teacher)))
+    if has_table(run, "distill_contrasts"):
+        blocks.append(TextBlock(CONTRASTS))
+        blocks.append(TextBlock(format_contrasts(read_table(run, "distill_contrasts"))))
     if has_table(run, "distill_trials"):
         trials = read_table(run, "distill_trials")
         for stem, fig in summary_figures(trials).items():
@@ -36,8 +48,22 @@ def distill_section(run: RunDir) -> list:
                 read_table(run, "distill_checkpoints"),
                 caption=(
                     "The teacher's causal checkpoints per task: (layer, key position) ranked by "
-                    "the mean norm of the contrastive difference; 'modified' positions hold the "
-                    "changed token."
+                    "the mean norm of the contrastive difference among the sites where the "
+                    "teacher's own patch moves its logit difference (the effect screen); "
+                    "'modified' positions hold the changed token; teacher_delta_test is the "
+                    "teacher's mean patch effect on the test pairs."
+                ),
+            )
+        )
+    if has_table(run, "distill_checkpoint_consistency"):
+        blocks.append(
+            TableBlock(
+                read_table(run, "distill_checkpoint_consistency"),
+                caption=(
+                    "Per checkpoint (means over seeds): the teacher's and the student's mean "
+                    "patch effect Δ = LD(clean) − LD(patched) and their Pearson over test pairs. "
+                    "A negative student effect where the teacher's is positive is a response "
+                    "of the opposite sign, not a sign error."
                 ),
             )
         )

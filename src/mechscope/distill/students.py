@@ -162,12 +162,20 @@ def check_student_spec(spec: StudentSpec) -> None:
         )
 
 
+def subset_layers(spec: StudentSpec, n_teacher: int) -> list[int] | None:
+    """The teacher layers a ``layer_subset`` student keeps (student layer ``j`` is teacher
+    layer ``[j]``); ``None`` for other kinds."""
+    if spec.kind != "layer_subset":
+        return None
+    return list(spec.layers) if spec.layers is not None else keep_every(n_teacher, spec.every)
+
+
 def build_student(spec: StudentSpec, teacher: LoadedModel, seed: int) -> LoadedModel:
     """The student of ``spec`` (seeded where random), with embeddings frozen if asked."""
     check_student_spec(spec)
     if spec.kind == "layer_subset":
-        keep = spec.layers if spec.layers is not None else keep_every(teacher.n_layers, spec.every)
-        student = layer_subset_student(teacher, list(keep), spec.name)
+        keep = subset_layers(spec, teacher.n_layers)
+        student = layer_subset_student(teacher, keep, spec.name)
     elif spec.kind == "narrow":
         student = narrow_student(
             teacher,

@@ -64,6 +64,12 @@ def validate_study(cfg: StudyConfig, teacher_tokenizer: object | None = None) ->
         check_task(task)
     for student in cfg.students:
         check_student_spec(student)
+        if cfg.checkpoints.mapping == "kept" and student.kind != "layer_subset":
+            raise InputError(
+                f"expected only layer_subset students with mapping 'kept', got {student.kind!r}",
+                sample=f"students.{student.name}",
+                field="checkpoints.mapping",
+            )
     if any(s.kind == "pretrained" for s in cfg.students):
         tok = teacher_tokenizer if teacher_tokenizer is not None else load_tokenizer(cfg.teacher)
         for student in cfg.students:

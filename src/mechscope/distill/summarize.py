@@ -1,9 +1,17 @@
-"""Study summary: per-method tables (mean ± std over seeds) and the two key scatter plots.
+"""Study summary: per-method tables with 95 % intervals over seeds, and the figures.
 
-Reads the finished trials' ``metrics`` tables (never a model) and writes, into a run
-directory: ``distill_trials`` (one row per trial), ``distill_summary`` (one row per student ×
-task × method with ``<metric>_mean``, ``<metric>_std``, ``n_seeds``), ``distill_checkpoints``
-and ``distill_purity`` (the teacher's side), plus static copies of the figures.
+Reads the finished trials' tables (never a model) and writes, into a run directory:
+
+- ``distill_trials`` (one row per trial);
+- ``distill_summary`` (one row per student × task × method: ``<metric>_mean``, ``_std``,
+  ``_ci_low``, ``_ci_high`` over seeds, ``n_seeds``);
+- ``distill_teacher`` (the teacher's accuracy on all test candidates and its perplexity:
+  what the students' numbers are read against);
+- ``distill_contrasts`` (seed-paired method differences, :mod:`mechscope.distill.intervals`);
+- ``distill_checkpoint_consistency`` (per checkpoint: Δ_T, Δ_S and Pearson, mean over seeds);
+- ``distill_checkpoints`` and ``distill_purity`` (the teacher's side);
+
+plus static copies of the figures.
 """
 
 from __future__ import annotations
@@ -15,11 +23,15 @@ import numpy as np
 import pandas as pd
 
 from mechscope.distill.config import METHODS
+from mechscope.distill.intervals import format_contrasts, mean_ci, method_contrasts
 from mechscope.errors import InputError
-from mechscope.report import Figure, Series, bars, scatter
 from mechscope.runs import RunDir, has_table, read_table, write_table
 
-METRICS = ("accuracy", "consistency", "perplexity", "ood_degradation")
+#: ``consistency``: Pearson pooled over every (checkpoint, pair) effect; ``consistency_mean``:
+#: the mean of the per-checkpoint Pearsons. The pooled value is dominated by how the
+#: checkpoints' mean effects compare (docs/distill.md, Pitfalls); read both.
+METRICS = ("accuracy", "consistency", "consistency_mean", "perplexity", "ood_degradation")
+HEADERS = {"consistency": "consistency (pooled)", "consistency_mean": "consistency (per-ckpt mean)"}
 GROUP = ["student", "task", "method"]
 
 
@@ -45,148 +57,165 @@ def _method_order(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def summary_table(trials: pd.DataFrame) -> pd.DataFrame:
-    """Mean and sample standard deviation (ddof=1; NaN for one seed) over seeds."""
-    agg = trials.groupby(GROUP)[list(METRICS)].agg(["mean", "std"])
-    agg.columns = [f"{m}_{s}" for m, s in agg.columns]
-    agg["n_seeds"] = trials.groupby(GROUP)["seed"].nunique()
-    return _method_order(agg.reset_index()).reset_index(drop=True)
+    """Mean, sample standard deviation (ddof=1) and 95 % t-interval of the mean over seeds
+    (NaN for one seed) of every metric."""
+    rows = []
+    for key, g in trials.groupby(GROUP, sort=False):
+        row = dict(zip(GROUP, key, strict=True))
+        for m in METRICS:
+            x = g[m].to_numpy(np.float64) if m in g else np.full(len(g), np.nan)
+            low, high = mean_ci(x)
+            finite = x[np.isfinite(x)]
+            row[f"{m}_mean"] = float(finite.mean()) if finite.size else float("nan")
+            row[f"{m}_std"] = float(finite.std(ddof=1)) if finite.size > 1 else float("nan")
+            row[f"{m}_ci_low"], row[f"{m}_ci_high"] = low, high
+        row["n_seeds"] = g["seed"].nunique()
+        rows.append(row)
+    return _method_order(pd.DataFrame(rows)).reset_index(drop=True)
 
 
-def format_summary(summary: pd.DataFrame, digits: int = 3) -> str:
-    """A Markdown table with ``mean ± std`` cells (``–`` for std of a single seed)."""
+def _cell(mean: float, low: float, high: float, digits: int) -> str:
+    if not np.isfinite(mean):
+        return "–"
+    if abs(mean) >= 1000:  # perplexities of broken students: no decimals, no interval
+        return f"{mean:,.0f}"
+    if not np.isfinite(low):
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
-    def cell(row: pd.Series, m: str) -> str:
-        mean, std = row[f"{m}_mean"], row[f"{m}_std"]
-        if not np.isfinite(mean):
-            return "–"
-        return f"{mean:.{digits}f} ± {std:.{digits}f}" if np.isfinite(std) else f"{mean:.{digits}f}"
 
-    head = ["student", "task", "method", *METRICS, "seeds"]
+def format_summary(
+    summary: pd.DataFrame, teacher: pd.DataFrame | None = None, digits: int = 3
+) -> str:
+    """A Markdown table: ``mean [95 % CI low, high]`` over seeds per cell (the mean alone
+    for one seed), with the teacher's row of each task first when ``teacher`` is given."""
+    head = ["student", "task", "method", *(HEADERS.get(m, m) for m in METRICS), "seeds"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for _, r in summary.iterrows():
-        cells = [
-            r["student"],
-            r["task"],
-            r["method"],
-            *(cell(r, m) for m in METRICS),
-            str(int(r["n_seeds"])),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
+    for task in dict.fromkeys(summary["task"]):
+        rows = teacher[teacher["task"] == task] if teacher is not None else pd.DataFrame()
+        for _, t in rows.iterrows():
+            cells = ["**teacher**", task, "–", f"{t.accuracy_raw:.{digits}f} (all candidates)"]
+            cells += ["1 (itself)", "1 (itself)", f"{t.perplexity:.1f}", "–", "–"]
+            lines.append("| " + " | ".join(cells) + " |")
+        for _, r in summary[summary["task"] == task].iterrows():
+            cells = [r["student"], r["task"], r["method"]]
+            cells += [
+                _cell(r[f"{m}_mean"], r[f"{m}_ci_low"], r[f"{m}_ci_high"], digits) for m in METRICS
+            ]
+            lines.append("| " + " | ".join([*cells, str(int(r["n_seeds"]))]) + " |")
     return "\n".join(lines)
 
 
-def method_bars(summary: pd.DataFrame, metric: str, title: str, y_title: str) -> Figure:
-    """``metric`` per method (series) for each student × task (categories), whiskers ± 1 std
-    over seeds (a spread of three runs, not a confidence interval)."""
-    cells = summary[["student", "task"]].drop_duplicates().itertuples(index=False)
-    cells = [(s, t) for s, t in cells]
-    series = []
-    for method in [m for m in METHODS if m in set(summary["method"])]:
-        rows = summary[summary["method"] == method].set_index(["student", "task"])
-        mean = np.array([rows[f"{metric}_mean"].get(c, np.nan) for c in cells], dtype=float)
-        std = np.nan_to_num(
-            np.array([rows[f"{metric}_std"].get(c, np.nan) for c in cells], dtype=float)
-        )
-        series.append(Series(method, mean, low=mean - std, high=mean + std))
-    return bars(
-        [f"{s} · {t}" for s, t in cells],
-        series,
-        title,
-        "student · task",
-        y_title,
-        caption="Bars are means over seeds; whiskers span ± 1 standard deviation over seeds "
-        "(with three seeds a spread, not a confidence interval).",
-    )
-
-
-def summary_figures(trials: pd.DataFrame) -> dict[str, Figure]:
-    """Per-method bars of accuracy and consistency; consistency vs accuracy and vs OOD
-    degradation, one point per trial."""
-    summary = summary_table(trials)
-    text = trials["trial"].astype(str).tolist()
-    groups = trials["method"].astype(str).tolist()
-    figs = {
-        "accuracy-by-method": method_bars(
-            summary, "accuracy", "Task accuracy by method (chance = 0.5)", "test accuracy"
-        ),
-        "consistency-by-method": method_bars(
-            summary,
-            "consistency",
-            "Causal consistency by method",
-            "Pearson(Δ_T, Δ_S), pooled",
-        ),
-        "consistency-vs-accuracy": scatter(
-            trials["consistency"],
-            trials["accuracy"],
-            "Causal consistency vs task accuracy (one point per trial)",
-            "causal consistency (Pearson of Δ_T, Δ_S)",
-            "task accuracy",
-            text=text,
-            groups=groups,
-            caption="How to read this: a student far right reproduces the teacher's responses to "
-            "patching at the causal checkpoints; a student high up answers the task. "
-            "Students high but left reach the answer by another mechanism.",
-        ),
-    }
-    ok = trials["ood_degradation"].notna()
-    if ok.sum() >= 1:
-        sub = trials[ok]
-        figs["consistency-vs-ood"] = scatter(
-            sub["consistency"],
-            sub["ood_degradation"],
-            "Causal consistency vs OOD degradation (one point per trial)",
-            "causal consistency",
-            "OOD degradation (test − OOD accuracy)",
-            text=sub["trial"].astype(str).tolist(),
-            groups=sub["method"].astype(str).tolist(),
-            caption="How to read this: if keeping the teacher's mechanism makes a student robust, "
-            "points fall from left to right (more consistency, less accuracy lost OOD).",
-        )
-    return figs
+def _teacher_metas(study: Path) -> list[dict]:
+    metas = []
+    for folder in sorted((Path(study) / "teacher").glob("*")):
+        if (folder / "meta.json").is_file():
+            meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+            meta["folder"] = folder
+            metas.append(meta)
+    return metas
 
 
 def teacher_tables(study: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Checkpoints (with teacher accuracy and counts) and information purity per task."""
+    """Checkpoints (with the teacher's accuracy and its mean patch effect on the test pairs)
+    and information purity per task."""
     ckpts, purity = [], []
-    for folder in sorted((Path(study) / "teacher").glob("*")):
-        meta_path = folder / "meta.json"
-        if not meta_path.is_file():
-            continue
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    for meta in _teacher_metas(study):
+        info = meta["info"]
+        effects = info.get("test_effects", {})
         for rank, c in enumerate(meta["checkpoints"]):
+            key = f"L{c['layer']}:{c['position']}"
             ckpts.append(
                 {
                     "task": meta["task"],
                     "rank": rank + 1,
                     **c,
-                    "teacher_test_accuracy": meta["info"].get("teacher_test_accuracy"),
+                    "teacher_delta_test": effects.get(key, np.nan),
+                    "teacher_clean_ld_test": info.get("test_clean_ld", np.nan),
+                    "teacher_test_accuracy": info.get("teacher_test_accuracy"),
                 }
             )
-        if (folder / "purity.parquet").is_file():
-            p = pd.read_parquet(folder / "purity.parquet")
+        if (meta["folder"] / "purity.parquet").is_file():
+            p = pd.read_parquet(meta["folder"] / "purity.parquet")
             p.insert(0, "task", meta["task"])
             purity.append(p)
     return (pd.DataFrame(ckpts), pd.concat(purity, ignore_index=True) if purity else pd.DataFrame())
 
 
+def teacher_summary(study: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per task, the teacher's accuracy on every test candidate (the kept pairs are all
+    correct by construction) and its perplexity; and every checkpoint candidate the effect
+    screen tested, with its relative patch effect."""
+    rows, screen = [], []
+    for meta in _teacher_metas(study):
+        info = meta["info"]
+        rows.append(
+            {
+                "task": meta["task"],
+                "accuracy_raw": info["counts"]["test"]["teacher_accuracy_raw"],
+                "perplexity": info.get("teacher_perplexity", np.nan),
+                "n_test": len(meta["test"]["pairs"]),
+                "n_train": len(meta["train"]["pairs"]),
+            }
+        )
+        screen += [{"task": meta["task"], **r} for r in info.get("screen", [])]
+    return pd.DataFrame(rows), pd.DataFrame(screen)
+
+
+def checkpoint_consistency(study: Path) -> pd.DataFrame:
+    """Per student × task × method × checkpoint: mean over seeds of the teacher's and the
+    student's mean patch effect and of the per-checkpoint Pearson (the trials'
+    ``consistency`` tables)."""
+    frames = []
+    for d in sorted((Path(study) / "trials").glob("*")):
+        if has_table(d, "metrics") and has_table(d, "consistency"):
+            m = read_table(d, "metrics").iloc[0]
+            c = read_table(d, "consistency")
+            frames.append(c.assign(**{k: m[k] for k in (*GROUP, "seed")}))
+    if not frames:
+        return pd.DataFrame()
+    df = pd.concat(frames, ignore_index=True)
+    keys = [*GROUP, "checkpoint", "student_layer"]
+    cols = ["mean_delta_teacher", "mean_delta_student", "consistency"]
+    out = df.groupby(keys, sort=False)[cols].mean().reset_index()
+    return _method_order(out).reset_index(drop=True)
+
+
 def summarize_study(study: Path | str, out: RunDir | None = None) -> tuple[pd.DataFrame, str]:
     """Write the summary tables and figures into ``out`` (default: the study's own run dir).
 
-    Returns the summary table and its Markdown rendering.
+    Returns the summary table and its Markdown rendering (the summary with the teacher's
+    rows, then the seed-paired method differences).
     """
+    from mechscope.distill.summary_figures import summary_figures
+
     study = Path(study)
     out = out if out is not None else RunDir.open(study)
     ckpts, purity = teacher_tables(study)
-    if not ckpts.empty:
-        write_table(out, "distill_checkpoints", ckpts)
-    if not purity.empty:
-        write_table(out, "distill_purity", purity)
+    teacher, screen = teacher_summary(study)
+    for name, table in (
+        ("distill_checkpoints", ckpts),
+        ("distill_purity", purity),
+        ("distill_teacher", teacher),
+        ("distill_screen", screen),
+    ):
+        if not table.empty:
+            write_table(out, name, table)
     if not (study / "trials").is_dir() and not ckpts.empty:  # a teacher-only study
         return pd.DataFrame(), "(teacher-only study: see the checkpoint and purity tables)"
     trials = collect_trials(study)
     summary = summary_table(trials)
+    contrasts = method_contrasts(trials)
     write_table(out, "distill_trials", trials)
     write_table(out, "distill_summary", summary)
+    if not contrasts.empty:
+        write_table(out, "distill_contrasts", contrasts)
+    per_ckpt = checkpoint_consistency(study)
+    if not per_ckpt.empty:
+        write_table(out, "distill_checkpoint_consistency", per_ckpt)
     for stem, fig in summary_figures(trials).items():
         fig.save_static(out.figures_dir, f"distill-{stem}")
-    return summary, format_summary(summary)
+    text = format_summary(summary, teacher if not teacher.empty else None)
+    if not contrasts.empty:
+        text += "\n\n" + format_contrasts(contrasts)
+    return summary, text

@@ -34,6 +34,7 @@ from mechscope.distill.evaluate import accuracy, perplexity
 from mechscope.distill.heldout import load_passages
 from mechscope.distill.pairset import PairSet
 from mechscope.distill.purity import information_purity
+from mechscope.distill.screen import EffectScreen
 from mechscope.distill.tasks import build_task
 from mechscope.distill.teacher_reads import filter_by_teacher, train_reads
 from mechscope.engine import Engine
@@ -41,7 +42,7 @@ from mechscope.errors import InputError
 from mechscope.models import LoadedModel
 from mechscope.runs import atomic_path, atomic_write_json
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: checkpoints screened by the teacher's patch effect
 _TENSORS = (
     "key_clean",
     "key_corrupt",
@@ -90,6 +91,7 @@ def cache_key(teacher_spec: str, task: TaskSpec, ckpt: CheckpointSpec, ev: EvalS
             "k": ckpt.k,
             "min_mod": ckpt.min_modified,
             "min_unmod": ckpt.min_unmodified,
+            "min_effect": ckpt.min_effect,
             "purity": ev.purity,
             "text": ev.perplexity_text,
         },
@@ -137,14 +139,18 @@ def build_teacher_task(
     ]
     eligible = scores.clone().numpy()
     eligible[inert_mask(teacher.n_layers, at_answer)] = np.nan
+    screen = EffectScreen(eng, train, ckpt.min_effect, bs) if ckpt.min_effect > 0 else None
     checkpoints = select_checkpoints(
         eligible,
-        sets["train"].names,
+        train.names,
         modified,
         ckpt.k,
         min_modified=ckpt.min_modified,
         min_unmodified=ckpt.min_unmodified,
+        accept=screen,
     )
+    if screen is not None:
+        info["screen"] = screen.table(train.names)
     task = TeacherTask(
         spec.name,
         sets["train"],
@@ -159,6 +165,10 @@ def build_teacher_task(
     )
     task.test_delta, task.test_ld = causal_effects(eng, task.test, task.sites(), batch_size=bs)
     info["teacher_test_accuracy"] = accuracy(task.test_ld)
+    info["test_clean_ld"] = float(task.test_ld.double().mean())
+    info["test_effects"] = {
+        c.key: float(task.test_delta[k].double().mean()) for k, c in enumerate(checkpoints)
+    }
     # kept pairs are all answered correctly; the raw accuracy is the informative number
     info["teacher_ood_accuracy"] = {
         k: info["counts"][f"ood:{k}"]["teacher_accuracy_raw"] for k in ood

@@ -3,7 +3,9 @@
 ``trials/<student>-<task>-<method>-s<seed>/`` holds the trial's config, its last training
 checkpoint (while running), and its results: ``tables/metrics`` (one row),
 ``tables/consistency`` (per checkpoint), ``tables/ood`` and ``tables/train_log``. A finished
-trial is skipped on rerun; an interrupted one resumes from its checkpoint.
+trial is skipped on rerun; an interrupted one resumes from its checkpoint. The method
+``untrained`` evaluates the student as built (no training, no checkpoint): the reference the
+other methods' results are read against.
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from mechscope.distill.consistency import causal_consistency, causal_effects
 from mechscope.distill.evaluate import accuracy, ood_degradation, perplexity, task_accuracy
 from mechscope.distill.heldout import load_passages
 from mechscope.distill.objective import Objective
-from mechscope.distill.students import build_student
+from mechscope.distill.students import build_student, subset_layers
 from mechscope.distill.teacher_cache import TeacherTask, prepare_teacher_task
-from mechscope.distill.trainer import StepHook, WandbLogger, train
+from mechscope.distill.trainer import StepHook, TrainResult, WandbLogger, train
 from mechscope.engine import Engine
 from mechscope.models import LoadedModel, load_model
 from mechscope.runs import RunDir, has_table, read_table, write_table
@@ -140,6 +142,44 @@ def _close(run: RunDir, cfg: StudyConfig) -> None:
         run.finish()
 
 
+def _train(
+    cfg: StudyConfig,
+    trial: Trial,
+    run: RunDir,
+    tt: TeacherTask,
+    student: LoadedModel,
+    ckpt_map: dict[int, int],
+    fit_map: dict[int, int],
+    on_step: StepHook | None,
+) -> TrainResult:
+    """Distil ``student`` with the trial's method (resuming from the run's checkpoint)."""
+    bs = cfg.eval.batch_size
+    alignments = (
+        student_alignments(tt, student, ckpt_map, batch_size=bs)
+        if trial.method in ("rcid", "informed_fitnets")
+        else None
+    )
+    objective = Objective(trial.method, tt, student, ckpt_map, fit_map, alignments, cfg.loss)
+    ckpt_dir = run.path / "checkpoints"
+    ckpt_dir.mkdir(exist_ok=True)
+    logger = WandbLogger(
+        cfg.train.wandb_project, f"{cfg.name}-{trial.name}", trial_config(cfg, trial)
+    )
+    result = train(
+        student,
+        objective,
+        len(tt.train),
+        train_spec(cfg, trial.student),
+        seed=trial.seed,
+        checkpoint=ckpt_dir / "last.pt",
+        on_step=on_step,
+        logger=logger,
+        description=trial.name,
+    )
+    logger.finish()
+    return result
+
+
 def run_trial(
     cfg: StudyConfig,
     trial: Trial,
@@ -170,32 +210,15 @@ def run_trial(
             teacher, trial.task, cfg.checkpoints, cfg.eval, cache_root=Path(root) / "teacher"
         )
     student = build_student(trial.student, teacher, seed=trial.seed)
-    ckpt_map, fit_map, cka = layer_maps(cfg.checkpoints.mapping, tt, student, batch_size=bs)
-    alignments = (
-        student_alignments(tt, student, ckpt_map, batch_size=bs)
-        if trial.method in ("rcid", "informed_fitnets")
-        else None
+    kept = subset_layers(trial.student, teacher.n_layers)
+    ckpt_map, fit_map, cka = layer_maps(
+        cfg.checkpoints.mapping, tt, student, kept=kept, batch_size=bs
     )
-    objective = Objective(trial.method, tt, student, ckpt_map, fit_map, alignments, cfg.loss)
-    ckpt_dir = run.path / "checkpoints"
-    ckpt_dir.mkdir(exist_ok=True)
-    logger = WandbLogger(
-        cfg.train.wandb_project, f"{cfg.name}-{trial.name}", trial_config(cfg, trial)
-    )
-    with run.timed("train"):
-        spec = train_spec(cfg, trial.student)
-        result = train(
-            student,
-            objective,
-            len(tt.train),
-            spec,
-            seed=trial.seed,
-            checkpoint=ckpt_dir / "last.pt",
-            on_step=on_step,
-            logger=logger,
-            description=trial.name,
-        )
-    logger.finish()
+    if trial.method == "untrained":
+        result = TrainResult(0, 0, 0.0)
+    else:
+        with run.timed("train"):
+            result = _train(cfg, trial, run, tt, student, ckpt_map, fit_map, on_step)
     with run.timed("evaluate"):
         metrics, cons, ood = evaluate_student(student, tt, ckpt_map, bs, cfg.eval.perplexity_text)
     row = {

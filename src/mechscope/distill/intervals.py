@@ -1,0 +1,119 @@
+"""Confidence intervals over seeds: of a method's mean, and of a difference between methods.
+
+A study has few seeds (3-5), so intervals are Student-t intervals (``scipy.stats``), not
+bootstraps: a bootstrap of three values can only return what it was given. The interval is
+over *training seeds* with the task's pairs fixed: it says how much a result moves when the
+student's initialisation (random students) and the order of training batches change, not
+how it would move on other test pairs.
+
+Method differences are *paired by seed* (``scipy.stats.ttest_rel``): trials with one seed
+share the student's initialisation and batch order, so the paired difference removes what
+the seed does to both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+LEVEL = 0.95
+
+#: Differences the study reports, ``(method, reference)``: does output-only KD change the
+#: untrained student's consistency; does each feature-matching method do better than KD;
+#: the plan's two steps, FitNets -> Informed FitNets (the right places) and Informed
+#: FitNets -> RCID (contrast instead of state).
+CONTRASTS: tuple[tuple[str, str], ...] = (
+    ("standard_kd", "untrained"),
+    ("fitnets", "standard_kd"),
+    ("informed_fitnets", "standard_kd"),
+    ("rcid", "standard_kd"),
+    ("informed_fitnets", "fitnets"),
+    ("rcid", "informed_fitnets"),
+)
+
+
+def _no_spread(x: np.ndarray) -> bool:
+    """All values equal up to rounding (``1e-12`` relative): a t-interval would be built from
+    floating-point noise (scipy warns of catastrophic cancellation), so report the value."""
+    return bool(np.ptp(x) <= 1e-12 * max(1.0, float(np.abs(x).max())))
+
+
+def mean_ci(values: Sequence[float] | np.ndarray, level: float = LEVEL) -> tuple[float, float]:
+    """Student-t interval of the mean of ``values`` (NaNs dropped).
+
+    NaN for fewer than two values; ``(x, x)`` when all values equal ``x`` (no spread: a
+    deterministic result, e.g. an untrained layer-subset student).
+    """
+    x = np.asarray(values, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if x.size < 2:
+        return float("nan"), float("nan")
+    if _no_spread(x):
+        return float(x.mean()), float(x.mean())
+    ci = stats.ttest_1samp(x, 0.0).confidence_interval(level)
+    return float(ci.low), float(ci.high)
+
+
+def paired_difference(a: pd.Series, b: pd.Series, level: float = LEVEL) -> dict[str, float | int]:
+    """Mean of ``a - b`` over the seeds both have (index = seed), its interval and p-value."""
+    both = pd.concat([a.rename("a"), b.rename("b")], axis=1, join="inner").dropna()
+    d = (both["a"] - both["b"]).to_numpy(np.float64)
+    out: dict[str, float | int] = {"n_seeds": int(d.size), "difference": float("nan")}
+    out.update(ci_low=float("nan"), ci_high=float("nan"), p_value=float("nan"))
+    if d.size == 0:
+        return out
+    out["difference"] = float(d.mean())
+    if d.size >= 2 and _no_spread(d):
+        out.update(ci_low=float(d.mean()), ci_high=float(d.mean()))
+    elif d.size >= 2:
+        res = stats.ttest_rel(both["a"], both["b"])
+        ci = res.confidence_interval(level)
+        out.update(ci_low=float(ci.low), ci_high=float(ci.high), p_value=float(res.pvalue))
+    return out
+
+
+def method_contrasts(
+    trials: pd.DataFrame,
+    metrics: Sequence[str] = ("consistency", "consistency_mean", "accuracy"),
+    contrasts: Sequence[tuple[str, str]] = CONTRASTS,
+) -> pd.DataFrame:
+    """One row per student × task × metric × (method, reference) present in ``trials``:
+    the seed-paired mean difference, its 95 % interval and the paired t-test p-value."""
+    rows = []
+    for (student, task), g in trials.groupby(["student", "task"], sort=True):
+        by_method = {m: s.set_index("seed") for m, s in g.groupby("method")}
+        for metric in (m for m in metrics if m in trials):
+            for method, ref in contrasts:
+                if method not in by_method or ref not in by_method:
+                    continue
+                diff = paired_difference(by_method[method][metric], by_method[ref][metric])
+                rows.append(
+                    {
+                        "student": student,
+                        "task": task,
+                        "metric": metric,
+                        "method": method,
+                        "reference": ref,
+                        **diff,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def format_contrasts(table: pd.DataFrame, digits: int = 3) -> str:
+    """Markdown: ``method − reference`` per student × task and metric, with the interval."""
+    head = ["student", "task", "metric", "difference", "mean [95 % CI]", "p", "seeds"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for _, r in table.iterrows():
+        ci = (
+            f"{r.difference:+.{digits}f} [{r.ci_low:+.{digits}f}, {r.ci_high:+.{digits}f}]"
+            if np.isfinite(r.ci_low)
+            else f"{r.difference:+.{digits}f}"
+        )
+        p = f"{r.p_value:.2g}" if np.isfinite(r.p_value) else "–"
+        cells = [r.student, r.task, r.metric, f"{r.method} − {r.reference}", ci, p]
+        lines.append("| " + " | ".join([*cells, str(int(r.n_seeds))]) + " |")
+    return "\n".join(lines)

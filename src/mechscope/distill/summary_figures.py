@@ -1,0 +1,98 @@
+"""The study's figures: per-method bars with 95 % intervals over seeds, and per-trial scatters.
+
+Functions of the trials table only (never a model), so ``mechscope report`` rebuilds them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from mechscope.distill.config import METHODS
+from mechscope.distill.summarize import summary_table
+from mechscope.report import Figure, Series, bars, scatter
+
+
+def method_bars(summary: pd.DataFrame, metric: str, title: str, y_title: str) -> Figure:
+    """``metric`` per method (series) for each student × task (categories), whiskers the 95 %
+    t-interval of the mean over seeds (:func:`mechscope.distill.intervals.mean_ci`)."""
+    cells = [(s, t) for s, t in summary[["student", "task"]].drop_duplicates().to_numpy()]
+    series = []
+    for method in [m for m in METHODS if m in set(summary["method"])]:
+        rows = summary[summary["method"] == method].set_index(["student", "task"])
+
+        def col(name: str, rows: pd.DataFrame = rows) -> np.ndarray:
+            return np.array([rows[name].get(c, np.nan) for c in cells], dtype=float)
+
+        mean, low, high = col(f"{metric}_mean"), col(f"{metric}_ci_low"), col(f"{metric}_ci_high")
+        # one seed: no interval; draw the bar without whiskers
+        series.append(
+            Series(
+                method,
+                mean,
+                low=np.where(np.isnan(low), mean, low),
+                high=np.where(np.isnan(high), mean, high),
+            )
+        )
+    return bars(
+        [f"{s} · {t}" for s, t in cells],
+        series,
+        title,
+        "student · task",
+        y_title,
+        caption="Bars are means over training seeds; whiskers are the 95 % Student-t "
+        "interval of that mean over seeds (the task's pairs fixed). 'untrained' is the "
+        "student before distillation.",
+    )
+
+
+def summary_figures(trials: pd.DataFrame) -> dict[str, Figure]:
+    """Per-method bars of accuracy and consistency; consistency vs accuracy and vs OOD
+    degradation, one point per trial."""
+    summary = summary_table(trials)
+    text = trials["trial"].astype(str).tolist()
+    groups = trials["method"].astype(str).tolist()
+    figs = {
+        "accuracy-by-method": method_bars(
+            summary, "accuracy", "Task accuracy by method (chance = 0.5)", "test accuracy"
+        ),
+        "consistency-by-method": method_bars(
+            summary,
+            "consistency",
+            "Causal consistency by method",
+            "Pearson(Δ_T, Δ_S), pooled",
+        ),
+        "consistency-per-checkpoint-by-method": method_bars(
+            summary,
+            "consistency_mean",
+            "Causal consistency by method, mean over checkpoints",
+            "mean over checkpoints of Pearson(Δ_T, Δ_S)",
+        ),
+        "consistency-vs-accuracy": scatter(
+            trials["consistency"],
+            trials["accuracy"],
+            "Causal consistency vs task accuracy (one point per trial)",
+            "causal consistency (Pearson of Δ_T, Δ_S)",
+            "task accuracy",
+            text=text,
+            groups=groups,
+            caption="How to read this: a student far right reproduces the teacher's responses to "
+            "patching at the causal checkpoints; a student high up answers the task. "
+            "Students high but left reach the answer by another mechanism.",
+        ),
+    }
+    ok = trials["ood_degradation"].notna()
+    if ok.sum() >= 1:
+        sub = trials[ok]
+        figs["consistency-vs-ood"] = scatter(
+            sub["consistency"],
+            sub["ood_degradation"],
+            "Causal consistency vs OOD degradation (one point per trial)",
+            "causal consistency",
+            "OOD degradation (test − OOD accuracy)",
+            text=sub["trial"].astype(str).tolist(),
+            groups=sub["method"].astype(str).tolist(),
+            caption="How to read this: if keeping the teacher's mechanism makes a student robust, "
+            "points fall from left to right (more consistency, less accuracy lost OOD).",
+        )
+    return figs

@@ -1,0 +1,66 @@
+"""Intervals over seeds against the textbook formulas (t quantile from scipy, the rest numpy)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from mechscope.distill.intervals import (
+    format_contrasts,
+    mean_ci,
+    method_contrasts,
+    paired_difference,
+)
+
+TOL = 1e-12
+
+
+def _t_interval(x: np.ndarray) -> tuple[float, float]:
+    half = stats.t.ppf(0.975, x.size - 1) * x.std(ddof=1) / np.sqrt(x.size)
+    return x.mean() - half, x.mean() + half
+
+
+def test_mean_ci_is_the_student_t_interval():
+    x = np.array([0.31, 0.52, 0.47, 0.12, 0.40])
+    np.testing.assert_allclose(mean_ci(x), _t_interval(x), atol=TOL)
+    np.testing.assert_allclose(mean_ci([*x, np.nan]), _t_interval(x), atol=TOL)  # NaN dropped
+    np.testing.assert_allclose(mean_ci([0.7, 0.7, 0.7]), (0.7, 0.7), atol=TOL)  # no spread
+    assert all(np.isnan(mean_ci([0.7])))
+
+
+def test_paired_difference_pairs_by_seed():
+    a = pd.Series([0.9, 0.8, 0.85, 0.7], index=[0, 1, 2, 3])
+    b = pd.Series([0.5, 0.45, 0.6, 0.1], index=[3, 2, 1, 0])  # other order, seed 3 first
+    d = np.array([0.9 - 0.1, 0.8 - 0.6, 0.85 - 0.45, 0.7 - 0.5])
+    out = paired_difference(a, b)
+    assert out["n_seeds"] == 4
+    np.testing.assert_allclose(out["difference"], d.mean(), atol=TOL)
+    np.testing.assert_allclose([out["ci_low"], out["ci_high"]], _t_interval(d), atol=TOL)
+    t = d.mean() / (d.std(ddof=1) / np.sqrt(d.size))
+    np.testing.assert_allclose(out["p_value"], 2 * stats.t.sf(abs(t), d.size - 1), atol=TOL)
+    short = paired_difference(a, b.drop(index=[0, 1]))  # seeds only one side has are dropped
+    assert short["n_seeds"] == 2
+
+
+def test_contrasts_cover_the_methods_present():
+    rows = [
+        {
+            "student": "s",
+            "task": "ioi",
+            "method": m,
+            "seed": seed,
+            "consistency": c,
+            "accuracy": 0.5,
+        }
+        for m, base in (("untrained", -0.4), ("standard_kd", 0.5), ("rcid", 0.6))
+        for seed, c in enumerate(base + np.array([0.0, 0.05, -0.02]))
+    ]
+    table = method_contrasts(pd.DataFrame(rows))
+    pairs = set(zip(table.method, table.reference, strict=True))
+    assert pairs == {("standard_kd", "untrained"), ("rcid", "standard_kd")}
+    kd = table[(table.metric == "consistency") & (table.method == "standard_kd")].iloc[0]
+    np.testing.assert_allclose(kd.difference, 0.9, atol=TOL)
+    # the same offset on every seed (up to rounding): no spread, the interval is the value
+    np.testing.assert_allclose([kd.ci_low, kd.ci_high], [0.9, 0.9], atol=TOL)
+    assert "standard_kd − untrained" in format_contrasts(table)
