@@ -25,7 +25,6 @@ import pytest
 import torch
 from precision_helpers import (
     TRACE_TEXT,
-    abs_err,
     consistency_numbers,
     ig_numbers,
     ioi_pairs,
@@ -36,6 +35,7 @@ from precision_helpers import (
 )
 from test_workflows_bf16 import (
     U,
+    attribution_ok,
     divergence_bound,
     kurtosis_sensitivity,
     logit_ok,
@@ -97,14 +97,9 @@ def test_ig(cpu_fp32, on_gpu):
     lm, u = on_gpu
     ref, got = ig_numbers(cpu_fp32), ig_numbers(lm)
     f_size = float(np.abs(ref["ends"]).max())
-
-    def ok(a: np.ndarray, b: np.ndarray) -> bool:
-        err = abs_err(a, b)
-        return bool(err.max() <= 4 * u * f_size and err.mean() <= u * f_size)
-
     for key in ("joint", "per_layer"):
-        assert ok(got[key], ref[key])
-    assert not ok(got["joint"][::-1], ref["joint"])  # layers reversed
+        assert attribution_ok(got[key], ref[key], f_size, u)
+    assert not attribution_ok(got["joint"][::-1], ref["joint"], f_size, u)  # layers reversed
 
 
 def test_receivers(cpu_fp32, on_gpu):

@@ -42,7 +42,7 @@ class SharedPrefixSampler(HFSampler):
             cache = DynamicCache(config=self.model.config)
             self.model(input_ids=ids[:, :-1], **cache_kwargs(self.model, cache), use_cache=True)
             cache.batch_repeat_interleave(rows)
-            options["past_key_values"] = cache
+            options.update(cache_kwargs(self.model, cache))  # what generate takes it as
         batch = ids.expand(rows, -1)  # [rows, prompt_len]
         torch.manual_seed(seed)
         out = self.model.generate(

@@ -25,6 +25,29 @@ CONTRASTS = (
 )
 
 
+#: The teacher-side and per-checkpoint tables, in report order, with how to read them.
+TABLE_CAPTIONS = {
+    "distill_checkpoints": (
+        "The teacher's causal checkpoints per task: (layer, key position) ranked by the mean "
+        "norm of the contrastive difference among the sites where the teacher's own patch "
+        "moves its logit difference (the effect screen); 'modified' positions hold the "
+        "changed token; teacher_delta_test is the teacher's mean patch effect on the test "
+        "pairs."
+    ),
+    "distill_checkpoint_consistency": (
+        "Per checkpoint (means over seeds): the teacher's and the student's mean patch effect "
+        "Δ = LD(clean) − LD(patched) and their Pearson over test pairs. A negative student "
+        "effect where the teacher's is positive is a response of the opposite sign, not a "
+        "sign error."
+    ),
+    "distill_purity": (
+        "Information purity at unmodified positions: logistic-regression probe accuracy for "
+        "the task label and a control label, from the clean representation h or the "
+        "contrastive difference d; selectivity = task − control."
+    ),
+}
+
+
 @register_section(
     "distill", "Distillation: does the student keep the teacher's mechanism?", order=60
 )
@@ -42,41 +65,7 @@ def distill_section(run: RunDir) -> list:
         trials = read_table(run, "distill_trials")
         for stem, fig in summary_figures(trials).items():
             blocks.append(FigureBlock(fig, name=f"distill-{stem}"))
-    if has_table(run, "distill_checkpoints"):
-        blocks.append(
-            TableBlock(
-                read_table(run, "distill_checkpoints"),
-                caption=(
-                    "The teacher's causal checkpoints per task: (layer, key position) ranked by "
-                    "the mean norm of the contrastive difference among the sites where the "
-                    "teacher's own patch moves its logit difference (the effect screen); "
-                    "'modified' positions hold the changed token; teacher_delta_test is the "
-                    "teacher's mean patch effect on the test pairs."
-                ),
-            )
-        )
-    if has_table(run, "distill_checkpoint_consistency"):
-        blocks.append(
-            TableBlock(
-                read_table(run, "distill_checkpoint_consistency"),
-                caption=(
-                    "Per checkpoint (means over seeds): the teacher's and the student's mean "
-                    "patch effect Δ = LD(clean) − LD(patched) and their Pearson over test pairs. "
-                    "A negative student effect where the teacher's is positive is a response "
-                    "of the opposite sign, not a sign error."
-                ),
-            )
-        )
-    if has_table(run, "distill_purity"):
-        blocks.append(
-            TableBlock(
-                read_table(run, "distill_purity"),
-                caption=(
-                    "Information purity at unmodified positions: logistic-regression probe "
-                    "accuracy for the task label and a control label, from the clean "
-                    "representation h or the "
-                    "contrastive difference d; selectivity = task − control."
-                ),
-            )
-        )
+    for name, caption in TABLE_CAPTIONS.items():
+        if has_table(run, name):
+            blocks.append(TableBlock(read_table(run, name), caption=caption))
     return blocks
