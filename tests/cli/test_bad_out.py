@@ -120,3 +120,28 @@ def test_refusal_after_the_run_directory_was_made_leaves_nothing(tmp_path, capsy
     with pytest.raises(SystemExit) as exc:  # the fix, same --out: not "config differs"
         run_app(app, [*argv, "--granularity", "span"])
     assert "named span" in capsys.readouterr().err
+
+
+def test_out_of_range_heads_refused_before_any_pass(tmp_path, capsys, monkeypatch):
+    from mechscope.patching import workflow
+
+    def no_pass(*_a, **_k):
+        raise AssertionError("a sweep ran before the heads were checked")
+
+    monkeypatch.setattr(workflow, "patch_group", no_pass)
+    pair = {
+        "id": "p0",
+        "clean": "Mary and John went to the store. John gave a drink to",
+        "corrupt": "Mary and John went to the store. Mary gave a drink to",
+        "correct": " Mary",
+        "wrong": " John",
+    }
+    path = tmp_path / "pairs.jsonl"
+    path.write_text(json.dumps(pair) + "\n")
+    out = tmp_path / "runs" / "h"
+    argv = ["patch", "run", "--pairs", str(path), "-m", "tiny:llama", "--site", "z"]
+    with pytest.raises(SystemExit) as exc:
+        run_app(app, [*argv, "--heads", "99", "--out", str(out)])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.strip().startswith("error: head 99 out of range")
+    assert not (tmp_path / "runs").exists()

@@ -19,7 +19,7 @@ from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 from mechscope.patching.attribution import agreement_frame, attribute_pair
 from mechscope.patching.cache import read_caches
-from mechscope.patching.exact import new_result, sweep_layers, sweep_pairs
+from mechscope.patching.exact import new_result, sweep_heads, sweep_layers, sweep_pairs
 from mechscope.patching.memory import fit_group
 from mechscope.patching.prepare import prepare_pair
 from mechscope.patching.result import (
@@ -138,6 +138,9 @@ def run_patching(
     """Sharded (resumable) :func:`patch_pairs` writing ``tables/<name>.parquet``,
     ``tables/<name>_baselines.parquet`` and ``tables/<name>_agreement.parquet``."""
     _check_ids(pairs)
+    eng = Engine.of(lm)
+    sweep_layers(eng, spec)  # --layers and --heads checked before any pass
+    sweep_heads(eng, spec)
     for p in pairs:
         for d in spec.directions:
             prepare_pair(p, lm.tokenizer, d, spec)
