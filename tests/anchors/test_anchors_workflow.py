@@ -189,3 +189,25 @@ def test_demo_quick_on_tiny_model(tmp_path):
     after = read_table(run, "anchors_chunks")
     assert before.equals(after)
     assert build_report(run, static_figures=False).is_file()
+
+
+@pytest.mark.parametrize("which", ["receivers", "suppression"])
+def test_a_trace_too_long_is_refused_before_any_pass(tmp_path, tiny, monkeypatch, which):
+    from mechscope.anchors import run_whitebox
+    from mechscope.anchors.trace import Trace
+
+    lm, _, trace, _ = tiny
+    long_text = " ".join(["Then we add one more."] * (lm.max_context // 4 + 50))
+    too_long = Trace.from_text("long", long_text, "1")
+
+    def no_pass(*_a, **_k):
+        raise AssertionError("a trace was analysed before every trace was checked")
+
+    monkeypatch.setattr(run_whitebox, "trace_receivers", no_pass)
+    monkeypatch.setattr(run_whitebox, "suppression_matrix", no_pass)
+    run = RunDir.create(tmp_path, which, {"t": 1})
+    with pytest.raises(InputError, match="the model's context"):
+        if which == "receivers":
+            receivers_run(run, lm, [trace, too_long], ReceiverOptions(proximity=2), ablate=False)
+        else:
+            suppression_run(run, lm, [trace, too_long], SuppressionOptions())

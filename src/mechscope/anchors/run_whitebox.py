@@ -34,7 +34,7 @@ from mechscope.anchors.suppression import (
     suppression_matrix,
 )
 from mechscope.anchors.trace import Trace
-from mechscope.anchors.trace_tokens import tokenize_trace
+from mechscope.anchors.trace_tokens import TraceTokens, tokenize_trace
 from mechscope.engine import Engine
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
@@ -47,6 +47,12 @@ SCORES_TABLE = "anchors_receiver_scores"
 SUMMARY_TABLE = "anchors_receiver_summary"
 ABLATION_TABLE = "anchors_ablation"
 SUPPRESSION_TABLE = "anchors_suppression"
+
+
+def checked_tokens(lm: LoadedModel, traces: Sequence[Trace]) -> dict[str, TraceTokens]:
+    """Every trace tokenised and checked against the model's context before any pass, so a
+    long trace late in the input is refused at once, not after the others were analysed."""
+    return {t.id: tokenize_trace(lm.tokenizer, t, max_tokens=lm.max_context) for t in traces}
 
 
 def _cached(store: ShardStore, trace_id: str, options: dict[str, Any]) -> dict | None:
@@ -83,12 +89,12 @@ def receivers_run(
     eng = Engine.of(lm)
     store = ShardStore(run, RECEIVERS_PART)
     key = _receiver_options_dict(opts)
+    tokens_of = checked_tokens(lm, traces)
     per_trace = []
     for trace in traces:
         payload = _cached(store, trace.id, key)
         if payload is None:
-            tokens = tokenize_trace(lm.tokenizer, trace, max_tokens=lm.max_context)
-            rec = trace_receivers(eng, tokens, opts)
+            rec = trace_receivers(eng, tokens_of[trace.id], opts)
             payload = {"options": key, "vertical": rec.vertical, "kurtosis": rec.kurtosis}
             store.write(trace.id, payload)
         per_trace.append(TraceReceivers(trace.id, payload["vertical"], payload["kurtosis"]))
@@ -134,12 +140,12 @@ def suppression_run(
     store = ShardStore(run, SUPPRESSION_PART)
     key = {k: v for k, v in asdict(opts).items() if k != "rows_per_chunk"}
     key = {k: list(v) if isinstance(v, tuple) else v for k, v in key.items()}
+    tokens_of = checked_tokens(lm, traces)
     results = []
     for trace in traces:
         payload = _cached(store, trace.id, key)
         if payload is None:
-            tokens = tokenize_trace(lm.tokenizer, trace, max_tokens=lm.max_context)
-            res = suppression_matrix(eng, tokens, opts)
+            res = suppression_matrix(eng, tokens_of[trace.id], opts)
             payload = {
                 "options": key,
                 "matrix": res.matrix,
