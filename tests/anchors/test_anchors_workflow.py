@@ -211,3 +211,28 @@ def test_a_trace_too_long_is_refused_before_any_pass(tmp_path, tiny, monkeypatch
             receivers_run(run, lm, [trace, too_long], ReceiverOptions(proximity=2), ablate=False)
         else:
             suppression_run(run, lm, [trace, too_long], SuppressionOptions())
+
+
+def test_an_edited_trace_is_analysed_again(tmp_path, tiny, monkeypatch):
+    from mechscope.anchors import run_whitebox
+    from mechscope.anchors.trace import Trace
+
+    lm, _, trace, _ = tiny
+    run = RunDir.create(tmp_path, "edit", {"t": 1})
+    suppression_run(run, lm, [trace], SuppressionOptions())
+    calls: list[int] = []
+    real = run_whitebox.suppression_matrix
+    monkeypatch.setattr(
+        run_whitebox,
+        "suppression_matrix",
+        lambda eng, tokens, opts: calls.append(tokens.seq_len) or real(eng, tokens, opts),
+    )
+    suppression_run(run, lm, [trace], SuppressionOptions())  # the same trace: reused
+    assert calls == []
+    edited = Trace.from_text(trace.id, trace.text.replace("8", "9"), trace.gold)
+    again = suppression_run(run, lm, [edited], SuppressionOptions())
+    assert len(calls) == 1
+    fresh = suppression_run(
+        RunDir.create(tmp_path, "fresh", {"t": 1}), lm, [edited], SuppressionOptions()
+    )
+    np.testing.assert_array_equal(again[0].matrix, fresh[0].matrix)

@@ -39,6 +39,7 @@ from mechscope.engine import Engine
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 from mechscope.runs import RunDir, ShardStore, write_table
+from mechscope.runs.content_key import content_key
 
 RECEIVERS_PART = "anchors_receivers"
 SUPPRESSION_PART = "anchors_suppression"
@@ -55,9 +56,11 @@ def checked_tokens(lm: LoadedModel, traces: Sequence[Trace]) -> dict[str, TraceT
     return {t.id: tokenize_trace(lm.tokenizer, t, max_tokens=lm.max_context) for t in traces}
 
 
-def _cached(store: ShardStore, trace_id: str, options: dict[str, Any]) -> dict | None:
-    """The finished shard of ``trace_id``, or None; InputError if made with other options."""
-    if not store.done(trace_id):
+def _cached(store: ShardStore, trace: Trace, options: dict[str, Any]) -> dict | None:
+    """The finished shard of ``trace`` (made from the same text), or None; InputError if made
+    with other options."""
+    trace_id = trace.id
+    if not store.done(trace_id, content_key(trace)):  # an edited trace is analysed again
         return None
     payload = store.read(trace_id)
     if payload.get("options") != options:
@@ -92,11 +95,11 @@ def receivers_run(
     tokens_of = checked_tokens(lm, traces)
     per_trace = []
     for trace in traces:
-        payload = _cached(store, trace.id, key)
+        payload = _cached(store, trace, key)
         if payload is None:
             rec = trace_receivers(eng, tokens_of[trace.id], opts)
             payload = {"options": key, "vertical": rec.vertical, "kurtosis": rec.kurtosis}
-            store.write(trace.id, payload)
+            store.write(trace.id, payload, content_key(trace))
         per_trace.append(TraceReceivers(trace.id, payload["vertical"], payload["kurtosis"]))
     result = analyze_receivers(per_trace, opts)
     write_table(run, HEADS_TABLE, result.heads_frame())
@@ -143,7 +146,7 @@ def suppression_run(
     tokens_of = checked_tokens(lm, traces)
     results = []
     for trace in traces:
-        payload = _cached(store, trace.id, key)
+        payload = _cached(store, trace, key)
         if payload is None:
             res = suppression_matrix(eng, tokens_of[trace.id], opts)
             payload = {
@@ -152,7 +155,7 @@ def suppression_run(
                 "normalized": res.normalized,
                 "token_kl": res.token_kl,
             }
-            store.write(trace.id, payload)
+            store.write(trace.id, payload, content_key(trace))
         results.append(
             SuppressionResult(
                 trace.id, payload["matrix"], payload["normalized"], payload["token_kl"], opts
