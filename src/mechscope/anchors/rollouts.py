@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from mechscope.anchors.answers import extract_answer, is_equivalent, read_forced_answer
 from mechscope.anchors.chunking import first_chunk_text
-from mechscope.anchors.sampler import Sampler
+from mechscope.anchors.sampler import Sampler, _check_generation_args
 from mechscope.anchors.trace import Trace
 from mechscope.errors import InputError
 
@@ -73,6 +73,17 @@ class RolloutSettings:
     max_new_tokens: int = 4096
     forced_max_new_tokens: int = 32
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        """Checked when the settings are made, before any trace is read or written."""
+        _check_generation_args(["-"], self.n, self.temperature, self.top_p, self.max_new_tokens)
+        if self.n_forced < 0:
+            raise InputError(f"n_forced >= 0, got {self.n_forced}", field="n_forced")
+        if self.forced_max_new_tokens < 1:
+            raise InputError(
+                f"forced_max_new_tokens >= 1, got {self.forced_max_new_tokens}",
+                field="forced_max_new_tokens",
+            )
 
 
 @dataclass

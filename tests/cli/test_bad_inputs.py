@@ -1,0 +1,261 @@
+"""Bad input over every command: one line on stderr, exit code 2, nothing left on disk.
+
+Each case runs the real command line (in process, on ``tiny:llama`` where a model is
+needed) in a folder holding only valid input files; the case's one mistake must be refused
+with ``error: <one line>`` and exit code 2, and afterwards the folder must hold exactly the
+files it held before: no run directory, no half-written table.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mechscope.cli import app
+from mechscope.cli_errors import run_app
+
+TRACE = (
+    "Question: Tom has 3 apples and buys 5 more. How many?\n<think>\n"
+    "Let me think step by step. Tom starts with 3 apples. He buys 5 more apples. "
+    "So 3 + 5 = 8 apples in total. Therefore, the answer is 8.\n</think>\n\n\\boxed{8}"
+)
+LENS = {
+    "id": "s0",
+    "continuation": " hello world",
+    "conditions": {"a": {"prompt": "Hi there."}, "b": {"prompt": "Hello."}},
+}
+CANDIDATES = {
+    "id": "c0",
+    "prompt": "The sky is",
+    "candidates": [" blue", " green"],
+    "semantic_label": " blue",
+    "prosody_label": " green",
+}
+PAIR = {
+    "id": "p0",
+    "clean": "Mary and John went to the store. John gave a drink to",
+    "corrupt": "Mary and John went to the store. Mary gave a drink to",
+    "correct": " Mary",
+    "wrong": " John",
+}
+HEADS = {"id": "h0", "prompt": "Once upon a time", "completion": " there was"}
+STUDY = {
+    "name": "bad",
+    "teacher": "tiny:llama",
+    "students": [{"name": "sub", "kind": "layer_subset", "layers": [0, 2]}],
+    "tasks": [{"name": "ioi", "n_train": 8, "n_test": 4, "n_ood": 0}],
+    "methods": ["standard_kd"],
+    "seeds": [0],
+    "executor": "local",
+}
+
+
+def write_inputs(d: Path) -> None:
+    (d / "lens.jsonl").write_text(json.dumps(LENS) + "\n")
+    (d / "cands.jsonl").write_text(json.dumps(CANDIDATES) + "\n")
+    (d / "pairs.jsonl").write_text(json.dumps(PAIR) + "\n")
+    (d / "heads.jsonl").write_text(json.dumps(HEADS) + "\n")
+    (d / "trace.json").write_text(json.dumps([{"id": "t", "text": TRACE, "gold": "8"}]))
+    (d / "study.yaml").write_text(yaml.safe_dump(STUDY))
+    (d / "afile").write_text("not a folder")
+    (d / "dup.jsonl").write_text((json.dumps(LENS) + "\n") * 2)
+    (d / "empty.jsonl").write_text("")
+    (d / "broken.jsonl").write_text('{"id": "s0", "continuation": \n')
+    (d / "nocont.jsonl").write_text(
+        json.dumps({k: v for k, v in LENS.items() if k != "continuation"}) + "\n"
+    )
+    (d / "nocands.jsonl").write_text(json.dumps({**CANDIDATES, "candidates": []}) + "\n")
+    (d / "pair_nowrong.jsonl").write_text(
+        json.dumps({k: v for k, v in PAIR.items() if k != "wrong"}) + "\n"
+    )
+    longer = {**PAIR, "corrupt": "Mary and John went to the big old store. Mary gave a drink to"}
+    (d / "pair_long.jsonl").write_text(json.dumps(longer) + "\n")
+    (d / "heads_nocomp.jsonl").write_text(json.dumps({"id": "h0", "prompt": "Once"}) + "\n")
+    (d / "trace_nogold.json").write_text(json.dumps([{"id": "t", "text": TRACE}]))
+    (d / "study_method.yaml").write_text(yaml.safe_dump({**STUDY, "methods": ["magic"]}))
+    (d / "study_task.yaml").write_text(
+        yaml.safe_dump({**STUDY, "tasks": [{"name": "poetry", "n_train": 8, "n_test": 4}]})
+    )
+
+
+M = ["-m", "tiny:llama"]
+OUT = ["--out", "runs/x"]
+LENS_DIFF = ["lens", "diff", "lens.jsonl", "--contrast", "a-b", *M, *OUT]
+CANDS = ["lens", "candidates", "cands.jsonl", *M, *OUT]
+PATCH = ["patch", "run", "--pairs", "pairs.jsonl", *M, *OUT]
+HEADS_RUN = ["heads", "run", "heads.jsonl", *M, *OUT]
+RESAMPLE = ["anchors", "resample", "trace.json", *M, *OUT]
+RECEIVERS = ["anchors", "receivers", "trace.json", *M, *OUT]
+SUPPRESS = ["anchors", "suppress", "trace.json", *M, *OUT]
+
+CASES: dict[str, tuple[list[str], str]] = {
+    # lens diff
+    "lens: missing input": (
+        ["lens", "diff", "nope.jsonl", "--contrast", "a-b", *M, *OUT],
+        "nope.jsonl",
+    ),
+    "lens: empty input": (["lens", "diff", "empty.jsonl", "--contrast", "a-b", *M, *OUT], ""),
+    "lens: broken JSON": (["lens", "diff", "broken.jsonl", "--contrast", "a-b", *M, *OUT], ""),
+    "lens: no continuation": (
+        ["lens", "diff", "nocont.jsonl", "--contrast", "a-b", *M, *OUT],
+        "continuation",
+    ),
+    "lens: duplicate ids": (["lens", "diff", "dup.jsonl", "--contrast", "a-b", *M, *OUT], "s0"),
+    "lens: unknown condition": (["lens", "diff", "lens.jsonl", "--contrast", "a-z", *M, *OUT], ""),
+    "lens: contrast without dash": (
+        ["lens", "diff", "lens.jsonl", "--contrast", "ab", *M, *OUT],
+        "contrast",
+    ),
+    "lens: resamples 0": ([*LENS_DIFF, "--resamples", "0"], "n_resamples"),
+    "lens: resamples negative": ([*LENS_DIFF, "--resamples", "-5"], "n_resamples"),
+    "lens: bins 0": ([*LENS_DIFF, "--bins", "0"], "n_bins"),
+    "lens: first-k 0": ([*LENS_DIFF, "--first-k", "0"], "first_k"),
+    "lens: chunk 0": ([*LENS_DIFF, "--chunk", "0"], "chunk"),
+    "lens: bad regex": ([*LENS_DIFF, "--anchor", "re:("], "regex"),
+    "lens: unknown anchor": ([*LENS_DIFF, "--anchor", "bogus"], "anchor"),
+    "lens: out is a file": (
+        ["lens", "diff", "lens.jsonl", "--contrast", "a-b", *M, "--out", "afile"],
+        "--out",
+    ),
+    "lens: out under a file": (
+        ["lens", "diff", "lens.jsonl", "--contrast", "a-b", *M, "--out", "afile/r"],
+        "--out",
+    ),
+    "lens: no such model": (
+        ["lens", "diff", "lens.jsonl", "--contrast", "a-b", "-m", "no/such/model", *OUT],
+        "",
+    ),
+    "lens: bad dtype": ([*LENS_DIFF, "--dtype", "float7"], "dtype"),
+    "lens: bad device": ([*LENS_DIFF, "--device", "tpu"], "device"),
+    "lens: threads 0": ([*LENS_DIFF, "--threads", "0"], "threads"),
+    "lens: bad memory": ([*LENS_DIFF, "--memory", "lots"], "memory"),
+    "lens: unknown tiny family": (
+        ["lens", "diff", "lens.jsonl", "--contrast", "a-b", "-m", "tiny:nosuch", *OUT],
+        "",
+    ),
+    # lens candidates
+    "candidates: missing input": (["lens", "candidates", "nope.jsonl", *M, *OUT], "nope.jsonl"),
+    "candidates: bad policy": ([*CANDS, "--policy", "mean"], "policy"),
+    "candidates: no candidates": (["lens", "candidates", "nocands.jsonl", *M, *OUT], "candidates"),
+    "candidates: resamples 0": ([*CANDS, "--resamples", "0"], "n_resamples"),
+    "candidates: out is a file": (
+        ["lens", "candidates", "cands.jsonl", *M, "--out", "afile"],
+        "--out",
+    ),
+    # patch run
+    "patch: no pairs nor task": (["patch", "run", *M, *OUT], "pairs"),
+    "patch: pairs and task": ([*PATCH, "--task", "ioi"], "pairs"),
+    "patch: unknown task": (["patch", "run", "--task", "poetry", *M, *OUT], "task"),
+    "patch: unknown site": ([*PATCH, "--site", "bogus"], "site"),
+    "patch: unknown granularity": ([*PATCH, "--granularity", "bogus"], "granularity"),
+    "patch: unknown direction": ([*PATCH, "--direction", "sideways"], "direction"),
+    "patch: layer out of range": ([*PATCH, "--layers", "99"], "99"),
+    "patch: head out of range": ([*PATCH, "--site", "z", "--heads", "99"], "99"),
+    "patch: layers not ints": ([*PATCH, "--layers", "a,b"], "--layers"),
+    "patch: pair without wrong": (
+        ["patch", "run", "--pairs", "pair_nowrong.jsonl", *M, *OUT],
+        "wrong",
+    ),
+    "patch: lengths differ": (
+        ["patch", "run", "--pairs", "pair_long.jsonl", *M, *OUT],
+        "token length",
+    ),
+    "patch: span without spans": ([*PATCH, "--granularity", "span"], "span"),
+    "patch: bad policy": ([*PATCH, "--policy", "bogus"], "policy"),
+    "patch: missing pairs file": (
+        ["patch", "run", "--pairs", "nope.jsonl", *M, *OUT],
+        "nope.jsonl",
+    ),
+    # heads run
+    "heads: missing samples": (["heads", "run", "nope.jsonl", *M, *OUT], "nope.jsonl"),
+    "heads: steps 0": ([*HEADS_RUN, "--steps", "0"], "steps"),
+    "heads: bad method": ([*HEADS_RUN, "--method", "simpson"], "method"),
+    "heads: bad objective": ([*HEADS_RUN, "--objective", "bogus"], "objective"),
+    "heads: bad path": ([*HEADS_RUN, "--path", "sideways"], "path"),
+    "heads: bad postprocess": ([*HEADS_RUN, "--postprocess", "bogus"], "postprocess"),
+    "heads: sample without completion": (
+        ["heads", "run", "heads_nocomp.jsonl", *M, *OUT],
+        "completion",
+    ),
+    "heads: out is a file": (["heads", "run", "heads.jsonl", *M, "--out", "afile"], "--out"),
+    "heads diagnose: not a run": (["heads", "diagnose", "nowhere"], "nowhere"),
+    # anchors
+    "resample: missing input": (["anchors", "resample", "nope.json", *M, *OUT], "nope.json"),
+    "resample: n 0": ([*RESAMPLE, "--n", "0"], ""),
+    "resample: negative temperature": ([*RESAMPLE, "--temperature", "-1"], "temperature"),
+    "resample: trace without gold": (
+        ["anchors", "resample", "trace_nogold.json", *M, *OUT],
+        "gold",
+    ),
+    "analyze: no run": (["anchors", "analyze", "--out", "nowhere"], ""),
+    "receivers: negative proximity": ([*RECEIVERS, "--proximity", "-1"], "proximity"),
+    "receivers: missing input": (["anchors", "receivers", "nope.json", *M, *OUT], "nope.json"),
+    "suppress: bad alignment": ([*SUPPRESS, "--alignment", "sideways"], "alignment"),
+    "suppress: rows-per-chunk 0": ([*SUPPRESS, "--rows-per-chunk", "0"], "rows"),
+    # distill
+    "distill run: missing config": (["distill", "run", "nope.yaml", "--root", "runs"], "nope"),
+    "distill check: unknown method": (["distill", "check", "study_method.yaml"], "magic"),
+    "distill check: unknown task": (["distill", "check", "study_task.yaml"], "poetry"),
+    "distill check: --set without =": (
+        ["distill", "check", "study.yaml", "--set", "steps"],
+        "KEY=VALUE",
+    ),
+    "distill run: negative steps": (
+        ["distill", "run", "study.yaml", "--root", "runs", "--set", "train.steps=-1"],
+        "steps",
+    ),
+    "distill summarize: no study": (["distill", "summarize", "nowhere"], ""),
+    # the rest
+    "report: no run": (["report", "nowhere"], "nowhere"),
+    "demo: unknown part": (
+        ["demo", "--only", "poetry", "-m", "tiny:llama", "--out", "runs/demo"],
+        "poetry",
+    ),
+    "inspect: no such model": (["inspect", "-m", "no/such/model"], ""),
+    "card: no such model": (["card", "-m", "no/such/model"], ""),
+}
+
+
+def files(d: Path) -> set[Path]:
+    return {p.relative_to(d) for p in d.rglob("*")}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bad_input_is_one_line_exit_2_and_leaves_nothing(name, tmp_path, monkeypatch, capsys):
+    argv, expected = CASES[name]
+    write_inputs(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    before = files(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        run_app(app, argv)
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert expected in lines[0], (expected, lines[0])
+    assert files(tmp_path) == before, sorted(files(tmp_path) - before)
+
+
+def test_enough_cases_over_every_command():
+    commands = {
+        " ".join(a[:2]) if a[0] in {"lens", "patch", "heads", "anchors", "distill"} else a[0]
+        for a, _ in CASES.values()
+    }
+    assert len(CASES) >= 60
+    assert {
+        "lens diff",
+        "lens candidates",
+        "patch run",
+        "heads run",
+        "anchors resample",
+    } <= commands
+    assert {
+        "anchors receivers",
+        "anchors suppress",
+        "distill run",
+        "distill check",
+        "report",
+    } <= commands
