@@ -115,3 +115,66 @@ def test_a_finished_demo_reruns_in_seconds_without_a_model(demo_run, tmp_path, m
     assert differences(before, saved_results(out)) == []
     assert _manifest(out)["status"] == "finished"
     assert seconds < 60, f"rebuilding a finished demo's report took {seconds:.0f} s"
+
+
+def _done_parts(run: Path) -> list[str]:
+    return [p for p, e in _manifest(run).get("parts", {}).items() if e.get("done")]
+
+
+@pytest.mark.slow
+def test_killed_at_random_points_in_every_part_resumes_to_the_same_results(
+    demo_run, demo_model, tmp_path
+):
+    """SIGKILL once inside every part, at a random share (seeded) of the time that part took
+    in the reference run after the session reached it, each time resuming the same demo;
+    then finish it and compare with the uninterrupted reference. Parts shorter than the
+    polling can resolve (overview, patching on the tiny model) may finish before their kill;
+    at least half of the parts must be killed inside. A killed write's temporary file must
+    not survive the resume."""
+    import random
+
+    config = yaml.safe_load((demo_run / "config.yaml").read_text(encoding="utf-8"))
+    parts = config["parts"]
+    took = {p: e["seconds"] for p, e in _manifest(demo_run)["parts"].items()}
+    rng = random.Random(2026)
+    out = tmp_path / "demo"
+    cmd = demo_command(out, demo_model, parts)
+    killed_in: list[str] = []
+    for part in parts:
+        if part in _done_parts(out):  # finished in an earlier session before its kill
+            continue
+        prior = set(parts[: parts.index(part)])  # done before this part starts
+        sessions = len(_manifest(out).get("resumed", [])) if _manifest(out) else -1
+        share = rng.uniform(0.1, 0.9)
+
+        def running(prior: set = prior, sessions: int = sessions) -> bool:
+            """This session opened the run (model loaded) and the parts before are done."""
+            m = _manifest(out)
+            opened = bool(m) and len(m.get("resumed", [])) > sessions
+            return opened and prior <= set(_done_parts(out))
+
+        proc = subprocess.Popen(
+            cmd, env=demo_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        try:
+            deadline = time.monotonic() + 600
+            while not running() and proc.poll() is None:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"the demo never reached {part}")
+                time.sleep(0.02)
+            time.sleep(share * max(took.get(part, 1.0), 0.5))
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                if part not in _done_parts(out):
+                    killed_in.append(part)
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert len(killed_in) >= len(parts) // 2, f"killed inside only {killed_in} of {parts}"
+    done = subprocess.run(cmd, env=demo_env(), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert _manifest(out)["status"] == "finished"
+    assert _done_parts(out) == parts
+    assert differences(saved_results(demo_run), saved_results(out)) == []

@@ -141,3 +141,16 @@ def test_bad_names_and_foreign_folders_refused(tmp_path):
     (tmp_path / "busy" / "file.txt").write_text("x")
     with pytest.raises(InputError, match="no manifest"):
         RunDir.create(tmp_path, "busy", {})
+
+
+def test_a_resumed_run_removes_the_temp_files_of_killed_writes(tmp_path):
+    from mechscope.runs import RunDir
+    from mechscope.runs.atomic import TEMP_MARKER
+
+    run = RunDir.create(tmp_path, "r", {"a": 1})
+    stale = run.tables_dir / f".notes{TEMP_MARKER}abc123.parquet"  # a write that was killed
+    stale.write_bytes(b"half")
+    kept = run.tables_dir / "notes.parquet"
+    kept.write_bytes(b"done")
+    RunDir.create(tmp_path, "r", {"a": 1})  # resume
+    assert not stale.exists() and kept.read_bytes() == b"done"

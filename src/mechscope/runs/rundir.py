@@ -34,7 +34,7 @@ import yaml
 from pydantic import BaseModel
 
 from mechscope.errors import InputError
-from mechscope.runs.atomic import atomic_write_json, atomic_write_text
+from mechscope.runs.atomic import atomic_write_json, atomic_write_text, is_temp_name
 from mechscope.runs.manifest import config_differences, config_to_dict, new_manifest, now_iso
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -115,6 +115,7 @@ class RunDir:
         if (path / MANIFEST_FILE).is_file():
             run = cls.open(path)
             run._check_resume(cfg, seed=seed, model_fingerprint=model_fingerprint)
+            remove_stale_temp_files(path)
             run._update_manifest(lambda m: _mark_resumed(m))
             run.resumed = True
             return run
@@ -275,6 +276,16 @@ class RunDir:
 
     def __fspath__(self) -> str:
         return str(self.path)
+
+
+def remove_stale_temp_files(path: Path) -> list[Path]:
+    """Delete the temporary files of atomic writes that a killed process left under ``path``
+    (``.name.tmp-…``: never a result, only a write that did not reach its rename). Called
+    when a run resumes, before anything of it runs again."""
+    stale = [p for p in path.rglob(".*") if p.is_file() and is_temp_name(p.name)]
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale
 
 
 def discard_unused_runs() -> list[Path]:
