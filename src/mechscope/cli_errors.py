@@ -10,7 +10,7 @@ from rich.console import Console
 
 from mechscope.errors import MechscopeError
 from mechscope.runs import interrupt
-from mechscope.runs.rundir import discard_unused_runs
+from mechscope.runs.rundir import created_runs, discard_unused_runs
 
 USER_ERRORS: tuple[type[BaseException], ...] = (MechscopeError, FileNotFoundError)
 INTERRUPTED = 130  # the shell's exit code for a process ended by Ctrl-C (128 + SIGINT)
@@ -36,6 +36,7 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> None:
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]  # accepted anywhere on the line
     interrupt.install()
+    mark = created_runs()  # only this command's run directories may be discarded
     try:
         # Outside standalone mode typer turns Ctrl-C (and typer.Exit) into a returned code.
         code = app(args=args, standalone_mode=False)
@@ -46,7 +47,7 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         code = INTERRUPTED
     except (*USER_ERRORS, ValidationError) as exc:
-        discard_unused_runs()  # a run directory made before the refusal holds no work
+        discard_unused_runs(since=mark)  # a run directory made before the refusal, no work
         if debug:
             raise
         message = one_line(exc)

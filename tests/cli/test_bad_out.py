@@ -97,18 +97,25 @@ def test_lens_options_refused_before_any_work(tmp_path, capsys, option, field):
     assert not (tmp_path / "r").exists()
 
 
+PAIR = {
+    "id": "p0",
+    "clean": "Mary and John went to the store. John gave a drink to",
+    "corrupt": "Mary and John went to the store. Mary gave a drink to",
+    "correct": " Mary",
+    "wrong": " John",
+}
+
+
+def write_pair(folder, **over: str):
+    path = folder / "pairs.jsonl"
+    path.write_text(json.dumps({**PAIR, **over}) + "\n")
+    return path
+
+
 def test_refusal_after_the_run_directory_was_made_leaves_nothing(tmp_path, capsys):
     """The length check runs after the run directory exists; the refusal removes it (and the
     folders made for it), so the advised fix can run in the same --out."""
-    pair = {
-        "id": "p0",
-        "clean": "Mary and John went to the store. John gave a drink to",
-        "corrupt": "Mary and John went to the big old store. Mary gave a drink to",
-        "correct": " Mary",
-        "wrong": " John",
-    }
-    path = tmp_path / "pairs.jsonl"
-    path.write_text(json.dumps(pair) + "\n")
+    path = write_pair(tmp_path, corrupt=PAIR["corrupt"].replace("the store", "the big old store"))
     out = tmp_path / "runs" / "p"
     argv = ["patch", "run", "--pairs", str(path), "-m", "tiny:llama", "--out", str(out)]
     with pytest.raises(SystemExit) as exc:
@@ -129,15 +136,7 @@ def test_out_of_range_heads_refused_before_any_pass(tmp_path, capsys, monkeypatc
         raise AssertionError("a sweep ran before the heads were checked")
 
     monkeypatch.setattr(workflow, "patch_group", no_pass)
-    pair = {
-        "id": "p0",
-        "clean": "Mary and John went to the store. John gave a drink to",
-        "corrupt": "Mary and John went to the store. Mary gave a drink to",
-        "correct": " Mary",
-        "wrong": " John",
-    }
-    path = tmp_path / "pairs.jsonl"
-    path.write_text(json.dumps(pair) + "\n")
+    path = write_pair(tmp_path)
     out = tmp_path / "runs" / "h"
     argv = ["patch", "run", "--pairs", str(path), "-m", "tiny:llama", "--site", "z"]
     with pytest.raises(SystemExit) as exc:

@@ -154,3 +154,16 @@ def test_a_resumed_run_removes_the_temp_files_of_killed_writes(tmp_path):
     kept.write_bytes(b"done")
     RunDir.create(tmp_path, "r", {"a": 1})  # resume
     assert not stale.exists() and kept.read_bytes() == b"done"
+
+
+def test_a_refused_command_discards_only_its_own_empty_run(tmp_path):
+    from mechscope.runs.rundir import created_runs, discard_unused_runs
+
+    earlier = RunDir.create(tmp_path, "earlier", {"a": 1})  # made before the command
+    mark = created_runs()
+    mine = RunDir.create(tmp_path / "made" / "for", "it", {"a": 1})
+    worked = RunDir.create(tmp_path, "worked", {"a": 1})
+    (worked.tables_dir / "t.parquet").write_bytes(b"x")  # holds work: kept
+    assert discard_unused_runs(since=mark) == [mine.path]
+    assert not (tmp_path / "made").exists()  # with the folders made for it
+    assert earlier.path.is_dir() and worked.path.is_dir()

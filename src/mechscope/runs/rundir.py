@@ -288,13 +288,20 @@ def remove_stale_temp_files(path: Path) -> list[Path]:
     return stale
 
 
-def discard_unused_runs() -> list[Path]:
-    """Remove the run directories this process created that hold nothing but their config
-    and manifest (empty subfolders, an empty shard folder): a command refused after it made
-    its run directory leaves nothing behind, so a rerun with the corrected option is a new
-    run, not a "config differs" refusal. Returns the removed paths."""
+def created_runs() -> int:
+    """How many run directories this process has created so far (a mark for
+    :func:`discard_unused_runs`)."""
+    return len(_CREATED)
+
+
+def discard_unused_runs(since: int = 0) -> list[Path]:
+    """Remove the run directories this process created after mark ``since`` that hold
+    nothing but their config and manifest (empty subfolders, an empty shard folder): a
+    command refused after it made its run directory leaves nothing behind, so a rerun with
+    the corrected option is a new run, not a "config differs" refusal. Returns the removed
+    paths."""
     removed = []
-    while _CREATED:
+    while len(_CREATED) > since:
         path, top = _CREATED.pop()
         if not path.is_dir():
             continue
