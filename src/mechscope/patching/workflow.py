@@ -152,10 +152,17 @@ def run_patching(
         task = bar.add_task(
             f"patching {spec.site}", total=len(pairs), completed=len(pairs) - len(todo)
         )
-        for group in _groups(todo, group_size(lm, pairs, spec)) if todo else []:
+        missing = {p.id for p in todo}
+        # Groups are cut from *all* pairs, so a resumed run batches each pair with the same
+        # neighbours as an uninterrupted one (fp32 results depend on the batch's other rows);
+        # a group with a missing pair runs whole, and only its missing pairs are written.
+        for group in _groups(pairs, group_size(lm, pairs, spec)) if todo else []:
+            if not missing.intersection(p.id for p in group):
+                continue
             for pair, res in zip(group, patch_group(lm, group, spec), strict=True):
-                store.write(pair.id, shard_payload(res), keys[pair.id])  # a kill loses the group
-            bar.advance(task, len(group))
+                if pair.id in missing:  # atomic per pair: a kill loses at most the rest
+                    store.write(pair.id, shard_payload(res), keys[pair.id])
+                    bar.advance(task)
     results = [r for p in pairs for r in from_shard_payload(store.read(p.id))]
     result = PatchingResult(results, spec.site, spec.granularity)
     write_table(run, name, result.to_frame())
