@@ -11,9 +11,10 @@ import pandas as pd
 
 
 def is_time_column(name: object) -> bool:
-    """Wall or CPU times (``seconds``, ``train_seconds``, ``seconds_decode`` ...): they differ
-    between any two runs, so results are compared without them."""
-    return "seconds" in str(name).split("_")
+    """Wall or CPU times (``seconds``, ``train_seconds``, ``seconds_decode`` ...), and where an
+    interrupted training resumed (``resumed_from``, its step): bookkeeping that differs
+    between two runs, not results, so results are compared without them."""
+    return "seconds" in str(name).split("_") or str(name) == "resumed_from"
 
 
 def demo_command(out: Path, model: Path | str, parts: list[str] | tuple[str, ...] = ()) -> list:
