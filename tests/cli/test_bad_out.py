@@ -6,6 +6,7 @@ import json
 
 import pytest
 from pydantic import BaseModel, field_validator
+from test_bad_inputs import PAIR
 
 from mechscope.cli import app
 from mechscope.cli_errors import one_line, run_app
@@ -95,15 +96,6 @@ def test_lens_options_refused_before_any_work(tmp_path, capsys, option, field):
     err = capsys.readouterr().err.strip()
     assert err == f"error: field '{field}': Input should be greater than or equal to 1"
     assert not (tmp_path / "r").exists()
-
-
-PAIR = {
-    "id": "p0",
-    "clean": "Mary and John went to the store. John gave a drink to",
-    "corrupt": "Mary and John went to the store. Mary gave a drink to",
-    "correct": " Mary",
-    "wrong": " John",
-}
 
 
 def write_pair(folder, **over: str):
