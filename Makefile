@@ -42,6 +42,7 @@ demo-quick: $(STAMP)
 # land in test-artifacts/.
 test: $(STAMP)
 	@bash scripts/install_browser.sh
+	@bash scripts/install_llama_server.sh $(PY)
 	$(VENV)/bin/ruff check .
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 -q -m "not slow and not gpu"
 
