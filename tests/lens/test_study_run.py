@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from study_helpers import more_mini_problems, solution, wrong
 
+from mechscope.engine.generate import Completion
 from mechscope.errors import InputError
 from mechscope.lens.study import task_run
 from mechscope.lens.study.config import StudyConfig
-from mechscope.lens.study.decode import Decoded
 from mechscope.lens.study.report import study_section
 from mechscope.lens.study.run import PART, TABLES, TESTS_PART, run_study
 from mechscope.report import FigureBlock
@@ -27,21 +27,21 @@ CONFIG = StudyConfig(max_new_tokens=4, n_resamples=50, n_bins=5, first_k=8, task
 
 
 def scripted(problems, calls):
-    """A ``decode_rows`` that answers from :data:`PASSING` (rows are known by their seed)."""
+    """A ``complete`` that answers from :data:`PASSING` (prompts are known by their seed)."""
     by_seed = {
         task_run.row_seed(CONFIG.seed, tid, arm): (tid, arm)
         for tid in problems
         for arm in ("assisted", "tests", "spec", "other_tests", "empty")
     }
 
-    def decode(lm, rows, **kwargs):
+    def decode(engine, prompts, options):
         out = []
-        for row in rows:
-            tid, arm = by_seed[row.seed]
+        for prompt in prompts:
+            tid, arm = by_seed[prompt.seeds[0]]
             calls.append(tid)
             good = arm in PASSING[int(tid.split("/")[1]) % 4]
             p = problems[tid]
-            out.append(Decoded(solution(p) if good else wrong(p), 3, "stop_string"))
+            out.append(Completion((1, 2, 3), solution(p) if good else wrong(p), "stop_string"))
         return out
 
     return decode
@@ -52,7 +52,7 @@ def study(tiny, tmp_path_factory):
     problems = more_mini_problems()
     calls: list[str] = []
     mp = pytest.MonkeyPatch()
-    mp.setattr(task_run, "decode_rows", scripted(problems, calls))
+    mp.setattr(task_run, "complete", scripted(problems, calls))
     run = RunDir.create(tmp_path_factory.mktemp("study"), "r", CONFIG)
     first = run_study(run, tiny, CONFIG, limit=4, problems=problems, progress=False, jobs=2)
     n_first = len(calls)
@@ -119,7 +119,7 @@ def test_a_limited_run_extends_and_a_rerun_resumes(study, tiny):
     assert len(ShardStore(study["run"], PART)) == len(problems)
     assert len(ShardStore(study["run"], TESTS_PART)) == len(problems)
     before = read_table(study["run"], TABLES["curves"])
-    study["mp"].setattr(task_run, "decode_rows", lambda *a, **k: pytest.fail("no model work"))
+    study["mp"].setattr(task_run, "complete", lambda *a, **k: pytest.fail("no model work"))
     again = run_study(study["run"], tiny, CONFIG, problems=problems, progress=False)
     assert again.tables["curves"].equals(before)
 

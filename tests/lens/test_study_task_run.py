@@ -18,7 +18,7 @@ from mechscope.lens.paired import PairedOptions, analyse_sample, forward_conditi
 from mechscope.lens.positions import as_run
 from mechscope.lens.readout import readout_layers
 from mechscope.lens.study.arms import ASSISTED, common_prefix, prepare_task
-from mechscope.lens.study.cached_pass import prefill, tail_pass
+from mechscope.lens.study.cached_pass import prefix_cache, tail_pass
 from mechscope.lens.study.conditions import task_conditions
 from mechscope.lens.study.payload import pair_diff, run_task_group
 from mechscope.lens.study.readout import shared_pair_readout
@@ -43,7 +43,7 @@ def test_tail_pass_on_a_cache_equals_the_full_pass(engine, tasks):
         cond = arm.condition
         full = forward_condition(engine, cond, as_run(cond), n, True)
         for k in (0, 1, cond.cont_start - 1):
-            cache = prefill(engine.lm, cond.ids[:k])
+            cache = prefix_cache(engine, cond.ids[:k])
             got = tail_pass(
                 engine,
                 cache,

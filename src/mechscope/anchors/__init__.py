@@ -48,7 +48,7 @@ from mechscope.anchors.rollouts import (
     make_rollout,
     resample_trace,
 )
-from mechscope.anchors.sampler import HFSampler, Sampler
+from mechscope.anchors.sampler import EngineSampler, Sampler
 from mechscope.anchors.sentence_matrix import sentence_matrix
 from mechscope.anchors.taxonomy import CATEGORIES, Label, Labeler, RuleLabeler
 from mechscope.anchors.trace import FORCED_ANSWER_CUE, Trace
@@ -60,7 +60,7 @@ __all__ = [
     "Chunk",
     "ChunkMetrics",
     "Embedder",
-    "HFSampler",
+    "EngineSampler",
     "KLOptions",
     "LLMLabeler",
     "Label",

@@ -34,13 +34,13 @@ def _traces(run, input: Path | None, lm, batch_size: int, trace_tokens: int):
     """Traces from INPUT (problems solved greedily, saved in the run) or from the run."""
     from mechscope.anchors.problems import load_inputs
     from mechscope.anchors.run_blackbox import base_traces, load_traces, save_traces
-    from mechscope.anchors.sampler import HFSampler
+    from mechscope.anchors.sampler import EngineSampler
 
     if input is None:
         return load_traces(run)
     traces, problems = load_inputs(input)
     if problems:  # greedy, many problems per batch
-        sampler = HFSampler(lm.model, lm.tokenizer, batch_size=batch_size)
+        sampler = EngineSampler(lm, slots=batch_size)
         traces += base_traces(run, sampler, lm.tokenizer, problems, trace_tokens)
     save_traces(run, traces)
     return traces
@@ -70,14 +70,16 @@ def resample(
     max_new_tokens: int = typer.Option(4096, "--max-new-tokens", help="Tokens per rollout."),
     max_chunks: int | None = typer.Option(None, "--max-chunks", help="Resample chunks 0..m-1."),
     trace_tokens: int = typer.Option(512, "--trace-tokens", help="Tokens of a base trace."),
-    batch_size: int = typer.Option(8, "--batch-size", help="Rows per generate call."),
+    batch_size: int = typer.Option(
+        64, "--batch-size", help="Rollouts decoded together (continuous batching)."
+    ),
     seed: int = typer.Option(0, "--seed"),
     opts: ModelOptions = ModelOptions(),
 ) -> None:
     """Rollouts from every chunk boundary of every trace (resumable per chunk)."""
-    from mechscope.anchors.prefix_sampler import SharedPrefixSampler
     from mechscope.anchors.rollouts import RolloutSettings
     from mechscope.anchors.run_blackbox import resample_run
+    from mechscope.anchors.sampler import EngineSampler
 
     settings = RolloutSettings(
         n=n,
@@ -90,7 +92,7 @@ def resample(
     lm = opts.load()
     run = _open_run(out, opts.model, lm)
     traces = _traces(run, input, lm, batch_size, trace_tokens)
-    sampler = SharedPrefixSampler(lm.model, lm.tokenizer, batch_size=batch_size)
+    sampler = EngineSampler(lm, slots=batch_size)
     with run.timed("anchors_resample"):
         resample_run(run, sampler, traces, settings, max_chunks=max_chunks)
     console.print(f"{len(traces)} traces resampled; run 'mechscope anchors analyze --out {out}'")

@@ -16,14 +16,13 @@ from dataclasses import asdict, dataclass
 import pandas as pd
 
 from mechscope.anchors.embeddings import Embedder, MiniLMEmbedder, minilm_path
-from mechscope.anchors.prefix_sampler import SharedPrefixSampler
 from mechscope.anchors.problems import demo_problems, reasoning_prompt
 from mechscope.anchors.receivers import ReceiverOptions
 from mechscope.anchors.report import SETTINGS_TABLE
 from mechscope.anchors.rollouts import RolloutSettings
 from mechscope.anchors.run_blackbox import analyze_run, base_traces, resample_run, save_traces
 from mechscope.anchors.run_whitebox import receivers_run, suppression_run
-from mechscope.anchors.sampler import HFSampler
+from mechscope.anchors.sampler import EngineSampler
 from mechscope.anchors.suppression import SuppressionOptions
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
@@ -93,12 +92,11 @@ def demo(run: RunDir, lm: LoadedModel, quick: bool) -> None:
     s = DemoSettings.quick() if quick else DemoSettings()
     embedder = _embedder()
     write_table(run, SETTINGS_TABLE, _settings_table(s, quick, embedder))
-    sampler = SharedPrefixSampler(lm.model, lm.tokenizer, batch_size=s.batch_size)
+    sampler = EngineSampler(lm, slots=s.batch_size)
     problems = demo_problems()[: s.problems]
     budget = _trace_tokens(lm, problems, s.trace_tokens)
     with run.timed("anchors_base_traces"):
-        greedy = HFSampler(lm.model, lm.tokenizer, batch_size=len(problems))  # one batch
-        traces = base_traces(run, greedy, lm.tokenizer, problems, budget)
+        traces = base_traces(run, sampler, lm.tokenizer, problems, budget)
         save_traces(run, traces)
     settings = RolloutSettings(
         n=s.rollouts,

@@ -4,13 +4,15 @@ For each position ``p`` (see :mod:`mechscope.anchors.trace`) the driver asks the
 for ``n`` free continuations of ``trace.prefix(p)`` and, optionally, ``n_forced``
 short continuations of ``trace.forced_prompt(p)`` (answer right now). Each position is
 written to the store as soon as it is done; a rerun skips finished positions and reads
-them back, so an interrupted run resumes with identical results. Rollouts without an
-answer are kept and flagged (``has_answer=False``), never dropped.
+them back, so an interrupted run resumes with identical results (every rollout has its own
+seed). Workers sharing one run directory claim positions, so each is sampled once.
+Rollouts without an answer are kept and flagged (``has_answer=False``), never dropped.
 """
 
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
@@ -117,6 +119,14 @@ class ShardLike(Protocol):
     def read(self, sample_id: str) -> dict[str, Any]: ...
 
 
+class ClaimsLike(Protocol):
+    """Exclusive claims on shards (``mechscope.runs.claims.Claims`` fits)."""
+
+    def claim(self, sample_id: str) -> bool: ...
+
+    def release(self, sample_id: str) -> None: ...
+
+
 def shard_id(trace_id: str, position: int) -> str:
     return f"{trace_id}__p{position:04d}"
 
@@ -183,26 +193,70 @@ def resample_trace(
     settings: RolloutSettings | None = None,
     positions: Iterable[int] | None = None,
     on_position: Callable[[int], None] | None = None,
+    claims: ClaimsLike | None = None,
+    poll_s: float = 0.5,
 ) -> TraceRollouts:
     """Rollouts from each position (default ``0 … n_chunks``), resumable through ``store``.
 
     Finished positions are read back from ``store`` (their settings must match); new ones
-    are sampled and written at once. ``on_position(p)`` is called after each position.
+    are sampled and written at once. With ``claims`` (:class:`mechscope.runs.claims.Claims`)
+    a position is sampled only by the worker that claims it: other workers on the same
+    run directory skip it and read it back once it is written (polling every ``poll_s``).
+    ``on_position(p)`` is called after each position.
     """
     settings = settings or RolloutSettings()
     todo = list(range(trace.n_chunks + 1)) if positions is None else sorted(set(positions))
+    payloads: dict[int, dict[str, Any]] = {}
+    pending = todo
+    while pending:
+        held_elsewhere = []
+        for p in pending:
+            payload = _position(trace, sampler, store, settings, p, claims)
+            if payload is None:
+                held_elsewhere.append(p)
+                continue
+            payloads[p] = payload
+            if on_position is not None:
+                on_position(p)
+        if held_elsewhere:
+            time.sleep(poll_s)
+        pending = held_elsewhere
     result = TraceRollouts(trace)
     for p in todo:
-        sid = shard_id(trace.id, p)
-        if store is not None and store.done(sid):
+        result.resampled[p] = [Rollout.from_dict(d) for d in payloads[p]["resampled"]]
+        result.forced[p] = [Rollout.from_dict(d) for d in payloads[p]["forced"]]
+    return result
+
+
+def _position(
+    trace: Trace,
+    sampler: Sampler,
+    store: ShardLike | None,
+    settings: RolloutSettings,
+    p: int,
+    claims: ClaimsLike | None,
+) -> dict[str, Any] | None:
+    """Position ``p``'s payload: read back, or sampled and written; None while another
+    worker holds its claim."""
+    sid = shard_id(trace.id, p)
+    if store is not None and store.done(sid):
+        payload = store.read(sid)
+        _check_payload(payload, trace, p, settings)
+        return payload
+    if store is None or claims is None:
+        payload = _sample_position(trace, sampler, p, settings)
+        if store is not None:
+            store.write(sid, payload)
+        return payload
+    if not claims.claim(sid):
+        return None
+    try:
+        if store.done(sid):  # finished between our look and our claim
             payload = store.read(sid)
             _check_payload(payload, trace, p, settings)
-        else:
-            payload = _sample_position(trace, sampler, p, settings)
-            if store is not None:
-                store.write(sid, payload)
-        result.resampled[p] = [Rollout.from_dict(d) for d in payload["resampled"]]
-        result.forced[p] = [Rollout.from_dict(d) for d in payload["forced"]]
-        if on_position is not None:
-            on_position(p)
-    return result
+            return payload
+        payload = _sample_position(trace, sampler, p, settings)
+        store.write(sid, payload)
+        return payload
+    finally:
+        claims.release(sid)

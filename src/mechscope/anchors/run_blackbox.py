@@ -32,6 +32,7 @@ from mechscope.anchors.trace import Trace
 from mechscope.errors import InputError
 from mechscope.progress import track
 from mechscope.runs import RunDir, ShardStore, has_table, read_table, write_arrays, write_table
+from mechscope.runs.claims import Claims
 
 TRACES_TABLE = "anchors_traces"
 SENTENCES_TABLE = "anchors_sentences"
@@ -46,8 +47,8 @@ def base_traces(
 ) -> list[Trace]:
     """Greedy reasoning trace of every problem, one shard each (reused on a rerun).
 
-    The problems still to do go to ``sampler`` in one call (an :class:`HFSampler` batches
-    them with left padding); each trace is written as its own shard.
+    The problems still to do go to ``sampler`` in one call (an :class:`EngineSampler` decodes
+    them together); each trace is written as its own shard.
     """
     store = ShardStore(run, BASE_PART)
     todo = [p for p in problems if not store.done(p.id)]
@@ -115,11 +116,18 @@ def resample_run(
     *,
     max_chunks: int | None = None,
 ) -> dict[str, TraceRollouts]:
-    """Rollouts of every trace (finished positions are read back, not resampled)."""
+    """Rollouts of every trace (finished positions are read back, not resampled). Several
+    workers can share ``run``: each position is claimed and sampled by one of them."""
     store = ShardStore(run, ROLLOUTS_PART)
+    claims = Claims(store)
     return {
         t.id: resample_trace(
-            t, sampler, store, settings=settings, positions=positions(t, max_chunks)
+            t,
+            sampler,
+            store,
+            settings=settings,
+            positions=positions(t, max_chunks),
+            claims=claims,
         )
         for t in track(traces, "anchors: resampling")
     }

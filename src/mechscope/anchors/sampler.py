@@ -1,18 +1,15 @@
 """Where rollouts come from: any object with ``generate(prompts, *, n, ...)``.
 
-:class:`HFSampler` runs a local Hugging Face causal LM: the ``n`` copies of every prompt
-are flattened, cut into batches of ``batch_size``, left-padded (so every row's last
-prompt token sits at the same position and new tokens line up), and decoded with
-``model.generate`` and its KV cache. Each batch is seeded from ``seed`` and its batch
-number, so the same call with the same batch size gives the same texts.
+:class:`EngineSampler` runs the local model on the engine; the server sampler
+(:mod:`mechscope.anchors.server_sampler`) asks an OpenAI-compatible server. Both give
+rollout ``k`` of a call its own seed, :func:`rollout_seed` ``(seed, k)``.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
-
-import torch
 
 from mechscope.errors import InputError
 
@@ -33,70 +30,34 @@ class Sampler(Protocol):
     ) -> list[list[str]]: ...
 
 
-def batch_seed(seed: int, batch_index: int) -> int:
-    """The torch seed of one batch (distinct per batch, stable across runs)."""
-    return (seed * 1_000_003 + batch_index) % (2**63 - 1)
+def rollout_seed(seed: int, k: int) -> int:
+    """The seed of rollout ``k`` of a call made with ``seed``: each rollout has its own, so
+    it can be regenerated alone, in any batch, by any backend."""
+    digest = hashlib.sha256(f"{seed}:rollout:{k}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") % (2**63 - 1)
 
 
-class HFSampler:
-    """Batched sampling from a transformers causal LM with left padding and KV cache."""
+class EngineSampler:
+    """Rollouts from the local model on the engine (:mod:`mechscope.engine.generate`):
+    one prefill per prompt shared by its ``n`` rollouts, continuous batching over ``slots``
+    rows, and rollout ``k`` drawn with :func:`rollout_seed` ``(seed, k)`` so the same call
+    gives the same texts whatever the batch. ``interventions`` apply while sampling."""
 
     def __init__(
         self,
-        model: Any,
-        tokenizer: Any,
-        batch_size: int = 8,
-        device: str | torch.device | None = None,
+        engine: Any,
+        *,
+        slots: int = 64,
         add_special_tokens: bool = True,
+        interventions: Sequence[Any] = (),
     ):
-        if batch_size < 1:
-            raise InputError(f"batch_size >= 1, got {batch_size}", field="batch_size")
-        self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
-        self.device = torch.device(device) if device is not None else _model_device(model)
-        self.add_special_tokens = add_special_tokens
-        pad = tokenizer.pad_token_id
-        self.pad_token_id = pad if pad is not None else tokenizer.eos_token_id
-        if self.pad_token_id is None:
-            raise InputError("a tokenizer with a pad or eos token", field="tokenizer")
+        from mechscope.engine import Engine
 
-    def _encode(self, texts: list[str]) -> dict[str, torch.Tensor]:
-        side, pad = self.tokenizer.padding_side, self.tokenizer.pad_token
-        self.tokenizer.padding_side = "left"
-        if pad is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        try:
-            enc = self.tokenizer(
-                texts,
-                return_tensors="pt",
-                padding=True,
-                add_special_tokens=self.add_special_tokens,
-            )
-        finally:
-            self.tokenizer.padding_side = side
-            if pad is None:
-                self.tokenizer.pad_token = pad
-        return {
-            k: v.to(self.device) for k, v in enc.items() if k in ("input_ids", "attention_mask")
-        }
-
-    @torch.inference_mode()
-    def _generate_batch(
-        self, texts: list[str], temperature: float, top_p: float, max_new_tokens: int, seed: int
-    ) -> list[str]:
-        enc = self._encode(texts)  # input_ids: [batch, prompt_len]
-        options: dict[str, Any] = {"do_sample": temperature > 0}
-        if temperature > 0:
-            options.update(temperature=temperature, top_p=top_p, top_k=0)
-        torch.manual_seed(seed)
-        out = self.model.generate(
-            **enc,
-            max_new_tokens=max_new_tokens,
-            pad_token_id=self.pad_token_id,
-            use_cache=True,
-            **options,
-        )  # [batch, prompt_len + new]
-        new_tokens = out[:, enc["input_ids"].shape[1] :]  # [batch, new]
-        return self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+        if slots < 1:
+            raise InputError(f"slots >= 1, got {slots}", field="batch_size")
+        self.engine = engine if isinstance(engine, Engine) else Engine.of(engine)
+        self.slots, self.add_special_tokens = slots, add_special_tokens
+        self.interventions = list(interventions)
 
     def generate(
         self,
@@ -109,27 +70,21 @@ class HFSampler:
         seed: int,
     ) -> list[list[str]]:
         """``n`` continuations of each prompt, ``out[i][k]`` for prompt ``i``, sample ``k``."""
+        from mechscope.engine.generate import Prompt
+        from mechscope.engine.sampling import Sampling
+
         _check_generation_args(prompts, n, temperature, top_p, max_new_tokens)
-        flat = [p for p in prompts for _ in range(n)]
-        texts: list[str] = []
-        was_training = getattr(self.model, "training", False)
-        self.model.eval()
-        try:
-            for b, start in enumerate(range(0, len(flat), self.batch_size)):
-                batch = flat[start : start + self.batch_size]
-                texts += self._generate_batch(
-                    batch, temperature, top_p, max_new_tokens, batch_seed(seed, b)
-                )
-        finally:
-            self.model.train(was_training)
-        return [texts[i * n : (i + 1) * n] for i in range(len(prompts))]
-
-
-def _model_device(model: Any) -> torch.device:
-    try:
-        return next(model.parameters()).device
-    except (StopIteration, AttributeError):
-        return torch.device("cpu")
+        tok = self.engine.lm.tokenizer
+        seeds = [rollout_seed(seed, k) for k in range(n)]
+        todo = [
+            Prompt(tok(p, add_special_tokens=self.add_special_tokens)["input_ids"], seeds)
+            for p in prompts
+        ]
+        sampling = Sampling(max_new_tokens, temperature, top_p)
+        out = self.engine.generate(
+            todo, sampling, slots=self.slots, interventions=self.interventions
+        )
+        return [[c.text for c in rollouts] for rollouts in out]
 
 
 def _check_generation_args(

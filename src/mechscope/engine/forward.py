@@ -94,6 +94,7 @@ class Engine:
         grad: bool = False,
         cache: bool = False,
         resume: Resume | None = None,
+        past: DynamicCache | None = None,
     ) -> RunOutput:
         """Run the model once with ``interventions``.
 
@@ -106,7 +107,8 @@ class Engine:
         ``cache=True`` keeps the pass's keys and values (``RunOutput.cache``);
         ``resume=Resume(cache, start)`` computes only positions ``start …`` on top of an
         unedited pass's cache (:mod:`mechscope.engine.prefix`: nothing may edit the prefix;
-        reads and logits cover the tail).
+        reads and logits cover the tail). ``past``: a live cache the pass extends in place
+        (generation, :mod:`mechscope.engine.generate`: positions and masks are the caller's).
         """
         lm = self.lm
         device = lm.device
@@ -119,6 +121,8 @@ class Engine:
             input_ids, interventions = plan.input_ids, plan.interventions
             logits, position_ids = plan.logits, plan.position_ids
             kv = dynamic_cache(lm, resume, input_ids.shape[0], expand)
+        elif past is not None:
+            kv = past
         elif cache:
             kv = DynamicCache(config=lm.model.config)
         out = RunOutput(logits=None)
@@ -126,7 +130,7 @@ class Engine:
         work: dict[int, attention.AttentionWork] = defaultdict(attention.AttentionWork)
         state = attention.PassState(
             work=work,
-            padding_mask=None if attention_mask is None else attention_mask.to(device),
+            padding_mask=_padding_mask(attention_mask, device),
             rows=expand[1] if expand is not None and isinstance(expand[1], torch.Tensor) else None,
         )
         token = attention.ACTIVE.set(state)
@@ -168,7 +172,7 @@ class Engine:
             for site, _value in list(out.reads.items()):
                 if site.name == "logits":
                     out.reads[site] = select(model_logits, site)
-            if cache and kv is not None:
+            if cache and kv is not None and past is None:
                 out.cache = KVCache.from_dynamic(kv)
             if plan is not None:
                 out.reads = plan.rekey(out.reads)
@@ -177,6 +181,14 @@ class Engine:
                 handle.remove()
             attention.ACTIVE.reset(token)
         return out
+
+    # ------------------------------------------------------------------------------------
+    def generate(self, prompts, sampling, **kwargs):  # -> list[list[Completion]]
+        """Rollouts of ``prompts`` on this engine's hooks (:func:`mechscope.engine.generate.
+        generate`: shared prefixes, continuous batching, a seed per rollout)."""
+        from mechscope.engine.generate import generate
+
+        return generate(self, prompts, sampling, **kwargs)
 
     # ------------------------------------------------------------------------------------
     def unembed(self, h: torch.Tensor, *, fp32: bool = True) -> torch.Tensor:
@@ -253,6 +265,11 @@ class Engine:
                 handles.append(moe.install_router(lm.layer_part("experts", layer), fn, seq))
             else:
                 handles.extend(hooks.install(lm, name, layer, fn, seq))
+
+
+def _padding_mask(mask: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
+    """The ``[batch, seq]`` padding mask of a 2-D attention mask (a 4-D one is complete)."""
+    return mask.to(device) if mask is not None and mask.dim() == 2 else None
 
 
 def _pattern_reader(site: Site, out: RunOutput) -> Any:

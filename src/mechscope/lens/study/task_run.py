@@ -2,12 +2,12 @@
 
 Per arm (assisted and each agentic variant) the teacher-forced prefix is run once; the
 canonical continuation is teacher-forced on top of that cache (hidden states and attention
-masses for the lens), the cache is cropped back to the generation prompt, and all arms of
-all tasks in the group decode together. The position-matched control needs the assisted
-prompt at shifted positions: one more pass per distinct shift (no pad tokens: explicit
-position ids give the same positions a left-padded, masked prefix would). Then each
-distinct pass is unembedded once and every pair's metrics follow
-(:func:`mechscope.lens.study.readout.shared_pair_readout`).
+masses for the lens), the same prefix cache starts the arm's generation, and all arms of
+all tasks in the group decode together (:mod:`mechscope.engine.generate`). The
+position-matched control needs the assisted prompt at shifted positions: one more pass
+per distinct shift (no pad tokens: explicit position ids give the same positions a
+left-padded, masked prefix would). Then each distinct pass is unembedded once and every
+pair's metrics follow (:func:`mechscope.lens.study.readout.shared_pair_readout`).
 """
 
 from __future__ import annotations
@@ -21,19 +21,15 @@ import numpy as np
 import torch
 
 from mechscope.engine import Engine
+from mechscope.engine.generate import Completion, Prompt
+from mechscope.engine.prefix import can_resume
+from mechscope.engine.sampling import Sampling
 from mechscope.lens.attention_mass import key_onehot
 from mechscope.lens.paired import ConditionPass, forward_condition
 from mechscope.lens.positions import ForwardInput, as_run, check_positions
 from mechscope.lens.prepare import TokenizedCondition
 from mechscope.lens.study.arms import ASSISTED, PreparedTask, common_prefix
-from mechscope.lens.study.cached_pass import (
-    can_share_cache,
-    crop,
-    extend,
-    prefill,
-    tail_pass,
-)
-from mechscope.lens.study.decode import Decoded, Row, decode_rows
+from mechscope.lens.study.cached_pass import prefix_cache, tail_pass
 from mechscope.lens.tokens import semantic_mask
 
 MODES = ("as_run", "position_matched")
@@ -66,23 +62,21 @@ def shifted(cond: TokenizedCondition, shift: int) -> ForwardInput:
 
 
 def _arm_pass(
-    engine: Engine, task: PreparedTask, name: str, max_new: int
-) -> tuple[ConditionPass, Row]:
-    """Teacher-forced pass of one arm and its generation row, from one prompt cache."""
+    engine: Engine, task: PreparedTask, name: str, max_new: int, seed: int
+) -> tuple[ConditionPass, Prompt]:
+    """Teacher-forced pass of one arm and its generation prompt, from one prefix cache."""
     lm, arm = engine.lm, task.arms[name]
     cond, gen, n = arm.condition, arm.gen_ids, task.reference.n_tokens
     onehot = key_onehot(cond, 0)
     budget = max(1, min(max_new, (lm.max_context or 10**9) - len(gen)))
-    if not can_share_cache(lm):
-        pas = forward_condition(engine, cond, as_run(cond), n, True)
-        return pas, Row(prefill(lm, gen[:-1]), gen[-1], budget)
     tf = cond.ids[: cond.cont_start + n - 1]
     k = min(common_prefix(gen, tf), len(gen) - 1, cond.cont_start - 1)
-    cache = prefill(lm, tf[:k])
-    pas = tail_pass(engine, cache, tf, q_start=cond.cont_start - 1, n_queries=n, onehot=onehot)
-    crop(cache, k)
-    extend(lm, cache, gen[k:-1])
-    return pas, Row(cache, gen[-1], budget)
+    if k < 1 or not can_resume(lm, max(len(tf), len(gen) + budget)):
+        pas = forward_condition(engine, cond, as_run(cond), n, True)
+        return pas, Prompt(gen, [seed], budget)
+    prefix = prefix_cache(engine, tf[:k])
+    pas = tail_pass(engine, prefix, tf, q_start=cond.cont_start - 1, n_queries=n, onehot=onehot)
+    return pas, Prompt(gen, [seed], budget, prefix=prefix)
 
 
 def _pair_inputs(
@@ -135,8 +129,22 @@ class TaskWork:
     passes: list[ConditionPass]
     #: (variant, mode, index of the agentic pass, of the assisted pass, position ids)
     pairs: list[tuple[str, str, int, int, dict[str, int]]]
-    decoded: dict[str, Decoded]
+    decoded: dict[str, Completion]
     seconds: dict[str, float]
+
+
+def complete(
+    engine: Engine, prompts: Sequence[Prompt], options: GenerationOptions
+) -> list[Completion]:
+    """One completion per prompt (its one seed); every arm of every task decodes together."""
+    sampling = Sampling(
+        max(p.max_new_tokens or 1 for p in prompts),
+        options.temperature,
+        options.top_p,
+        tuple(options.stop_strings),
+    )
+    out = engine.generate(prompts, sampling, slots=len(prompts))
+    return [rollouts[0] for rollouts in out]
 
 
 def model_work(
@@ -145,28 +153,22 @@ def model_work(
     """Every forward pass and completion of ``tasks`` (the arms of all tasks decode as one
     batch); the readout is left to :func:`mechscope.lens.study.payload.task_payload`."""
     passes: list[dict[str, ConditionPass]] = []
-    rows: list[tuple[int, str, Row]] = []
+    prompts: list[tuple[int, str, Prompt]] = []
     seconds: list[dict[str, float]] = []
     for t, task in enumerate(tasks):
         start = time.perf_counter()
         per: dict[str, ConditionPass] = {}
         for name in task.arms:
-            per[name], row = _arm_pass(engine, task, name, options.max_new_tokens)
-            row.seed = row_seed(options.seed, task.task_id, name)
-            rows.append((t, name, row))
+            seed = row_seed(options.seed, task.task_id, name)
+            per[name], prompt = _arm_pass(engine, task, name, options.max_new_tokens, seed)
+            prompts.append((t, name, prompt))
         passes.append(per)
         seconds.append({"teacher_forced": time.perf_counter() - start})
     start = time.perf_counter()
-    decoded: list[dict[str, Decoded]] = [{} for _ in tasks]
-    out = decode_rows(
-        engine.lm,
-        [r for _, _, r in rows],
-        stop_strings=options.stop_strings,
-        temperature=options.temperature,
-        top_p=options.top_p,
-    )
+    decoded: list[dict[str, Completion]] = [{} for _ in tasks]
+    out = complete(engine, [p for _, _, p in prompts], options)
     share = (time.perf_counter() - start) / len(tasks)
-    for (t, name, _), d in zip(rows, out, strict=True):
+    for (t, name, _), d in zip(prompts, out, strict=True):
         decoded[t][name] = d
     work = []
     for t, task in enumerate(tasks):

@@ -1,0 +1,130 @@
+"""Rollouts of one trace on smollm2-135m: the engine's generation vs batched ``generate``.
+
+- mechscope: :class:`mechscope.anchors.sampler.EngineSampler` — the prefix is run once and
+  its key/value cache copied into every row, rows decode together with continuous batching
+  (a finished row's slot takes the next rollout), a seed per rollout;
+- baseline: transformers' ``model.generate`` on the prefix repeated to a batch of all the
+  rollouts (each row prefills the whole prefix), the same sampling settings (T = 0.6,
+  top-p 0.95, no top-k).
+
+Timed in interleaved repetitions; tokens/s counts the new tokens each side made.
+Agreement: greedy decoding (4 rollouts of 16 tokens of the same prefix) gives exactly
+``generate``'s tokens. The last stdout line is the runner's ``RESULT``.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_rollouts.py [--quick]
+        [--prefix 600] [--rollouts 64] [--tokens 64] [--reps 2] [--threads N] [--device D]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("MECHSCOPE_PROGRESS", "0")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
+from bench_anchors import forty_sentence_trace
+
+SAMPLING = {"temperature": 0.6, "top_p": 0.95}
+
+
+def prefix_text(tokenizer, n_tokens: int) -> str:
+    """The first ``n_tokens`` tokens of a long reasoning trace, as text."""
+    text = forty_sentence_trace(40).text
+    while len(tokenizer(text)["input_ids"]) < n_tokens:
+        text += " " + text
+    ids = tokenizer(text)["input_ids"][:n_tokens]
+    return tokenizer.decode(ids)
+
+
+def run_ours(sampler, prefix: str, n: int, tokens: int, tokenizer, **sampling) -> list[list[int]]:
+    texts = sampler.generate([prefix], n=n, max_new_tokens=tokens, seed=0, **sampling)[0]
+    return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+
+def run_generate(model, ids: torch.Tensor, n: int, tokens: int, **sampling) -> torch.Tensor:
+    """``generate`` on ``n`` copies of the prefix -> new tokens ``[n, <= tokens]``."""
+    options = {"do_sample": False}
+    if sampling.get("temperature", 0) > 0:
+        options = {"do_sample": True, "top_k": 0, **sampling}
+    batch = ids.expand(n, -1)
+    with torch.inference_mode():
+        out = model.generate(
+            input_ids=batch,
+            attention_mask=torch.ones_like(batch),
+            max_new_tokens=tokens,
+            pad_token_id=model.generation_config.eos_token_id,
+            **options,
+        )
+    return out[:, ids.shape[1] :]
+
+
+def new_tokens(rows, eos: int | None) -> int:
+    if isinstance(rows, torch.Tensor):
+        return int((rows != eos).sum()) if eos is not None else rows.numel()
+    return sum(len(r) for r in rows)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="200-token prefix, 16 rollouts")
+    parser.add_argument("--prefix", type=int, default=None, help="default 600 tokens")
+    parser.add_argument("--rollouts", type=int, default=None, help="default 64")
+    parser.add_argument("--tokens", type=int, default=64, help="new tokens per rollout")
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default=None)
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    n_prefix = args.prefix or (200 if args.quick else 600)
+    n = args.rollouts or (16 if args.quick else 64)
+
+    from mechscope.anchors.sampler import EngineSampler
+    from mechscope.models import load_model
+
+    lm = load_model("smollm2-135m", device=args.device, dtype=args.dtype)
+    tok = lm.tokenizer
+    prefix = prefix_text(tok, n_prefix)
+    ids = tok(prefix, return_tensors="pt")["input_ids"].to(lm.device)  # [1, prefix]
+    sampler = EngineSampler(lm, slots=n)
+    eos = lm.model.generation_config.eos_token_id
+    greedy = {"temperature": 0.0, "top_p": 1.0}
+    ours_greedy = run_ours(sampler, prefix, 4, 16, tok, **greedy)
+    hf_greedy = [
+        [t for t in row if t != eos] for row in run_generate(lm.model, ids, 4, 16).tolist()
+    ]
+    same = ours_greedy == hf_greedy
+    check = harness.Agreement(
+        same, 0.0 if same else float("inf"), "greedy tokens identical", "greedy: identical"
+    )
+    print(f"prefix {ids.shape[1]} tokens, {n} rollouts x {args.tokens} tokens", file=sys.stderr)
+    variants = {
+        "ours": lambda: run_ours(sampler, prefix, n, args.tokens, tok, **SAMPLING),
+        "generate": lambda: run_generate(lm.model, ids, n, args.tokens, **SAMPLING),
+    }
+    t = harness.interleaved(variants, reps=args.reps, warmup=0)
+    made = {k: new_tokens(v, eos) for k, v in t.last.items()}
+    rate = {k: made[k] / (sum(t.wall[k]) / len(t.wall[k])) for k in made}
+    case = harness.case_from_check(
+        t,
+        "ours",
+        "generate",
+        check,
+        case=f"rollouts: {ids.shape[1]}-token prefix, {n} x {args.tokens} tokens",
+        peer_label="model.generate on the prefix repeated to the batch",
+        target=0.33,
+        note=f"tokens/s ours {rate['ours']:.0f}, generate {rate['generate']:.0f}",
+        extra={"tokens": made, "tokens_per_s": rate},
+    )
+    return harness.emit("rollouts", [case], model="smollm2-135m", device=str(lm.device))
+
+
+if __name__ == "__main__":
+    sys.exit(harness.exit_code(main()))

@@ -1,0 +1,68 @@
+"""How the next token is chosen: greedy, or a nucleus (top-p) sample at a temperature.
+
+Each rollout draws from its own seeded ``torch.Generator``, so its tokens do not depend on
+which other rollouts share its batch, nor on the order rollouts are scheduled in: any
+rollout can be regenerated alone from its seed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from mechscope.errors import InputError
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Decoding settings shared by every rollout of a call."""
+
+    max_new_tokens: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    stop_strings: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise InputError(
+                f"max_new_tokens >= 1, got {self.max_new_tokens}", field="max_new_tokens"
+            )
+        if self.temperature < 0:
+            raise InputError(f"temperature >= 0, got {self.temperature}", field="temperature")
+        if not 0 < self.top_p <= 1:
+            raise InputError(f"0 < top_p <= 1, got {self.top_p}", field="top_p")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def next_tokens(
+    logits: torch.Tensor,  # [rows, vocab] fp32
+    sampling: Sampling,
+    gens: Sequence[torch.Generator],
+) -> torch.Tensor:  # [rows] token ids, on the host
+    """Argmax, or one nucleus draw per row with that row's own generator.
+
+    Nucleus: the smallest set of most likely tokens whose probability reaches ``top_p``
+    (the top token always stays), renormalised by ``torch.multinomial``, which draws among
+    the sorted nucleus only (a few ranks, not the whole vocabulary).
+    """
+    if sampling.greedy:
+        return logits.argmax(dim=-1).cpu()
+    probs = torch.softmax(logits.float() / sampling.temperature, dim=-1).cpu()  # [rows, vocab]
+    if sampling.top_p >= 1.0:
+        return torch.cat(
+            [torch.multinomial(p, 1, generator=g) for p, g in zip(probs, gens, strict=True)]
+        )
+    sorted_p, order = probs.sort(dim=-1, descending=True)  # [rows, vocab]
+    sizes = (sorted_p.cumsum(dim=-1) - sorted_p < sampling.top_p).sum(dim=-1).tolist()
+    # each row draws among its own nucleus's ranks: multinomial's draws depend on the
+    # length of what it draws from, so no padding to the batch's widest nucleus
+    ranks = [
+        torch.multinomial(p[:k], 1, generator=g)
+        for p, k, g in zip(sorted_p, sizes, gens, strict=True)
+    ]
+    return order.gather(-1, torch.stack(ranks))[:, 0]

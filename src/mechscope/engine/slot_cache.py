@@ -1,0 +1,116 @@
+"""A key/value cache of independent slots, for continuous batching.
+
+Each batch row is a *slot* with its own length: the keys and values of its sequence sit in
+columns ``0 … length-1`` of one buffer per layer, column = position. A decode step writes
+each slot's new key at its own column, so rows of different prompts and different ages
+share one forward; a finished slot is refilled with another rollout's prefix in place,
+and nothing else moves. The step's 4-D mask lets every row see its columns ``0 … length``
+(the new one included) and nothing beyond: stale columns of an earlier, longer occupant
+stay masked. Keys are stored after rotary embedding, so the column a key sits in does not
+matter to attention, only the mask does.
+
+Exact for a causal model whose every layer keeps every position (no sliding window shorter
+than the sequence): that is what :func:`mechscope.engine.prefix.can_resume` checks.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+from mechscope.engine.prefix import KVCache
+from mechscope.models.loaded import LoadedModel
+
+
+class _SlotLayer(DynamicLayer):
+    """One layer's buffers ``[slots, kv_heads, capacity, d_head]`` (keys and values)."""
+
+    def __init__(self, owner: SlotCache):
+        super().__init__()
+        self.owner = owner
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+
+    def allocate(self, k: torch.Tensor, v: torch.Tensor, slots: int, capacity: int) -> None:
+        self.k = k.new_zeros(slots, k.shape[1], capacity, k.shape[3])
+        self.v = v.new_zeros(slots, v.shape[1], capacity, v.shape[3])
+        self.dtype, self.device, self.is_initialized = k.dtype, k.device, True
+
+    def grow(self, capacity: int) -> None:
+        pad = (0, 0, 0, capacity - self.k.shape[2])
+        self.k = torch.nn.functional.pad(self.k, pad)
+        self.v = torch.nn.functional.pad(self.v, pad)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """Write each row's one new key/value at its slot's own column; return the columns
+        ``0 … width-1`` that the step's mask covers."""
+        rows, at, width = self.owner.rows, self.owner.write_at, self.owner.width
+        self.k[rows, :, at] = key_states[:, :, 0]  # key_states: [slots, kv_heads, 1, d]
+        self.v[rows, :, at] = value_states[:, :, 0]
+        self.keys, self.values = self.k[:, :, :width], self.v[:, :, :width]
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return max(self.owner.width - 1, 0)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self.k, self.v = self.k[indices], self.v[indices]
+
+
+class SlotCache(DynamicCache):
+    """``slots`` independent sequences in one cache (see the module docstring)."""
+
+    def __init__(self, lm: LoadedModel, slots: int, capacity: int):
+        super().__init__(config=lm.model.config)
+        self.layers = [_SlotLayer(self) for _ in range(lm.n_layers)]
+        self.slots, self.capacity = slots, capacity
+        self.device = lm.device
+        self.lengths = torch.zeros(slots, dtype=torch.long)  # host copy: tokens per slot
+        self.rows = torch.arange(slots, device=self.device)
+        self.write_at = torch.zeros(slots, dtype=torch.long, device=self.device)
+        self.width = 0
+
+    def fill(self, slot: int, prefix: KVCache) -> None:
+        """Put one prompt's cache (batch 1, ``n`` positions) into ``slot``'s columns
+        ``0 … n-1``; the slot's length becomes ``n``."""
+        n = prefix.length
+        if self.layers[0].k is None:
+            for layer, (k, v) in zip(self.layers, prefix.layers, strict=True):
+                layer.allocate(k, v, self.slots, self.capacity)
+        self.reserve(n + 1)
+        for layer, (k, v) in zip(self.layers, prefix.layers, strict=True):
+            layer.k[slot, :, :n] = k[0]
+            layer.v[slot, :, :n] = v[0]
+        self.lengths[slot] = n
+
+    def reserve(self, columns: int) -> None:
+        """Room for ``columns`` columns (buffers double when they fill)."""
+        if columns > self.capacity:
+            self.capacity = max(columns, 2 * self.capacity)
+            for layer in self.layers:
+                if layer.k is not None:
+                    layer.grow(self.capacity)
+
+    def step_inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prepare one decode step: returns ``position_ids [slots, 1]`` (each slot's next
+        position = its length) and the bool mask ``[slots, 1, 1, width]``."""
+        lengths = self.lengths
+        self.width = int(lengths.max()) + 1
+        self.reserve(self.width)
+        self.write_at = lengths.to(self.device)
+        cols = torch.arange(self.width, device=self.device)
+        mask = cols[None, :] <= self.write_at[:, None]  # [slots, width]
+        return self.write_at[:, None], mask[:, None, None, :]
+
+    def advance(self) -> None:
+        """After a step: every slot holds one more position."""
+        self.lengths += 1
+
+    def keep(self, slots: list[int]) -> None:
+        """Drop every slot not in ``slots`` (kept in that order)."""
+        idx = torch.tensor(slots, dtype=torch.long)
+        self.batch_select_indices(idx.to(self.device))
+        self.lengths = self.lengths[idx]
+        self.slots = len(slots)
+        self.rows = torch.arange(self.slots, device=self.device)

@@ -1,0 +1,77 @@
+"""Workers sharing one run directory: each position is sampled once, the rollouts are those
+of one worker alone, and a worker killed mid-position (its claim left behind) loses nothing.
+
+Workers are real processes (spawned, each loading stories260K) racing on real files.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+
+import pytest
+from worker_helpers import worker
+
+from mechscope.anchors.run_blackbox import ROLLOUTS_PART
+from mechscope.runs import RunDir, ShardStore
+from mechscope.runs.claims import Claims
+
+PART = ROLLOUTS_PART
+
+
+def _rollouts(path) -> dict:
+    return ShardStore(RunDir(path), PART).read_all()
+
+
+@pytest.fixture(scope="module")
+def alone(stories_path, tmp_path_factory):
+    path = tmp_path_factory.mktemp("alone")
+    sampled = worker(str(stories_path), str(path))
+    return path, sampled
+
+
+def test_two_workers_do_each_position_once_and_match_one_worker(alone, stories_path, tmp_path):
+    path, sampled_alone = alone
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(2) as pool:
+        jobs = [
+            pool.apply_async(worker, (str(stories_path), str(tmp_path), None, 2)) for _ in range(2)
+        ]
+        a, b = (j.get(timeout=300) for j in jobs)
+    assert sorted(a + b) == sampled_alone  # every position once, by one of the two
+    assert not set(a) & set(b)
+    assert a and b  # both worked (they started together)
+    assert _rollouts(tmp_path) == _rollouts(path)
+    assert not list((tmp_path / "shards" / PART).glob("*.claim"))
+
+
+def test_a_killed_worker_leaves_a_claim_that_the_next_run_takes_over(alone, stories_path, tmp_path):
+    path, sampled_alone = alone
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[3]); from worker_helpers import worker; "
+        "worker(sys.argv[1], sys.argv[2], die_at=2)"
+    )
+    here = os.path.dirname(__file__)
+    died = subprocess.run(
+        [sys.executable, "-c", code, str(stories_path), str(tmp_path), here], timeout=300
+    )
+    assert died.returncode == -9
+    claims = list((tmp_path / "shards" / PART).glob("*.claim"))
+    assert len(claims) == 1  # the position it was sampling when it died
+    assert json.loads(claims[0].read_text())["pid"] != os.getpid()
+    again = worker(str(stories_path), str(tmp_path))
+    assert len(again) == len(sampled_alone) - 2  # two positions were written before the kill
+    assert _rollouts(tmp_path) == _rollouts(path)
+
+
+def test_a_live_claim_is_respected_and_released(tmp_path):
+    store = ShardStore(RunDir(tmp_path), PART)
+    mine, other = Claims(store), Claims(store)
+    assert mine.claim("story__p0001")
+    assert not other.claim("story__p0001")  # this process is alive: the claim holds
+    mine.release("story__p0001")
+    assert other.claim("story__p0001")
+    assert store.ids() == []  # claims are not shards

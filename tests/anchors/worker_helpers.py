@@ -1,0 +1,61 @@
+"""Resampling workers for the claim tests, run in spawned processes (importable by name)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from mechscope.anchors.rollouts import RolloutSettings
+from mechscope.anchors.trace import Trace
+
+TEXT = (
+    "Tell a story. <think>\nOnce upon a time there was a cat. The cat was happy. "
+    "It found a ball in the park. Then it ran home to its mother. She gave it milk. "
+    "The cat slept all day long.</think>"
+)
+SETTINGS = RolloutSettings(n=3, temperature=0.6, top_p=0.95, max_new_tokens=6)
+
+
+def trace() -> Trace:
+    return Trace.from_text("story", TEXT, "42")
+
+
+class Recording:
+    """A sampler that records the prefixes it was asked for (and can die on the k-th)."""
+
+    def __init__(self, inner, die_at: int | None = None):
+        self.inner, self.die_at, self.prompts = inner, die_at, []
+
+    def generate(self, prompts, **kwargs):
+        if self.die_at is not None and len(self.prompts) == self.die_at:
+            os.kill(os.getpid(), signal.SIGKILL)  # a worker lost mid-position, claim held
+        self.prompts += prompts
+        return self.inner.generate(prompts, **kwargs)
+
+
+def _wait_for(ready: Path, n: int) -> None:
+    """Start together: announce this worker, wait until ``n`` have (at most a minute)."""
+    ready.mkdir(exist_ok=True)
+    (ready / str(os.getpid())).touch()
+    deadline = time.monotonic() + 60
+    while len(list(ready.iterdir())) < n and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def worker(model: str, run_path: str, die_at: int | None = None, together: int = 1) -> list[int]:
+    """Resample the story trace into ``run_path``; returns the positions this process
+    sampled (free rollouts, by prefix). ``together``: wait for that many workers."""
+    from mechscope.anchors.run_blackbox import resample_run
+    from mechscope.anchors.sampler import EngineSampler
+    from mechscope.models import load_model
+    from mechscope.runs import RunDir
+
+    t = trace()
+    sampler = Recording(EngineSampler(load_model(model), slots=4), die_at)
+    run = RunDir(Path(run_path))
+    _wait_for(Path(run_path) / "ready", together)
+    resample_run(run, sampler, [t], SETTINGS)
+    prefixes = {t.prefix(p): p for p in range(t.n_chunks + 1)}
+    return sorted(prefixes[p] for p in sampler.prompts)
