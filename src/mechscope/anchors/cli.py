@@ -30,8 +30,9 @@ def _open_run(out: Path, model: str, lm):  # -> RunDir
     )
 
 
-def _traces(run, input: Path | None, lm, batch_size: int, trace_tokens: int):
-    """Traces from INPUT (problems solved greedily, saved in the run) or from the run."""
+def _traces(run, input: Path | None, lm, batch_size: int, trace_tokens: int, sampler=None):
+    """Traces from INPUT (problems solved greedily by ``sampler``, default the local model,
+    saved in the run) or from the run."""
     from mechscope.anchors.problems import load_inputs
     from mechscope.anchors.run_blackbox import base_traces, load_traces, save_traces
     from mechscope.anchors.sampler import EngineSampler
@@ -40,12 +41,16 @@ def _traces(run, input: Path | None, lm, batch_size: int, trace_tokens: int):
         return load_traces(run)
     traces, problems = load_inputs(input)
     if problems:  # greedy, many problems per batch
-        sampler = EngineSampler(lm, slots=batch_size)
+        sampler = sampler or EngineSampler(lm, slots=batch_size)
         traces += base_traces(run, sampler, lm.tokenizer, problems, trace_tokens)
     save_traces(run, traces)
     return traces
 
 
+SERVER_HELP = (
+    "OpenAI-compatible base URL (http://host:port/v1): rollouts from that server instead of "
+    "the local model, each cached in the run."
+)
 REPORT_OPTION = typer.Option(True, "--report/--no-report", help="Build report.html.")
 
 
@@ -74,9 +79,18 @@ def resample(
         64, "--batch-size", help="Rollouts decoded together (continuous batching)."
     ),
     seed: int = typer.Option(0, "--seed"),
+    server: str | None = typer.Option(None, "--server", help=SERVER_HELP),
+    server_model: str | None = typer.Option(
+        None, "--server-model", help="Model id on the server (default: its first)."
+    ),
+    concurrency: int = typer.Option(16, "--concurrency", help="Requests in flight (--server)."),
+    rate_limit: float | None = typer.Option(
+        None, "--rate-limit", help="Requests per second at most (--server)."
+    ),
     opts: ModelOptions = ModelOptions(),
 ) -> None:
-    """Rollouts from every chunk boundary of every trace (resumable per chunk)."""
+    """Rollouts from every chunk boundary of every trace (resumable per chunk; several
+    commands on one --out share the work, each position sampled once)."""
     from mechscope.anchors.rollouts import RolloutSettings
     from mechscope.anchors.run_blackbox import resample_run
     from mechscope.anchors.sampler import EngineSampler
@@ -89,14 +103,36 @@ def resample(
         max_new_tokens=max_new_tokens,
         seed=seed,
     )
+    _check_server(server, concurrency, rate_limit)
     lm = opts.load()
     run = _open_run(out, opts.model, lm)
-    traces = _traces(run, input, lm, batch_size, trace_tokens)
-    sampler = EngineSampler(lm, slots=batch_size)
+    if server is not None:
+        from mechscope.anchors.server_sampler import ServerSampler
+
+        sampler = ServerSampler(
+            server,
+            server_model,
+            concurrency=concurrency,
+            rate_limit=rate_limit,
+            cache_dir=run.path / "rollout_cache",
+        )
+    else:
+        sampler = EngineSampler(lm, slots=batch_size)
+    traces = _traces(run, input, lm, batch_size, trace_tokens, sampler)
     with run.timed("anchors_resample"):
         resample_run(run, sampler, traces, settings, max_chunks=max_chunks)
     console.print(f"{len(traces)} traces resampled; run 'mechscope anchors analyze --out {out}'")
     run.finish()
+
+
+def _check_server(server: str | None, concurrency: int, rate_limit: float | None) -> None:
+    """The server options, checked before any model or run directory is touched."""
+    if server is not None and not server.startswith(("http://", "https://")):
+        raise InputError(f"an http(s):// base URL, got {server!r}", field="--server")
+    if concurrency < 1:
+        raise InputError(f">= 1, got {concurrency}", field="--concurrency")
+    if rate_limit is not None and rate_limit <= 0:
+        raise InputError(f"> 0 requests per second, got {rate_limit}", field="--rate-limit")
 
 
 @app.command()
