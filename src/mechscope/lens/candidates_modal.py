@@ -61,7 +61,7 @@ def prepare_modal_candidates(
     assert found is not None
     kind, path = found
     if lm.modality != kind:
-        has = f"a {lm.modality} model" if lm.modality else "a text model"
+        has = f"an {lm.modality} model" if lm.modality else "a text model"
         raise InputError(
             f"expected a model that reads {kind}, {lm.spec} is {has}", sample=sample.id, field=kind
         )

@@ -115,7 +115,7 @@ def encode_pair(
     """(base, source) through the processor; with the ``pad`` policy each medium is first
     padded to the other's size, so both spans have as many tokens."""
     if lm.processor is None or lm.modality != pair.base.kind:
-        has = f"a {lm.modality} model" if lm.modality else "a text model"
+        has = f"an {lm.modality} model" if lm.modality else "a text model"
         raise InputError(
             f"expected a model that reads {pair.base.kind}, {lm.spec} is {has}",
             sample=pair.id,
