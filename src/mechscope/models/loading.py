@@ -250,6 +250,11 @@ def _auto_class(card: ModelCard | None, config: Any) -> Any:
     if card is not None:
         return getattr(transformers, card.auto_class)
     if modality(config) is not None:
+        if not hasattr(transformers, MODAL_AUTO):
+            raise UnsupportedFamilyError(
+                f"multimodal models need transformers' {MODAL_AUTO} (transformers 5), "
+                f"this is transformers {transformers.__version__}"
+            )
         return getattr(transformers, MODAL_AUTO)
     model_type = getattr(config, "model_type", None)
     if model_type not in known_model_types():
