@@ -58,3 +58,15 @@ def test_patch_run_span_audio(speech_dir, tmp_path):
     assert table["flip_to_target"].isin([0.0, 1.0]).all()
     html = (out / "report.html").read_text()
     assert "flip_to_target" in html and "\\u0394 logit of the target" in html
+
+
+def test_the_python_example_of_the_docs_runs(speech_dir, tmp_path, monkeypatch):
+    import re
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parents[2] / "docs" / "multimodal.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
+    assert blocks
+    monkeypatch.chdir(tmp_path)
+    for code in blocks:
+        exec(compile(code.replace("runs/speech/", f"{speech_dir}/"), "docs", "exec"), {})
