@@ -27,6 +27,13 @@ def image_lm():
 
 
 @pytest.fixture(scope="session")
+def gemma3_lm():
+    from mechscope.models import load_model
+
+    return load_model("tiny:gemma3_image")
+
+
+@pytest.fixture(scope="session")
 def speech_dir(tmp_path_factory) -> Path:
     """The espeak-ng demo set (skipped, with the reason, where espeak-ng is missing)."""
     if espeak_path() is None:

@@ -25,10 +25,10 @@ def _media(kind, speech_dir, image_files, which=0):
     return Image.open(image_files[which]).convert("RGB")
 
 
-@pytest.fixture(params=["audio", "image"])
-def case(request, audio_lm, image_lm, speech_dir, image_files):
-    kind = request.param
-    lm = audio_lm if kind == "audio" else image_lm
+@pytest.fixture(params=["audio", "image", "gemma3"])
+def case(request, audio_lm, image_lm, gemma3_lm, speech_dir, image_files):
+    kind = "audio" if request.param == "audio" else "image"
+    lm = {"audio": audio_lm, "image": image_lm, "gemma3": gemma3_lm}[request.param]
     text = render_prompt(PROMPT % kind, lm.processor, kind, sample="t")
     return lm, kind, text, _media(kind, speech_dir, image_files)
 

@@ -89,7 +89,11 @@ def test_patching_a_clip_into_itself_changes_nothing(audio_lm, speech_dir, tmp_p
         np.testing.assert_allclose(res.logits[layer, 0, 0], ref.logits[0, -1].numpy(), atol=ATOL)
 
 
-def test_whole_image_span_at_layer_0_gives_the_source_logits(image_lm, image_files, tmp_path):
+@pytest.mark.parametrize("model", ["llava", "gemma3"])
+def test_whole_image_span_at_layer_0_gives_the_source_logits(
+    model, image_lm, gemma3_lm, image_files, tmp_path
+):
+    image_lm = image_lm if model == "llava" else gemma3_lm
     pair = _pair(tmp_path, "image", *image_files)
     res = patch_pair(image_lm, pair, _spec("image", layers=(0,)), keep_logits=True)[0]
     text = render_prompt(PROMPT % "image", image_lm.processor, "image", sample="t")

@@ -57,16 +57,28 @@ def placeholder_id(config: Any, kind: Modality) -> int:
     )
 
 
+#: Begin/end tokens a placeholder sits between where the model locates media by them
+#: (Qwen2-VL's rotary positions start at ``<|vision_start|>``), used when the tokenizer has them.
+_IMAGE_WRAP = ("<|vision_start|>", "<|vision_end|>")
+
+
 def placeholder_text(processor: Any, kind: Modality) -> str:
     """The text a prompt's ``{audio}`` / ``{image}`` marker becomes: the processor's own
-    placeholder, inside the begin/end tokens where the processor names them (Qwen2-Audio's
-    ``<|audio_bos|><|AUDIO|><|audio_eos|>``)."""
+    placeholder (Gemma 3's is its begin-of-image token, which it expands), inside the
+    begin/end tokens where the processor or tokenizer has them (Qwen2-Audio's
+    ``<|audio_bos|><|AUDIO|><|audio_eos|>``, Qwen2-VL's
+    ``<|vision_start|><|image_pad|><|vision_end|>``)."""
     token = getattr(processor, f"{kind}_token", None)
     if not isinstance(token, str):
         raise ModelSpecError(f"{type(processor).__name__} names no {kind} token")
-    bos = getattr(processor, f"{kind}_bos_token", None) if kind == "audio" else None
-    eos = getattr(processor, f"{kind}_eos_token", None) if kind == "audio" else None
-    return f"{bos or ''}{token}{eos or ''}"
+    if kind == "audio":
+        bos = getattr(processor, "audio_bos_token", None)
+        eos = getattr(processor, "audio_eos_token", None)
+        return f"{bos or ''}{token}{eos or ''}"
+    added = set(getattr(processor.tokenizer, "get_added_vocab", dict)())
+    if all(t in added for t in _IMAGE_WRAP):
+        return f"{_IMAGE_WRAP[0]}{token}{_IMAGE_WRAP[1]}"
+    return token
 
 
 def modal_card(card: ModelCard) -> ModelCard:

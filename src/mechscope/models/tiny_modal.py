@@ -1,8 +1,10 @@
 """Tiny seeded multimodal models with processors built locally (no downloads).
 
 ``tiny:qwen2_audio`` (audio-text, Qwen2-Audio's layout: a Whisper-style encoder whose
-projected frames replace ``<|AUDIO|>`` placeholders) and ``tiny:llava`` (image-text: a CLIP
-vision tower whose projected patches replace ``<image>``) run the real transformers
+projected frames replace ``<|AUDIO|>`` placeholders), ``tiny:llava`` (image-text: a CLIP
+vision tower whose projected patches replace ``<image>``) and ``tiny:gemma3_image`` (Gemma 3 4B+'s
+layout: SigLIP patches pooled into soft tokens between begin/end-of-image tokens, attended
+bidirectionally) run the real transformers
 modeling and processing code at a size that takes milliseconds, so the multimodal plumbing
 is tested against the models' own forward. Random weights: plumbing, never findings.
 """
@@ -21,6 +23,7 @@ from mechscope.models.tiny import tiny_tokenizer
 
 AUDIO_TOKENS = ("<|AUDIO|>", "<|audio_bos|>", "<|audio_eos|>")
 IMAGE_TOKEN = "<image>"
+GEMMA3_TOKENS = ("<start_of_image>", "<end_of_image>", "<image_soft_token>")
 _TEXT = {
     "hidden_size": 32,
     "intermediate_size": 64,
@@ -90,10 +93,49 @@ def tiny_llava(seed: int = 0) -> tuple[PreTrainedModel, Any]:
     return _build(transformers.LlavaForConditionalGeneration, config, seed), processor
 
 
+def tiny_gemma3(seed: int = 0) -> tuple[PreTrainedModel, Any]:
+    """A 3-layer Gemma 3 (SigLIP tower on 32×32 images, 4 soft tokens per image)."""
+    base = _tokenizer(GEMMA3_TOKENS)
+    names = ("boi_token", "eoi_token", "image_token")
+    tok = transformers.PreTrainedTokenizerFast(  # Gemma 3's processor reads these names
+        tokenizer_object=base.backend_tokenizer,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        extra_special_tokens=dict(zip(names, GEMMA3_TOKENS, strict=True)),
+    )
+    processor = transformers.Gemma3Processor(
+        image_processor=transformers.Gemma3ImageProcessorPil(size={"height": 32, "width": 32}),
+        tokenizer=tok,
+        image_seq_length=4,
+    )
+    ids = [tok.convert_tokens_to_ids(t) for t in GEMMA3_TOKENS]
+    config = transformers.Gemma3Config(
+        vision_config={
+            "hidden_size": 16,
+            "intermediate_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "image_size": 32,
+            "patch_size": 8,
+        },
+        text_config={"vocab_size": len(tok), **_TEXT, "head_dim": 8, "sliding_window": 64},
+        mm_tokens_per_image=4,
+        boi_token_index=ids[0],
+        eoi_token_index=ids[1],
+        image_token_index=ids[2],
+    )
+    return _build(transformers.Gemma3ForConditionalGeneration, config, seed), processor
+
+
 def _build(cls: type, config: Any, seed: int) -> PreTrainedModel:
     config.pad_token_id = None
     torch.manual_seed(seed)
     model = cls(config).to(torch.float32)
+    with torch.no_grad():  # a matrix left at zero (Gemma 3's projector) would make the
+        for param in model.parameters():  # media invisible, and the tests unable to fail
+            if param.dim() >= 2 and not param.any():
+                param.normal_(0.0, 0.02)
     model.eval()
     return model
 
@@ -102,4 +144,5 @@ def _build(cls: type, config: Any, seed: int) -> PreTrainedModel:
 TINY_MODAL: dict[str, Callable[[int], tuple[PreTrainedModel, Any]]] = {
     "qwen2_audio": tiny_qwen2_audio,
     "llava": tiny_llava,
+    "gemma3_image": tiny_gemma3,
 }
