@@ -118,3 +118,32 @@ def tiny_text_lm():
     from mechscope.models import load_model
 
     return load_model("tiny:llama")
+
+
+def test_gemma3_summed_scores_equal_plain_teacher_forcing(gemma3_lm, image_files, tmp_path):
+    """Gemma 3 passes token_type_ids (image tokens attend both ways): each teacher-forced
+    row extends them with text marks."""
+    rec = {
+        "id": "g",
+        "image": str(image_files[1]),
+        "prompt": "{image} The picture looks",
+        "candidates": WORDS,
+        "semantic_label": "happy",
+        "prosody_label": "sad",
+    }
+    (prep,) = select_and_prepare(gemma3_lm, _write(tmp_path, [rec]), CandidatesConfig(policy="sum"))
+    assert "token_type_ids" in prep.model_inputs
+    scores = candidate_scores(gemma3_lm, prep, "sum")
+    text = render_prompt(rec["prompt"], gemma3_lm.processor, "image", sample="g")
+    image = Image.open(image_files[1]).convert("RGB")
+    n_p = len(prep.prompt_ids)
+    for k, word in enumerate(prep.words):
+        full = processed(gemma3_lm, text, image, "image")
+        full["input_ids"] = torch.tensor([prep.prompt_ids + word[:-1]])
+        full["attention_mask"] = torch.ones_like(full["input_ids"])
+        pad = len(word) - 1
+        full["token_type_ids"] = torch.nn.functional.pad(full["token_type_ids"], (0, pad))
+        want = sum(
+            hf_lens_logprobs(gemma3_lm, full, n_p - 1 + j)[:, tok] for j, tok in enumerate(word)
+        )
+        np.testing.assert_allclose(scores[:, k], want, atol=1e-4)

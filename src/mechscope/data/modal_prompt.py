@@ -129,6 +129,21 @@ def stack_inputs(rows: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.
     return {k: torch.cat([r[k] for r in rows]) for k in rows[0]}
 
 
+#: Processor outputs with one entry per token (Gemma 3 marks image tokens, which attend to
+#: each other both ways); a row longer than the prompt gets zeros (text) after it.
+TOKEN_ALIGNED = ("token_type_ids", "mm_token_type_ids")
+
+
+def extend_tokens(inputs: Mapping[str, torch.Tensor], width: int) -> dict[str, torch.Tensor]:
+    """``inputs`` for rows of ``width`` tokens: token-aligned entries ``[b, seq]`` padded with
+    zeros to ``[b, width]`` (the teacher-forced words after the prompt are text)."""
+    out = dict(inputs)
+    for k in TOKEN_ALIGNED:
+        if k in out and out[k].shape[-1] < width:
+            out[k] = torch.nn.functional.pad(out[k], (0, width - out[k].shape[-1]))
+    return out
+
+
 def cast_inputs(inputs: Mapping[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
     """Floating inputs in the model's dtype (a bf16 encoder refuses fp32 features)."""
     return {k: v.to(dtype) if v.is_floating_point() else v for k, v in inputs.items()}

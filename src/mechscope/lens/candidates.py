@@ -23,7 +23,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from mechscope.data.loaders import iter_jsonl
-from mechscope.data.modal_prompt import stack_inputs
+from mechscope.data.modal_prompt import extend_tokens, stack_inputs
 from mechscope.data.tokens import answer_token_ids, encode
 from mechscope.engine import Engine, Read, Site
 from mechscope.errors import InputError
@@ -224,7 +224,7 @@ def _summed_scores(engine: Engine, prep: PreparedCandidates) -> np.ndarray:
     scores = np.zeros((lm.n_layers, len(rows)), dtype=np.float32)
     extra = None
     if prep.model_inputs:  # every row reads the same media: one copy per row
-        extra = stack_inputs([prep.model_inputs] * len(rows))
+        extra = extend_tokens(stack_inputs([prep.model_inputs] * len(rows)), width)
     with torch.inference_mode():
         out = engine.run(
             ids, [Read(s) for s in sites], attention_mask=mask, logits=False, model_inputs=extra
