@@ -162,3 +162,41 @@ def test_attribution_of_media_pairs_is_refused_in_one_line(audio_lm, speech_dir,
     with pytest.raises(UnsupportedInterventionError) as exc:
         prepare_modal_pair(audio_lm, pair, "denoising", _spec("audio", attribution=True))
     assert "\n" not in str(exc.value)
+
+
+def _spliced_logits(lm, emb_a, rows):
+    """The language model's logits at the last position on A's layer-0 input with ``rows``
+    (position -> new row) written in: HF's own modules, not the engine."""
+    emb = emb_a.clone()
+    for pos, row in rows.items():
+        emb[0, pos] = row
+    with torch.no_grad():
+        h = lm.model.model.language_model(inputs_embeds=emb).last_hidden_state
+        return lm.model.lm_head(h)[0, -1].numpy()
+
+
+@pytest.mark.parametrize("policy", ["truncate", "pool"])
+def test_truncate_and_pool_at_layer_0_equal_a_spliced_input(audio_lm, speech_dir, tmp_path, policy):
+    a, b = speech_dir / "audio" / "sad-sad.wav", speech_dir / "audio" / "angry-angry.wav"
+    pair = _pair(tmp_path, "audio", a, b)
+    spec = _spec("audio", span_policy=policy, layers=(0,))
+    res = patch_pair(audio_lm, pair, spec, keep_logits=True)[0]
+    text = render_prompt(PROMPT % "audio", audio_lm.processor, "audio", sample="t")
+    inputs = [
+        processed(audio_lm, text, soundfile.read(str(p), dtype="float32")[0], "audio")
+        for p in (a, b)
+    ]
+    emb = [hf_forward(audio_lm, x).hidden_states[0] for x in inputs]  # [1, seq, d] layer-0 input
+    ph = audio_lm.model.config.audio_token_index
+    spans = [(x["input_ids"][0] == ph).nonzero().flatten().tolist() for x in inputs]
+    assert len(spans[0]) != len(spans[1])
+    if policy == "truncate":
+        m = min(map(len, spans))
+        rows = {spans[0][i]: emb[1][0, spans[1][i]] for i in range(m)}
+    else:  # each base position: the mean of the source positions its share covers
+        n, src = len(spans[0]), emb[1][0, spans[1]]  # [m, d]
+        m = len(spans[1])
+        rows = {spans[0][i]: src[(i * m) // n : -((-(i + 1) * m) // n)].mean(0) for i in range(n)}
+    want = _spliced_logits(audio_lm, emb[0], rows)
+    assert np.abs(want - _spliced_logits(audio_lm, emb[0], {})).max() > 100 * ATOL  # A differs
+    np.testing.assert_allclose(res.logits[0, 0, 0], want, atol=ATOL)
