@@ -200,3 +200,14 @@ def test_truncate_and_pool_at_layer_0_equal_a_spliced_input(audio_lm, speech_dir
     want = _spliced_logits(audio_lm, emb[0], rows)
     assert np.abs(want - _spliced_logits(audio_lm, emb[0], {})).max() > 100 * ATOL  # A differs
     np.testing.assert_allclose(res.logits[0, 0, 0], want, atol=ATOL)
+
+
+def test_a_replaced_clip_changes_the_pairs_content_key(tmp_path):
+    """A resumed run recomputes a pair whose clip was replaced under the same file name."""
+    from mechscope.runs.content_key import content_key
+
+    a, b = noise_wav(tmp_path / "a.wav", 0.5), noise_wav(tmp_path / "b.wav", 0.5, seed=1)
+    before = content_key(_pair(tmp_path, "audio", a, b))
+    assert content_key(_pair(tmp_path, "audio", a, b)) == before
+    noise_wav(b, 0.5, seed=2)
+    assert content_key(_pair(tmp_path, "audio", a, b)) != before

@@ -21,7 +21,7 @@ from mechscope.patching.attribution import agreement_frame, attribute_pair
 from mechscope.patching.cache import read_caches
 from mechscope.patching.exact import new_result, sweep_heads, sweep_layers, sweep_pairs
 from mechscope.patching.memory import fit_group
-from mechscope.patching.modal import prepare_any, prompt_length
+from mechscope.patching.modal import ModalPair, prepare_any, prompt_length
 from mechscope.patching.result import (
     PairResult,
     PatchingResult,
@@ -34,12 +34,14 @@ from mechscope.runs import RunDir, ShardStore, write_table
 from mechscope.runs.content_key import content_key
 from mechscope.runs.shards import report_reuse
 
+#: A text pair, or a pair of multimodal samples (:mod:`mechscope.patching.modal`).
+AnyPair = ContrastivePair | ModalPair
 PART = "patching"
 #: Pairs swept together: equal-length pairs share forwards, which pays for short prompts.
 GROUP_PAIRS = 16
 
 
-def _check_ids(pairs: Sequence[ContrastivePair]) -> None:
+def _check_ids(pairs: Sequence[AnyPair]) -> None:
     if not pairs:
         raise InputError("expected at least one pair", field="pairs")
     seen: set[str] = set()
@@ -51,7 +53,7 @@ def _check_ids(pairs: Sequence[ContrastivePair]) -> None:
 
 def patch_group(
     lm: LoadedModel,
-    pairs: Sequence[ContrastivePair],
+    pairs: Sequence[AnyPair],
     spec: PatchSpec,
     *,
     keep_logits: bool = False,
@@ -95,13 +97,13 @@ def patch_group(
 
 
 def patch_pair(
-    lm: LoadedModel, pair: ContrastivePair, spec: PatchSpec, *, keep_logits: bool = False
+    lm: LoadedModel, pair: AnyPair, spec: PatchSpec, *, keep_logits: bool = False
 ) -> list[PairResult]:
     """Every direction of ``spec`` for one pair (one read pass per prompt)."""
     return patch_group(lm, [pair], spec, keep_logits=keep_logits)[0]
 
 
-def group_size(lm: LoadedModel, pairs: Sequence[ContrastivePair], spec: PatchSpec) -> int:
+def group_size(lm: LoadedModel, pairs: Sequence[AnyPair], spec: PatchSpec) -> int:
     """Pairs per group: up to :data:`GROUP_PAIRS`, fewer when what a group keeps (both
     prompts' reads of every swept layer, key/value caches, readout logits) would pass half
     the memory budget (:func:`~mechscope.patching.memory.fit_group`)."""
@@ -110,13 +112,13 @@ def group_size(lm: LoadedModel, pairs: Sequence[ContrastivePair], spec: PatchSpe
     return fit_group(lm, longest, spec, most=most, kv=can_resume(lm, longest)).rows
 
 
-def _groups(items: Sequence[ContrastivePair], size: int) -> list[Sequence[ContrastivePair]]:
+def _groups(items: Sequence[AnyPair], size: int) -> list[Sequence[AnyPair]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def patch_pairs(
     lm: LoadedModel,
-    pairs: Sequence[ContrastivePair],
+    pairs: Sequence[AnyPair],
     spec: PatchSpec,
     *,
     keep_logits: bool = False,
@@ -141,7 +143,7 @@ def patch_pairs(
 def run_patching(
     run: RunDir,
     lm: LoadedModel,
-    pairs: Sequence[ContrastivePair],
+    pairs: Sequence[AnyPair],
     spec: PatchSpec,
     *,
     name: str = PART,
