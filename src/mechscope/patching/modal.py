@@ -1,22 +1,18 @@
-"""Patching pairs of multimodal samples: the audio (or image) span of B into A.
+"""Preparing multimodal pairs (:mod:`mechscope.patching.modal_pairs`) for a sweep.
 
-A line of a pairs file in the base/source form whose ``base`` and ``source`` are objects
-(``{"prompt": "{audio} The emotion of the speaker is", "audio": "clips/a.wav"}``) is a
-:class:`ModalPair`. ``target`` is the source's answer and ``wrong`` the base's, as written
-(with the leading space the prompt needs); ``candidates`` (optional) makes the readout
-K-way, so ``flip_to_target`` asks whether the argmax over the candidates became the target,
-as in the seed's audio-span patching. The span is named after the modality (``audio`` /
-``image``) and found after the processor has expanded its placeholder.
+Both prompts go through the model's processor; the span is named after the modality
+(``audio`` / ``image``) and found after the placeholder is expanded. Spans of different
+lengths follow the spec's ``span_policy``. The prepared pair carries each prompt's encoder
+inputs and a key of its media, since two clips under the same text have the same ids.
+With ``candidates`` the readout is K-way, so ``flip_to_target`` asks whether the arg-max
+over the candidates became the target, as in the seed's audio-span patching.
 """
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mechscope.data.media import MediaKind, media_field, resolve_media
 from mechscope.data.modal_prompt import (
     ModalPrompt,
     cast_inputs,
@@ -28,80 +24,9 @@ from mechscope.data.modal_prompt import (
 from mechscope.data.tokens import answer_token_ids
 from mechscope.errors import InputError, UnsupportedInterventionError
 from mechscope.models.loaded import LoadedModel
+from mechscope.patching.modal_pairs import ModalPair, ModalSide
 from mechscope.patching.prepare import PreparedPair, check_grid, truncate_ranges
 from mechscope.patching.spec import Direction, PatchSpec
-
-
-@dataclass(frozen=True)
-class ModalSide:
-    """One prompt of a pair: text with a media marker, its file and the file's content key
-    (so a resumed run recomputes a pair whose clip was replaced under the same name)."""
-
-    prompt: str
-    kind: MediaKind
-    path: str
-    digest: str
-
-
-@dataclass(frozen=True)
-class ModalPair:
-    """Patch ``source``'s media span into ``base`` (denoising), or back (noising)."""
-
-    id: str
-    base: ModalSide
-    source: ModalSide
-    target: str
-    wrong: str
-    candidates: tuple[str, ...] | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-
-def is_modal_record(record: dict[str, Any]) -> bool:
-    return isinstance(record.get("base"), dict) or isinstance(record.get("source"), dict)
-
-
-def modal_pair_from_record(record: dict[str, Any], where: str, base_dir: Path) -> ModalPair:
-    """A :class:`ModalPair` from a JSONL record; the media files are checked here."""
-    pid = record.get("id") if isinstance(record.get("id"), str) else where
-    sides = {}
-    for name in ("base", "source"):
-        side = record.get(name)
-        if not isinstance(side, dict):
-            raise InputError(
-                "expected an object with 'prompt' and 'audio' or 'image'", sample=pid, field=name
-            )
-        kind = media_field(side, pid)
-        prompt = side.get("prompt")
-        if kind is None or not isinstance(prompt, str) or not prompt:
-            raise InputError(
-                "expected an object with 'prompt' and 'audio' or 'image'", sample=pid, field=name
-            )
-        path = resolve_media(side[kind], kind, base_dir, sample=pid)
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-        sides[name] = ModalSide(prompt, kind, str(path), digest)
-    if sides["base"].kind != sides["source"].kind:
-        raise InputError(
-            "expected base and source of the same modality", sample=pid, field="source"
-        )
-    words = {}
-    for key in ("target", "wrong"):
-        if not isinstance(record.get(key), str) or not record[key].strip():
-            raise InputError("expected a non-empty answer word", sample=pid, field=key)
-        words[key] = record[key]
-    cands = record.get("candidates")
-    if cands is not None and (
-        not isinstance(cands, list) or len(cands) < 2 or not all(isinstance(c, str) for c in cands)
-    ):
-        raise InputError("expected a list of at least two words", sample=pid, field="candidates")
-    return ModalPair(
-        pid,
-        sides["base"],
-        sides["source"],
-        words["target"],
-        words["wrong"],
-        tuple(cands) if cands is not None else None,
-        dict(record.get("metadata") or {}),
-    )
 
 
 def _encode(lm: LoadedModel, side: ModalSide, media: Any, pid: str) -> ModalPrompt:

@@ -19,7 +19,7 @@ from mechscope.data.ioi import generate_ioi, load_ioi_json
 from mechscope.data.loaders import iter_jsonl
 from mechscope.data.pairs import ContrastivePair, first_token_answers
 from mechscope.errors import InputError
-from mechscope.patching.modal import ModalPair, is_modal_record, modal_pair_from_record
+from mechscope.patching.modal_pairs import ModalPair, is_modal_record, modal_pair_from_record
 
 TASKS = ("ioi", "ioi-json", "facts")
 

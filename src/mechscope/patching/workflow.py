@@ -21,7 +21,8 @@ from mechscope.patching.attribution import agreement_frame, attribute_pair
 from mechscope.patching.cache import read_caches
 from mechscope.patching.exact import new_result, sweep_heads, sweep_layers, sweep_pairs
 from mechscope.patching.memory import fit_group
-from mechscope.patching.modal import ModalPair, prepare_any, prompt_length
+from mechscope.patching.modal import prepare_any, prompt_length
+from mechscope.patching.modal_pairs import ModalPair
 from mechscope.patching.result import (
     PairResult,
     PatchingResult,
