@@ -50,7 +50,8 @@ def _spec(kind, **kw):
 def test_whole_audio_span_at_layer_0_gives_the_source_logits(audio_lm, speech_dir, tmp_path):
     a, b = speech_dir / "audio" / "happy-sad.wav", speech_dir / "audio" / "sad-happy.wav"
     pair = _pair(tmp_path, "audio", a, b)
-    res = patch_pair(audio_lm, pair, _spec("audio", span_policy="pad"), keep_logits=True)[0]
+    spec = _spec("audio", span_policy="pad", directions=("denoising", "noising"))
+    res, back = patch_pair(audio_lm, pair, spec, keep_logits=True)
     # independent: B padded with silence to A's duration, through HF's own forward
     clip_a, clip_b = (soundfile.read(str(p), dtype="float32")[0] for p in (a, b))
     text = render_prompt(PROMPT % "audio", audio_lm.processor, "audio", sample="t")
@@ -65,7 +66,8 @@ def test_whole_audio_span_at_layer_0_gives_the_source_logits(audio_lm, speech_di
     # and the unpatched base is A
     base_logit = res.baseline["base_target_logit"]
     assert abs(base_logit - float(ref_a.logits[0, -1, pair_target(audio_lm, text)])) < ATOL
-    # later layers: the span alone no longer carries everything (positions after it read A)
+    # noising patches A's span into B: A's logits
+    np.testing.assert_allclose(back.logits[0, 0, 0], ref_a.logits[0, -1].numpy(), atol=ATOL)
     assert res.logits.shape[0] == audio_lm.n_layers
 
 
