@@ -39,10 +39,12 @@ demo-quick: $(STAMP)
 # The fast suite includes the end-to-end tests (tests/e2e): a quick demo on a tiny model,
 # its resumption after Ctrl-C and kill, and its report in headless Chromium (installed here
 # with apt-get when possible; without it the browser tests skip and say why). Screenshots
-# land in test-artifacts/.
+# land in test-artifacts/. espeak-ng (the multimodal tests' synthesised speech) is installed
+# the same way; without it those tests skip and say why.
 test: $(STAMP)
 	@bash scripts/install_browser.sh
 	@bash scripts/install_llama_server.sh $(PY)
+	@bash scripts/install_espeak.sh
 	$(VENV)/bin/ruff check .
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 -q -m "not slow and not gpu"
 

@@ -37,6 +37,7 @@ WORKFLOWS = [
     ("mechscope.attribution.cli", "heads", "Head importance by integrated gradients over gates."),
     ("mechscope.anchors.cli", "anchors", "Thought Anchors: which sentences of a trace matter."),
     ("mechscope.distill.cli", "distill", "RCID distillation and its baselines."),
+    ("mechscope.data.media_cli", "media", "Multimodal sample sets (espeak-ng speech demo)."),
 ]
 
 

@@ -23,6 +23,7 @@ NO_MODEL = {
     "distill check",
     "distill summarize",
     "distill configs",
+    "media speech-demo",
 }
 
 

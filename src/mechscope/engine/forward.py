@@ -8,7 +8,7 @@ raises.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,6 +95,7 @@ class Engine:
         cache: bool = False,
         resume: Resume | None = None,
         past: DynamicCache | None = None,
+        model_inputs: Mapping[str, torch.Tensor] | None = None,
     ) -> RunOutput:
         """Run the model once with ``interventions``.
 
@@ -109,12 +110,21 @@ class Engine:
         unedited pass's cache (:mod:`mechscope.engine.prefix`: nothing may edit the prefix;
         reads and logits cover the tail). ``past``: a live cache the pass extends in place
         (generation, :mod:`mechscope.engine.generate`: positions and masks are the caller's).
+        ``model_inputs``: further tensors the model's forward takes beside ``input_ids``, one
+        entry per input row where they are batched (a processor's ``input_features`` /
+        ``pixel_values`` …: :mod:`mechscope.models.modal`); they cannot be split at a
+        prefix, so ``resume`` with them is refused.
         """
         lm = self.lm
         device = lm.device
         input_ids = input_ids.to(device)
         refused = {**self.refusals, **lm.refused}
         check_pass(lm, refused, interventions, input_ids.shape[1], keep_cache=cache)
+        if model_inputs and resume is not None:
+            raise UnsupportedInterventionError(
+                "prefix reuse (resume) cannot split a multimodal input at a position: "
+                "run the whole prompt"
+            )
         kv, plan = None, None
         if resume is not None:
             plan = tail_plan(lm, resume, input_ids, interventions, logits, position_ids)
@@ -149,6 +159,8 @@ class Engine:
                     kwargs["attention_mask"] = attention_mask.to(device)
                 if position_ids is not None:
                     kwargs["position_ids"] = position_ids.to(device)
+                for name, tensor in (model_inputs or {}).items():
+                    kwargs[name] = tensor.to(device)
                 causal_lm = lm.card.auto_class == "AutoModelForCausalLM"
                 keep = _logits_to_keep(logits) if causal_lm else 0
                 if causal_lm:  # with the fp32 readout, the model's own head needs one row

@@ -14,7 +14,7 @@ reading every token through the same layer's lens (one batched forward per sampl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,6 +23,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from mechscope.data.loaders import iter_jsonl
+from mechscope.data.modal_prompt import extend_tokens, stack_inputs
 from mechscope.data.tokens import answer_token_ids, encode
 from mechscope.engine import Engine, Read, Site
 from mechscope.errors import InputError
@@ -97,6 +98,10 @@ class PreparedCandidates:
     words: list[list[int]]  # token ids of each candidate after the prompt
     label_a: int  # index of label A among the candidates
     label_b: int
+    model_inputs: dict[str, torch.Tensor] | None = None
+    """A media prompt's encoder inputs, batch of one (:mod:`.candidates_modal`)."""
+    spans: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Named ``[start, end)`` token ranges of the prompt (``audio`` / ``image``)."""
 
 
 def prepare_candidates(
@@ -191,7 +196,10 @@ def candidate_scores(
         ]
         with torch.inference_mode():
             out = engine.run(
-                torch.tensor([prep.prompt_ids]), [Read(s) for s in sites], logits=False
+                torch.tensor([prep.prompt_ids]),
+                [Read(s) for s in sites],
+                logits=False,
+                model_inputs=prep.model_inputs,
             )
             device = unembed_device(lm)  # layers may sit on several devices (device_map)
             h = torch.cat([out.reads[s][0].to(device) for s in sites])  # [L, d_model]
@@ -214,8 +222,13 @@ def _summed_scores(engine: Engine, prep: PreparedCandidates) -> np.ndarray:
     positions = tuple(range(n_p - 1, width))
     sites = [Site("resid_post", layer, positions=positions) for layer in range(lm.n_layers)]
     scores = np.zeros((lm.n_layers, len(rows)), dtype=np.float32)
+    extra = None
+    if prep.model_inputs:  # every row reads the same media: one copy per row
+        extra = extend_tokens(stack_inputs([prep.model_inputs] * len(rows)), width)
     with torch.inference_mode():
-        out = engine.run(ids, [Read(s) for s in sites], attention_mask=mask, logits=False)
+        out = engine.run(
+            ids, [Read(s) for s in sites], attention_mask=mask, logits=False, model_inputs=extra
+        )
         for layer, site in enumerate(sites):
             h = out.reads[site]  # [K, n_pos, d_model]
             for k, word in enumerate(prep.words):

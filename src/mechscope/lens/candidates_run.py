@@ -27,6 +27,7 @@ from mechscope.lens.candidates import (
     multi_token_words,
     prepare_candidates,
 )
+from mechscope.lens.candidates_modal import prepare_modal_candidates, sample_media
 from mechscope.models.loaded import LoadedModel
 from mechscope.runs import RunDir, ShardStore, run_sharded, write_table
 
@@ -115,16 +116,27 @@ def select_and_prepare(
     """Check and tokenise every sample (no model work); keep the conflict subset."""
     prepared = []
     for s in samples:
-        p = prepare_candidates(
-            s,
-            lm.tokenizer,
-            label_a=config.label_a,
-            label_b=config.label_b,
-            policy=config.policy,
-            readout=config.readout,
-            candidate_prefix=config.candidate_prefix,
-            max_context=lm.max_context,
-        )
+        if sample_media(s) is not None:  # audio / image through the model's processor
+            p = prepare_modal_candidates(
+                lm,
+                s,
+                label_a=config.label_a,
+                label_b=config.label_b,
+                policy=config.policy,
+                readout=config.readout,
+                candidate_prefix=config.candidate_prefix,
+            )
+        else:
+            p = prepare_candidates(
+                s,
+                lm.tokenizer,
+                label_a=config.label_a,
+                label_b=config.label_b,
+                policy=config.policy,
+                readout=config.readout,
+                candidate_prefix=config.candidate_prefix,
+                max_context=lm.max_context,
+            )
         if config.all_samples or p.label_a != p.label_b:
             prepared.append(p)
     if not prepared:

@@ -93,7 +93,11 @@ def diff(
 @app.command()
 @model_options
 def candidates(
-    input: Path = typer.Argument(..., help="JSONL: id, prompt, candidates and two labels."),
+    input: Path = typer.Argument(
+        ...,
+        help="JSONL: id, prompt, candidates and two labels (and an audio or image file "
+        "for a multimodal model).",
+    ),
     out: Path = typer.Option(..., "--out", help="Run directory (resumed if it exists)."),
     label_a: str = typer.Option("semantic_label", "--label-a", help="Field of label A."),
     label_b: str = typer.Option("prosody_label", "--label-b", help="Field of label B."),
@@ -105,13 +109,13 @@ def candidates(
     opts: ModelOptions = ModelOptions(),
 ) -> None:
     """Candidate-restricted logit lens: win-rates and margins per layer."""
-    from mechscope.lens.candidates import load_candidate_samples
+    from mechscope.lens.candidates_modal import load_samples
     from mechscope.lens.candidates_run import CandidatesConfig, run_candidates, select_and_prepare
     from mechscope.report import build_report
 
     if policy not in ("first", "sum"):
         raise InputError(f"expected 'first' or 'sum', got {policy!r}", field="--policy")
-    samples = load_candidate_samples(input)
+    samples = load_samples(input)
     config = CandidatesConfig(
         label_a=label_a,
         label_b=label_b,

@@ -35,6 +35,9 @@ class LoadedModel:
     """``built-in``, ``user`` ($MECHSCOPE_CARDS) or ``derived`` (read off the model at load)."""
     memory_budget: int = 2 * 2**30
     """Bytes batched work may use (:mod:`mechscope.models.memory`; set by ``load_model``)."""
+    processor: Any = None
+    """A multimodal model's processor (tokenizer + feature extractor or image processor);
+    None for a text model (:mod:`mechscope.models.modal`)."""
 
     def __post_init__(self) -> None:
         cfg = self.config
@@ -103,6 +106,13 @@ class LoadedModel:
         cfg = self.model.config
         return getattr(cfg, self.card.text_config) if self.card.text_config else cfg
 
+    @property
+    def modality(self) -> str | None:
+        """``audio`` or ``image`` for a multimodal model (its processor's), else None."""
+        from mechscope.models.modal import modality
+
+        return modality(self.model.config) if self.processor is not None else None
+
     # --- modules (only the engine should need these) -------------------------------------
     def layers(self) -> nn.ModuleList:
         return get_submodule(self.model, self.card.layers)  # type: ignore[return-value]
@@ -156,6 +166,7 @@ class LoadedModel:
             "spec": self.spec,
             "family": self.card.family,
             "class": type(self.model).__name__,
+            "modality": self.modality or "text",
             "layers": self.n_layers,
             "heads": self.n_heads,
             "kv_heads": self.n_kv_heads,

@@ -24,6 +24,7 @@ from mechscope.models.card import ModelCard, all_cards, find_card
 from mechscope.models.choose import choose_card
 from mechscope.models.loaded import LoadedModel
 from mechscope.models.memory import memory_budget, parse_memory
+from mechscope.models.modal import MODAL_AUTO, RESUME_REFUSAL, load_processor, modal_card, modality
 from mechscope.models.tiny import build_tiny, tiny_tokenizer
 from mechscope.models.tiny_types import build_tiny_type, known_model_types
 
@@ -165,8 +166,9 @@ def load_model(
     if threads is not None:
         torch.set_num_threads(threads)
     choice = card if card is not None else os.environ.get("MECHSCOPE_CARD") or None
+    processor = None
     if spec.startswith("tiny:"):
-        model, tok, found = _tiny(spec.removeprefix("tiny:"), seed)
+        model, tok, found, processor = _tiny(spec.removeprefix("tiny:"), seed)
         model = model.to(dtype=dtype or torch.float32)
     else:
         path = _resolve(spec)
@@ -174,7 +176,11 @@ def load_model(
         root = path.parent if gguf else path
         config = _load_config(root, gguf)
         found = find_card(config)
-        tok = _load_tokenizer(root, gguf)  # before the weights: fail fast, and cheaply
+        if modality(config) is not None and gguf is None:  # its processor holds the tokenizer
+            processor = load_processor(root)
+            tok = processor.tokenizer
+        else:
+            tok = _load_tokenizer(root, gguf)  # before the weights: fail fast, and cheaply
         auto = _auto_class(found, config)
         model = _load_weights(auto, root, gguf, dtype=dtype or torch.float32, device_map=device_map)
     if device is not None and device_map is None:
@@ -183,7 +189,13 @@ def load_model(
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     chosen, source = choose_card(model, found, choice)
-    lm = LoadedModel(model=model, tokenizer=tok, card=chosen, spec=spec, card_source=source)
+    if processor is not None:
+        chosen = modal_card(chosen)
+    lm = LoadedModel(
+        model=model, tokenizer=tok, card=chosen, spec=spec, card_source=source, processor=processor
+    )
+    if processor is not None:
+        lm.refused["resume"] = RESUME_REFUSAL
     lm.memory_budget = memory_budget(memory, lm.device)
     return lm
 
@@ -208,27 +220,42 @@ def _check_placement(device: str | torch.device | None, threads: int | None, mem
         )
 
 
-def _tiny(name: str, seed: int) -> tuple[transformers.PreTrainedModel, Any, ModelCard | None]:
-    """``tiny:<family>`` (a card's own tiny config) or ``tiny:<model_type>`` (any causal LM
-    of the installed transformers, shrunk: :mod:`mechscope.models.tiny_types`)."""
+def _tiny(name: str, seed: int) -> tuple[transformers.PreTrainedModel, Any, ModelCard | None, Any]:
+    """``tiny:<family>`` (a card's own tiny config), ``tiny:<model_type>`` (any causal LM
+    of the installed transformers, shrunk: :mod:`mechscope.models.tiny_types`) or a tiny
+    multimodal model with its processor (:mod:`mechscope.models.tiny_modal`). The last item
+    is the processor (None for text models)."""
+    from mechscope.models.tiny_modal import TINY_MODAL
+
     cards = all_cards()
     if name in cards:
         model, tok = build_tiny(cards[name], seed=seed)
-        return model, tok, cards[name]
+        return model, tok, cards[name], None
+    if name in TINY_MODAL:
+        model, processor = TINY_MODAL[name](seed)
+        return model, processor.tokenizer, None, processor
     if name not in known_model_types():
         raise ModelSpecError(
-            f"unknown tiny model {name!r}: give a card family ({', '.join(sorted(cards))}) or "
-            "a model_type of the installed transformers (mechscope models --support lists them)"
+            f"unknown tiny model {name!r}: give a card family ({', '.join(sorted(cards))}), "
+            f"a multimodal one ({', '.join(TINY_MODAL)}) or a model_type of the installed "
+            "transformers (mechscope models --support lists them)"
         )
     tok = tiny_tokenizer()
     model = build_tiny_type(name, tok, seed=seed)
-    return model, tok, find_card(model.config)
+    return model, tok, find_card(model.config), None
 
 
 def _auto_class(card: ModelCard | None, config: Any) -> Any:
     """The transformers auto class for a config: the card's, else the causal-LM one."""
     if card is not None:
         return getattr(transformers, card.auto_class)
+    if modality(config) is not None:
+        if not hasattr(transformers, MODAL_AUTO):
+            raise UnsupportedFamilyError(
+                f"multimodal models need transformers' {MODAL_AUTO} (transformers 5), "
+                f"this is transformers {transformers.__version__}"
+            )
+        return getattr(transformers, MODAL_AUTO)
     model_type = getattr(config, "model_type", None)
     if model_type not in known_model_types():
         raise UnsupportedFamilyError(

@@ -5,11 +5,12 @@ when noising)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
+from mechscope.data.modal_prompt import stack_inputs
 from mechscope.engine import Engine, Read, Site
 from mechscope.engine.prefix import KVCache, can_resume
 
@@ -27,9 +28,14 @@ class RunCache:
 
 
 def read_caches(
-    eng: Engine, prompts: Sequence[Sequence[int]], site: str, layers: Sequence[int]
+    eng: Engine,
+    prompts: Sequence[Sequence[int]],
+    site: str,
+    layers: Sequence[int],
+    inputs: Sequence[Mapping[str, torch.Tensor] | None] | None = None,
 ) -> list[RunCache]:
-    """Caches for ``prompts``; prompts of equal length share one batched forward."""
+    """Caches for ``prompts``; prompts of equal length share one batched forward.
+    ``inputs``: each prompt's encoder inputs (a multimodal model's), or None."""
     out: list[RunCache | None] = [None] * len(prompts)
     by_len: dict[int, list[int]] = {}
     for i, ids in enumerate(prompts):
@@ -38,8 +44,13 @@ def read_caches(
         batch = torch.tensor([list(prompts[i]) for i in idx], dtype=torch.long)  # [b, seq]
         sites = [Site(site, layer) for layer in layers]
         keep_kv = can_resume(eng.lm, length)
+        media = [inputs[i] for i in idx] if inputs is not None else []
         res = eng.run(
-            batch, [Read(s) for s in sites], logits=torch.tensor([length - 1]), cache=keep_kv
+            batch,
+            [Read(s) for s in sites],
+            logits=torch.tensor([length - 1]),
+            cache=keep_kv,
+            model_inputs=stack_inputs(media) if media and all(media) else None,  # type: ignore[arg-type]
         )
         logits = res.logits[:, 0].float()  # [b, vocab]
         for row, i in enumerate(idx):

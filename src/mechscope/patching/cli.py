@@ -69,7 +69,14 @@ def run(
     ),
     layers: str | None = typer.Option(None, "--layers", help="e.g. 0,5,10 (default: all)."),
     positions: str | None = typer.Option(None, "--positions", help="e.g. 3,-1 (default: all)."),
-    spans: str | None = typer.Option(None, "--spans", help="Span names, e.g. IO,S2."),
+    spans: str | None = typer.Option(
+        None, "--spans", "--span", help="Span names, e.g. IO,S2 (audio / image: the media span)."
+    ),
+    span_policy: str = typer.Option(
+        "error",
+        "--span-policy",
+        help="Spans of different lengths: error, pad (media), truncate or pool.",
+    ),
     heads: str | None = typer.Option(None, "--heads", help="Heads for z, q, k, v (default: all)."),
     candidates: str | None = typer.Option(
         None, "--candidates", help="Comma-separated answer words (K-way tasks)."
@@ -101,6 +108,7 @@ def run(
         heads=_ints(heads, "--heads"),
         candidates=_words(candidates),
         policy=policy,
+        span_policy=span_policy,
         attribution=attribution,
     )
     lm = opts.load()

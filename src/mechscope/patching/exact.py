@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from mechscope.data.modal_prompt import stack_inputs
 from mechscope.engine import Engine, Patch, Site
 from mechscope.engine.prefix import KVCache, Resume
 from mechscope.errors import SiteError
@@ -119,8 +120,17 @@ def aligned_values(
     _, _, base_pos, src_pos = units(p, spec)
     out = base.acts[layer].repeat(len(base_pos), *([1] * (src.dim() - 1)))  # [U, seq, ...]
     for u, (bp, sp) in enumerate(zip(base_pos, src_pos, strict=True)):
-        out[u, bp] = src[0, sp]
+        out[u, bp] = src[0, sp] if len(bp) == len(sp) else pool_positions(src[0, sp], len(bp))
     return out
+
+
+def pool_positions(x: torch.Tensor, n: int) -> torch.Tensor:
+    """``x [m, ...]`` average-pooled along its first axis to ``[n, ...]`` (adaptive pooling:
+    position ``i`` averages the source positions its ``1/n`` share of the span covers); the
+    ``pool`` span policy for spans of different lengths."""
+    flat = x.reshape(x.shape[0], -1).T[None].float()  # [1, features, m]
+    pooled = torch.nn.functional.adaptive_avg_pool1d(flat, n)  # [1, features, n]
+    return pooled[0].T.reshape(n, *x.shape[1:]).to(x.dtype)
 
 
 def unit_positions(base_pos: Sequence[Sequence[int]], seq: int) -> torch.Tensor:
@@ -280,7 +290,11 @@ def _sweep_same_length(
             first = min(grids[j].starts[u] for j, _, u, _ in rows)
             resume = Resume(KVCache.stack([grids[j].base.kv for j in pairs]), first)
         patches = _chunk_patches(spec, rows, grids, seq)
-        out = eng.run(ids, patches, logits=readout, expand=(low, index), resume=resume)
+        media = [grids[j].p.base_inputs for j in pairs]  # multimodal: each input row's own
+        extra = stack_inputs(media) if all(media) else None  # type: ignore[arg-type]
+        out = eng.run(
+            ids, patches, logits=readout, expand=(low, index), resume=resume, model_inputs=extra
+        )
         logits = out.logits[:, 0].float()  # [rows, vocab]
         keep = any(grids[j].kept is not None for j in pairs)
         mine = {j: [r for r, row in enumerate(rows) if row[0] == j] for j in pairs}

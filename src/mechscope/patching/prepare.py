@@ -39,6 +39,13 @@ class PreparedPair:
     spans: dict[str, tuple[TokenRange, TokenRange]]
     base_tokens: list[str]
     candidate_ids: tuple[int, ...] | None = None
+    base_inputs: dict[str, Any] | None = None
+    """A multimodal base prompt's encoder inputs, batch of one (None for text)."""
+    source_inputs: dict[str, Any] | None = None
+    base_key: str = ""
+    """What besides the ids tells the base prompt apart (its media's content key; "" for
+    text): two clips under the same text have the same ids."""
+    source_key: str = ""
 
     @property
     def readout(self) -> int:
@@ -68,6 +75,12 @@ def token_range(enc: Encoding, span: tuple[int, int], *, sample: str, field: str
     return hits[0], hits[-1] + 1
 
 
+def truncate_ranges(a: TokenRange, b: TokenRange) -> tuple[TokenRange, TokenRange]:
+    """Both ranges cut to the shorter one's length, from their starts (``truncate``)."""
+    n = min(a[1] - a[0], b[1] - b[0])
+    return (a[0], a[0] + n), (b[0], b[0] + n)
+
+
 def prepare_pair(
     pair: ContrastivePair, tokenizer: Any, direction: Direction, spec: PatchSpec
 ) -> PreparedPair:
@@ -84,6 +97,15 @@ def prepare_pair(
         )
         for name in pair.spans
     }
+    if spec.span_policy == "pad":
+        raise InputError(
+            "expected span policy truncate or pool for text spans (pad lengthens audio or "
+            "images before the processor)",
+            sample=pair.id,
+            field="span_policy",
+        )
+    if spec.span_policy == "truncate":
+        ranges = {k: truncate_ranges(*r) for k, r in ranges.items()}
     if direction == "denoising":
         base, source, target = corrupt, clean, tp.correct_id
         spans = {k: (corrupt_r, clean_r) for k, (clean_r, corrupt_r) in ranges.items()}
@@ -168,10 +190,11 @@ def check_grid(p: PreparedPair, spec: PatchSpec) -> None:
                     field="spans",
                 )
             (bs, be), (ss, se) = p.spans[name]
-            if be - bs != se - ss:
+            if be - bs != se - ss and spec.span_policy != "pool":
                 raise InputError(
                     f"expected span {name!r} to have as many tokens in base ({be - bs}) as in "
-                    f"source ({se - ss}) to align it by name",
+                    f"source ({se - ss}) to align it by name, or a span policy "
+                    "(--span-policy pad, truncate or pool)",
                     sample=p.id,
                     field=f"spans.{name}",
                 )

@@ -5,7 +5,9 @@ A JSONL line is either a contrastive pair (``clean``, ``corrupt``, ``correct``, 
 patching pair written from the base's point of view: ``base``, ``source``, ``target``
 (the source's answer), ``wrong`` (the base's answer) and optional ``base_spans`` /
 ``source_spans`` (character ranges by name). The latter is read as clean = source,
-corrupt = base, so denoising patches source into base as written.
+corrupt = base, so denoising patches source into base as written. Its ``base`` and
+``source`` may also be objects with a ``prompt`` and an ``audio`` or ``image`` file: a
+multimodal pair (:mod:`mechscope.patching.modal`).
 """
 
 from __future__ import annotations
@@ -17,12 +19,19 @@ from mechscope.data.ioi import generate_ioi, load_ioi_json
 from mechscope.data.loaders import iter_jsonl
 from mechscope.data.pairs import ContrastivePair, first_token_answers
 from mechscope.errors import InputError
+from mechscope.patching.modal_pairs import ModalPair, is_modal_record, modal_pair_from_record
 
 TASKS = ("ioi", "ioi-json", "facts")
 
 
-def pair_from_record(record: dict[str, Any], where: str) -> ContrastivePair:
-    """One JSONL record in either form (see the module docstring)."""
+def pair_from_record(
+    record: dict[str, Any], where: str, base_dir: Path | None = None
+) -> ContrastivePair | ModalPair:
+    """One JSONL record in either form (see the module docstring); a base/source record
+    whose sides are objects naming an audio or image file is a multimodal pair
+    (:mod:`mechscope.patching.modal`; its paths are relative to ``base_dir``)."""
+    if is_modal_record(record):
+        return modal_pair_from_record(record, where, base_dir or Path.cwd())
     if "base" in record or "source" in record:
         for key in ("base", "source", "target", "wrong"):
             if key not in record:
@@ -44,11 +53,12 @@ def pair_from_record(record: dict[str, Any], where: str) -> ContrastivePair:
     return ContrastivePair.from_dict(record)
 
 
-def load_pairs_jsonl(path: str | Path) -> list[ContrastivePair]:
+def load_pairs_jsonl(path: str | Path) -> list[ContrastivePair | ModalPair]:
     """Pairs from a JSONL file; errors name the line (or the pair id)."""
     out = []
+    base_dir = Path(path).resolve().parent
     for lineno, record in iter_jsonl(path):
-        out.append(pair_from_record(record, f"{Path(path).name} line {lineno}"))
+        out.append(pair_from_record(record, f"{Path(path).name} line {lineno}", base_dir))
     return out
 
 

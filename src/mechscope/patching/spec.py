@@ -27,6 +27,12 @@ PATCH_SITES = (
 PER_HEAD_SITES = ("z", "q", "k", "v")
 Direction = Literal["denoising", "noising"]
 Granularity = Literal["position", "span", "all"]
+#: What a span sweep does when a span has more tokens in one prompt than in the other
+#: (audio clips of different durations): ``error`` refuses; ``pad`` pads the shorter audio
+#: with silence (an image with black) before the processor, so both spans have as many
+#: tokens; ``truncate`` patches the first ``min`` positions of both; ``pool`` writes the
+#: source span, average-pooled to the base span's length, over the whole base span.
+SpanPolicy = Literal["error", "pad", "truncate", "pool"]
 
 #: Metric columns of every result, in table order.
 METRICS = (
@@ -56,7 +62,8 @@ class PatchSpec(BaseModel):
 
     ``granularity``: ``position`` patches one token position at a time (base and source
     must have the same length); ``span`` patches each named span (aligned by name, so
-    lengths may differ as long as each span has the same number of tokens on both sides);
+    lengths may differ as long as each span has the same number of tokens on both sides, or
+    ``span_policy`` says how to align spans of different lengths);
     ``all`` patches every position at once. Sites ``z``, ``q``, ``k`` and ``v`` are patched
     one head at a time (``k`` / ``v``: key/value heads under grouped-query attention).
     """
@@ -72,6 +79,7 @@ class PatchSpec(BaseModel):
     heads: tuple[int, ...] | None = None
     candidates: tuple[str, ...] | None = None
     policy: Literal["error", "first"] = "error"
+    span_policy: SpanPolicy = "error"
     skip_identical: bool = True
     budget_bytes: int | None = Field(default=None, gt=0)
     attribution: bool = False

@@ -21,7 +21,8 @@ from mechscope.patching.attribution import agreement_frame, attribute_pair
 from mechscope.patching.cache import read_caches
 from mechscope.patching.exact import new_result, sweep_heads, sweep_layers, sweep_pairs
 from mechscope.patching.memory import fit_group
-from mechscope.patching.prepare import prepare_pair
+from mechscope.patching.modal import prepare_any, prompt_length
+from mechscope.patching.modal_pairs import ModalPair
 from mechscope.patching.result import (
     PairResult,
     PatchingResult,
@@ -34,12 +35,14 @@ from mechscope.runs import RunDir, ShardStore, write_table
 from mechscope.runs.content_key import content_key
 from mechscope.runs.shards import report_reuse
 
+#: A text pair, or a pair of multimodal samples (:mod:`mechscope.patching.modal`).
+AnyPair = ContrastivePair | ModalPair
 PART = "patching"
 #: Pairs swept together: equal-length pairs share forwards, which pays for short prompts.
 GROUP_PAIRS = 16
 
 
-def _check_ids(pairs: Sequence[ContrastivePair]) -> None:
+def _check_ids(pairs: Sequence[AnyPair]) -> None:
     if not pairs:
         raise InputError("expected at least one pair", field="pairs")
     seen: set[str] = set()
@@ -51,7 +54,7 @@ def _check_ids(pairs: Sequence[ContrastivePair]) -> None:
 
 def patch_group(
     lm: LoadedModel,
-    pairs: Sequence[ContrastivePair],
+    pairs: Sequence[AnyPair],
     spec: PatchSpec,
     *,
     keep_logits: bool = False,
@@ -60,16 +63,27 @@ def patch_group(
     then one exact sweep per direction in which pairs of equal length share forwards.
     Returns each pair's results (one per direction), in order."""
     eng = Engine.of(lm)
-    prepared = [
-        [prepare_pair(pair, lm.tokenizer, d, spec) for d in spec.directions] for pair in pairs
-    ]
+    prepared = [[prepare_any(lm, pair, d, spec) for d in spec.directions] for pair in pairs]
     layers = sweep_layers(eng, spec)
-    prompts = [ids for ps in prepared for ids in (ps[0].base_ids, ps[0].source_ids)]
-    by_ids = {c.ids: c for c in read_caches(eng, prompts, spec.site, layers)}
+    # a prompt is its ids and, for a multimodal one, its media (same text, other clip)
+    prompts = {
+        (tuple(ids), key): media
+        for ps in prepared
+        for ids, key, media in (
+            (ps[0].base_ids, ps[0].base_key, ps[0].base_inputs),
+            (ps[0].source_ids, ps[0].source_key, ps[0].source_inputs),
+        )
+    }
+    caches = read_caches(eng, [k[0] for k in prompts], spec.site, layers, list(prompts.values()))
+    by_ids = dict(zip(prompts, caches, strict=True))
     out: list[list[PairResult]] = [[] for _ in pairs]
     for k in range(len(spec.directions)):
         items = [
-            (ps[k], by_ids[tuple(ps[k].base_ids)], by_ids[tuple(ps[k].source_ids)])
+            (
+                ps[k],
+                by_ids[(tuple(ps[k].base_ids), ps[k].base_key)],
+                by_ids[(tuple(ps[k].source_ids), ps[k].source_key)],
+            )
             for ps in prepared
         ]
         if spec.exact:
@@ -84,28 +98,28 @@ def patch_group(
 
 
 def patch_pair(
-    lm: LoadedModel, pair: ContrastivePair, spec: PatchSpec, *, keep_logits: bool = False
+    lm: LoadedModel, pair: AnyPair, spec: PatchSpec, *, keep_logits: bool = False
 ) -> list[PairResult]:
     """Every direction of ``spec`` for one pair (one read pass per prompt)."""
     return patch_group(lm, [pair], spec, keep_logits=keep_logits)[0]
 
 
-def group_size(lm: LoadedModel, pairs: Sequence[ContrastivePair], spec: PatchSpec) -> int:
+def group_size(lm: LoadedModel, pairs: Sequence[AnyPair], spec: PatchSpec) -> int:
     """Pairs per group: up to :data:`GROUP_PAIRS`, fewer when what a group keeps (both
     prompts' reads of every swept layer, key/value caches, readout logits) would pass half
     the memory budget (:func:`~mechscope.patching.memory.fit_group`)."""
-    longest = max(len(lm.tokenizer(t).input_ids) for p in pairs for t in (p.clean, p.corrupt))
+    longest = max(prompt_length(lm, p, spec) for p in pairs)
     most = min(GROUP_PAIRS, len(pairs))
     return fit_group(lm, longest, spec, most=most, kv=can_resume(lm, longest)).rows
 
 
-def _groups(items: Sequence[ContrastivePair], size: int) -> list[Sequence[ContrastivePair]]:
+def _groups(items: Sequence[AnyPair], size: int) -> list[Sequence[AnyPair]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def patch_pairs(
     lm: LoadedModel,
-    pairs: Sequence[ContrastivePair],
+    pairs: Sequence[AnyPair],
     spec: PatchSpec,
     *,
     keep_logits: bool = False,
@@ -115,7 +129,7 @@ def patch_pairs(
     _check_ids(pairs)
     for p in pairs:  # fail before any forward on a bad pair
         for d in spec.directions:
-            prepare_pair(p, lm.tokenizer, d, spec)
+            prepare_any(lm, p, d, spec)
     groups = _groups(pairs, group_size(lm, pairs, spec))
     it = track(groups, "patching") if progress else groups
     results = [
@@ -130,7 +144,7 @@ def patch_pairs(
 def run_patching(
     run: RunDir,
     lm: LoadedModel,
-    pairs: Sequence[ContrastivePair],
+    pairs: Sequence[AnyPair],
     spec: PatchSpec,
     *,
     name: str = PART,
@@ -143,7 +157,7 @@ def run_patching(
     sweep_heads(eng, spec)
     for p in pairs:
         for d in spec.directions:
-            prepare_pair(p, lm.tokenizer, d, spec)
+            prepare_any(lm, p, d, spec)
     store = ShardStore(run, name)
     keys = {p.id: content_key(p) for p in pairs}  # an edited pair is recomputed
     todo = [p for p in pairs if not store.done(p.id, keys[p.id])]
