@@ -31,6 +31,7 @@ import harness
 from bench_anchors import forty_sentence_trace
 
 SAMPLING = {"temperature": 0.6, "top_p": 0.95}
+RANDOM_8B = "llama-3.1-8b-shaped"
 
 
 def prefix_text(tokenizer, n_tokens: int) -> str:
@@ -80,16 +81,21 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default=None)
+    parser.add_argument(
+        "--model", default="smollm2-135m", help=f"a model spec, or {RANDOM_8B} (random weights)"
+    )
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     n_prefix = args.prefix or (200 if args.quick else 600)
     n = args.rollouts or (16 if args.quick else 64)
+    if args.model == RANDOM_8B:
+        return random_weights_case(args, n_prefix, n)
 
     from mechscope.anchors.sampler import EngineSampler
     from mechscope.models import load_model
 
-    lm = load_model("smollm2-135m", device=args.device, dtype=args.dtype)
+    lm = load_model(args.model, device=args.device, dtype=args.dtype)
     tok = lm.tokenizer
     prefix = prefix_text(tok, n_prefix)
     ids = tok(prefix, return_tensors="pt")["input_ids"].to(lm.device)  # [1, prefix]
@@ -109,21 +115,62 @@ def main(argv: list[str] | None = None) -> dict:
         "ours": lambda: run_ours(sampler, prefix, n, args.tokens, tok, **SAMPLING),
         "generate": lambda: run_generate(lm.model, ids, n, args.tokens, **SAMPLING),
     }
+    return _case(args, lm, variants, check, ids.shape[1], n, eos)
+
+
+def random_weights_case(args, n_prefix: int, n: int) -> dict:
+    """The same rows on a random Llama-3.1-8B-shaped model in bf16 (timing only: random
+    weights give near-tied logits, so greedy tokens are not compared)."""
+    from random_llama import random_llama_8b
+
+    from mechscope.engine import Engine
+    from mechscope.engine.generate import Prompt
+    from mechscope.engine.sampling import Sampling
+
+    lm = random_llama_8b(args.device)
+    engine = Engine.of(lm)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(1000, 100_000, (1, n_prefix), generator=gen).to(lm.device)
+    sampling = Sampling(args.tokens, **SAMPLING)
+    prompt = [Prompt(ids[0].tolist(), list(range(n)))]
+
+    def ours() -> list[list[int]]:
+        out = engine.generate(prompt, sampling, slots=n)
+        torch.cuda.synchronize() if lm.device.type == "cuda" else None
+        return [list(c.tokens) for c in out[0]]
+
+    def peer() -> torch.Tensor:
+        out = run_generate(lm.model, ids, n, args.tokens, **SAMPLING)
+        torch.cuda.synchronize() if lm.device.type == "cuda" else None
+        return out
+
+    check = harness.Agreement(True, 0.0, "timing only", "random weights: tokens not compared")
+    print(f"prefix {n_prefix} tokens, {n} rollouts x {args.tokens} tokens", file=sys.stderr)
+    return _case(args, lm, {"ours": ours, "generate": peer}, check, n_prefix, n, None)
+
+
+def _case(args, lm, variants, check, n_prefix: int, n: int, eos) -> dict:
+    if lm.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
     t = harness.interleaved(variants, reps=args.reps, warmup=0)
     made = {k: new_tokens(v, eos) for k, v in t.last.items()}
     rate = {k: made[k] / (sum(t.wall[k]) / len(t.wall[k])) for k in made}
+    extra = {"tokens": made, "tokens_per_s": rate}
+    if lm.device.type == "cuda":
+        extra["peak_gpu_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        extra["gpu"] = torch.cuda.get_device_name()
     case = harness.case_from_check(
         t,
         "ours",
         "generate",
         check,
-        case=f"rollouts: {ids.shape[1]}-token prefix, {n} x {args.tokens} tokens",
+        case=f"rollouts: {n_prefix}-token prefix, {n} x {args.tokens} tokens ({args.model})",
         peer_label="model.generate on the prefix repeated to the batch",
         target=0.33,
         note=f"tokens/s ours {rate['ours']:.0f}, generate {rate['generate']:.0f}",
-        extra={"tokens": made, "tokens_per_s": rate},
+        extra=extra,
     )
-    return harness.emit("rollouts", [case], model="smollm2-135m", device=str(lm.device))
+    return harness.emit("rollouts", [case], model=args.model, device=str(lm.device))
 
 
 if __name__ == "__main__":

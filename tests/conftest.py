@@ -13,7 +13,7 @@ os.environ.setdefault("MECHSCOPE_PROGRESS", "0")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
-STORIES = SHARED / "models" / "stories260K"
+STORIES = Path(os.environ.get("MECHSCOPE_STORIES", SHARED / "models" / "stories260K"))
 
 
 @pytest.fixture(scope="session")

@@ -88,6 +88,7 @@ CANDS = ["lens", "candidates", "cands.jsonl", *M, *OUT]
 PATCH = ["patch", "run", "--pairs", "pairs.jsonl", *M, *OUT]
 HEADS_RUN = ["heads", "run", "heads.jsonl", *M, *OUT]
 RESAMPLE = ["anchors", "resample", "trace.json", *M, *OUT]
+URL = "http://127.0.0.1:9/v1"  # never contacted: the options are refused first
 RECEIVERS = ["anchors", "receivers", "trace.json", *M, *OUT]
 SUPPRESS = ["anchors", "suppress", "trace.json", *M, *OUT]
 
@@ -186,6 +187,10 @@ CASES: dict[str, tuple[list[str], str]] = {
     "resample: missing input": (["anchors", "resample", "nope.json", *M, *OUT], "nope.json"),
     "resample: n 0": ([*RESAMPLE, "--n", "0"], ""),
     "resample: negative temperature": ([*RESAMPLE, "--temperature", "-1"], "temperature"),
+    "resample: batch size 0": ([*RESAMPLE, "--batch-size", "0"], "batch_size"),
+    "resample: server not a URL": ([*RESAMPLE, "--server", "localhost:8000"], "--server"),
+    "resample: concurrency 0": ([*RESAMPLE, "--server", URL, "--concurrency", "0"], "concurrency"),
+    "resample: rate limit 0": ([*RESAMPLE, "--server", URL, "--rate-limit", "0"], "rate-limit"),
     "resample: trace without gold": (
         ["anchors", "resample", "trace_nogold.json", *M, *OUT],
         "gold",

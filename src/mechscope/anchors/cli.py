@@ -105,7 +105,6 @@ def resample(
     )
     _check_server(server, concurrency, rate_limit)
     lm = opts.load()
-    run = _open_run(out, opts.model, lm)
     if server is not None:
         from mechscope.anchors.server_sampler import ServerSampler
 
@@ -114,10 +113,11 @@ def resample(
             server_model,
             concurrency=concurrency,
             rate_limit=rate_limit,
-            cache_dir=run.path / "rollout_cache",
+            cache_dir=out / "rollout_cache",  # made on the first rollout, inside the run
         )
     else:
         sampler = EngineSampler(lm, slots=batch_size)
+    run = _open_run(out, opts.model, lm)
     traces = _traces(run, input, lm, batch_size, trace_tokens, sampler)
     with run.timed("anchors_resample"):
         resample_run(run, sampler, traces, settings, max_chunks=max_chunks)

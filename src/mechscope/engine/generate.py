@@ -203,6 +203,11 @@ def _prefill(engine, prompt: Prompt, interventions: Sequence[Intervention]):
     return run.cache, run.logits[0, -1]  # [vocab]
 
 
+def _generator(logits: torch.Tensor, seed: int) -> torch.Generator:
+    """A rollout's own generator, on the device its logits come from."""
+    return torch.Generator(device=logits.device).manual_seed(seed)
+
+
 def _first_token(row: _Row, logits: torch.Tensor, sampling: Sampling) -> int:
     return int(next_tokens(logits[None], sampling, [row.gen])[0])
 
@@ -228,7 +233,7 @@ def _continuous(engine, prompts, budgets, sampling, slots, interventions, steps,
             waiting[i] -= 1
             if waiting[i] == 0:
                 del prefilled[i]
-            row = _Row(i, k, budgets[i], torch.Generator().manual_seed(prompts[i].seeds[k]))
+            row = _Row(i, k, budgets[i], _generator(logits, prompts[i].seeds[k]))
             finished = decoder.accept(row, _first_token(row, logits, sampling))
             if finished is not None:
                 done(i, k, finished)

@@ -2,7 +2,9 @@
 
 Each rollout draws from its own seeded ``torch.Generator``, so its tokens do not depend on
 which other rollouts share its batch, nor on the order rollouts are scheduled in: any
-rollout can be regenerated alone from its seed.
+rollout can be regenerated alone from its seed. The generator lives where the logits do
+(the draws stay on the GPU; a generator's stream is its device's, so the same seed draws
+differently on a CPU and a GPU, as the logits themselves differ in their last bits).
 """
 
 from __future__ import annotations
@@ -52,17 +54,18 @@ def next_tokens(
     """
     if sampling.greedy:
         return logits.argmax(dim=-1).cpu()
-    probs = torch.softmax(logits.float() / sampling.temperature, dim=-1).cpu()  # [rows, vocab]
+    probs = torch.softmax(logits.float() / sampling.temperature, dim=-1)  # [rows, vocab]
     if sampling.top_p >= 1.0:
-        return torch.cat(
-            [torch.multinomial(p, 1, generator=g) for p, g in zip(probs, gens, strict=True)]
-        )
+        ranks = [_draw(p, g) for p, g in zip(probs, gens, strict=True)]
+        return torch.stack(ranks).cpu()
     sorted_p, order = probs.sort(dim=-1, descending=True)  # [rows, vocab]
     sizes = (sorted_p.cumsum(dim=-1) - sorted_p < sampling.top_p).sum(dim=-1).tolist()
     # each row draws among its own nucleus's ranks: multinomial's draws depend on the
     # length of what it draws from, so no padding to the batch's widest nucleus
-    ranks = [
-        torch.multinomial(p[:k], 1, generator=g)
-        for p, k, g in zip(sorted_p, sizes, gens, strict=True)
-    ]
-    return order.gather(-1, torch.stack(ranks))[:, 0]
+    ranks = [_draw(p[:k], g) for p, k, g in zip(sorted_p, sizes, gens, strict=True)]
+    return order.gather(-1, torch.stack(ranks).to(order.device)).cpu()[:, 0]
+
+
+def _draw(p: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """One index drawn from ``p [n]`` with ``gen``, on the generator's device ``[1]``."""
+    return torch.multinomial(p.to(gen.device), 1, generator=gen)

@@ -22,6 +22,9 @@ from transformers.cache_utils import DynamicLayer
 from mechscope.engine.prefix import KVCache
 from mechscope.models.loaded import LoadedModel
 
+#: Columns the attention width grows by (see :meth:`SlotCache.step_inputs`).
+WIDTH_STEP = 128
+
 
 class _SlotLayer(DynamicLayer):
     """One layer's buffers ``[slots, kv_heads, capacity, d_head]`` (keys and values)."""
@@ -94,9 +97,14 @@ class SlotCache(DynamicCache):
 
     def step_inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Prepare one decode step: returns ``position_ids [slots, 1]`` (each slot's next
-        position = its length) and the bool mask ``[slots, 1, 1, width]``."""
+        position = its length) and the bool mask ``[slots, 1, 1, width]``.
+
+        ``width`` is rounded up to a multiple of :data:`WIDTH_STEP` (the extra columns are
+        masked): attention kernels that plan per shape (cuDNN's) then see a new shape every
+        ``WIDTH_STEP`` steps, not every step."""
         lengths = self.lengths
-        self.width = int(lengths.max()) + 1
+        needed = int(lengths.max()) + 1
+        self.width = -(-needed // WIDTH_STEP) * WIDTH_STEP
         self.reserve(self.width)
         self.write_at = lengths.to(self.device)
         cols = torch.arange(self.width, device=self.device)
