@@ -33,9 +33,9 @@ def test_mixed_set_fits_and_notes_missing_tasks(tiny_llama, monkeypatch, tmp_pat
     assert all(s.correct and s.wrong for s in samples if s.task == "ioi")
     monkeypatch.setenv("MECHSCOPE_DATASETS", str(tmp_path))
     monkeypatch.chdir(tmp_path)
-    import mechscope.attribution.samples as mod
+    import mechscope.data.datasets as mod
 
-    monkeypatch.setattr(mod, "dataset_path", lambda name: None)
+    monkeypatch.setattr(mod, "dataset_roots", lambda: [tmp_path])
     _, notes = mixed_prompt_set(tok, n_per_task=1, tasks=("facts",))
     assert notes and "facts" in notes[0]
     with pytest.raises(InputError, match="tasks"):

@@ -8,12 +8,12 @@ for contrastive tasks, a correct and a wrong answer (logit difference).
 
 from __future__ import annotations
 
-import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mechscope.data.datasets import require_dataset
 from mechscope.data.loaders import read_jsonl, require_str
 from mechscope.data.tokens import answer_token_ids, encode
 from mechscope.errors import InputError
@@ -64,18 +64,6 @@ def load_samples(path: str | Path) -> list[HeadSample]:
     return out
 
 
-def dataset_path(name: str) -> Path | None:
-    """``$MECHSCOPE_DATASETS/<name>``, else the shared datasets folder beside the repository
-    (first that exists); None when neither has it."""
-    here = Path(__file__).resolve()
-    roots = [Path(os.environ["MECHSCOPE_DATASETS"])] if os.environ.get("MECHSCOPE_DATASETS") else []
-    roots += [
-        here.parents[3].parent / "shared" / "datasets",
-        Path.cwd().parent / "shared" / "datasets",
-    ]
-    return next((r / name for r in roots if (r / name).is_file()), None)
-
-
 def _fits(tokenizer: Any, s: HeadSample, max_tokens: int) -> bool:
     try:
         n = len(encode(tokenizer, s.prompt).ids)
@@ -97,9 +85,7 @@ def _ioi(n: int, seed: int) -> list[HeadSample]:
 def _facts(seed: int) -> list[HeadSample]:
     from mechscope.data.facts import load_known_facts
 
-    path = dataset_path("known_1000.json")
-    if path is None:
-        raise InputError("known_1000.json in $MECHSCOPE_DATASETS or the shared datasets folder")
+    path = require_dataset("known_1000.json")
     facts = load_known_facts(path)
     by_rel: dict[str, list[str]] = {}
     for f in facts:
@@ -116,9 +102,7 @@ def _facts(seed: int) -> list[HeadSample]:
 def _gsm8k(words: int = 8) -> list[HeadSample]:
     from mechscope.data.math import load_gsm8k
 
-    path = dataset_path("gsm8k_test.jsonl")
-    if path is None:
-        raise InputError("gsm8k_test.jsonl in $MECHSCOPE_DATASETS or the shared datasets folder")
+    path = require_dataset("gsm8k_test.jsonl")
     out = []
     for p in load_gsm8k(path):
         first = " ".join(p.solution.split()[:words])

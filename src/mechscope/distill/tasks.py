@@ -11,7 +11,6 @@ teacher has one.
 from __future__ import annotations
 
 import math
-import os
 import random
 import warnings
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mechscope.data.datasets import dataset_path
 from mechscope.data.pairs import ContrastivePair
 from mechscope.distill.config import TaskSpec
 from mechscope.errors import InputError
@@ -83,25 +83,11 @@ def _ioi(spec: TaskSpec, tokenizer: Any) -> TaskSplits:
     return out
 
 
-def default_facts_path() -> Path | None:
-    """``$MECHSCOPE_FACTS``, else a ``known_1000.json`` in the data assets or the shared
-    datasets folder beside the repository (first that exists)."""
-    env = os.environ.get("MECHSCOPE_FACTS")
-    here = Path(__file__).resolve()
-    candidates = [Path(env)] if env else []
-    candidates += [
-        here.parents[1] / "data" / "assets" / "known_1000.json",
-        here.parents[3].parent / "shared" / "datasets" / "known_1000.json",
-        Path.cwd().parent / "shared" / "datasets" / "known_1000.json",
-    ]
-    return next((c for c in candidates if c.is_file()), None)
-
-
 def facts_path(spec: TaskSpec) -> Path:
     """The facts file a spec names, or the default one; one-line error when there is none."""
-    path = Path(spec.path) if spec.path else default_facts_path()
+    path = Path(spec.path) if spec.path else dataset_path("known_1000.json")
     if path is None or not path.is_file():
-        shown = spec.path or "known_1000.json (set tasks[].path or $MECHSCOPE_FACTS)"
+        shown = spec.path or "known_1000.json (set tasks[].path or $MECHSCOPE_DATASETS)"
         raise InputError(
             f"expected an existing facts file, got {shown!r}", sample=spec.name, field="path"
         )

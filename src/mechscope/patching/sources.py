@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from mechscope.data.datasets import require_dataset
 from mechscope.data.ioi import generate_ioi, load_ioi_json
 from mechscope.data.loaders import iter_jsonl
 from mechscope.data.pairs import ContrastivePair, first_token_answers
@@ -62,21 +63,19 @@ def load_pairs_jsonl(path: str | Path) -> list[ContrastivePair | ModalPair]:
     return out
 
 
-def task_pairs(
-    task: str, n: int, tokenizer: Any, *, seed: int = 0, shared: Path | None = None
-) -> list[ContrastivePair]:
+def task_pairs(task: str, n: int, tokenizer: Any, *, seed: int = 0) -> list[ContrastivePair]:
     """Built-in pairs: ``ioi`` (generator, names single-token for ``tokenizer``),
-    ``ioi-json`` (``shared/datasets/ioi_prompts.json``), ``facts`` (``known_1000.json``)."""
+    ``ioi-json`` (``ioi_prompts.json``), ``facts`` (``known_1000.json``); files are found by
+    :func:`mechscope.data.datasets.require_dataset`."""
     if task == "ioi":
         return generate_ioi(n, seed=seed, tokenizer=tokenizer)
-    base = shared or Path(__file__).resolve().parents[3].parent / "shared"
     if task == "ioi-json":
-        pairs = load_ioi_json(base / "datasets" / "ioi_prompts.json", seed=seed)
+        pairs = load_ioi_json(require_dataset("ioi_prompts.json", field="task"), seed=seed)
         kept, _ = first_token_answers(pairs, tokenizer)
         return kept[:n]
     if task == "facts":
         from mechscope.data.facts import build_fact_pairs, load_known_facts
 
-        facts = load_known_facts(base / "datasets" / "known_1000.json")
+        facts = load_known_facts(require_dataset("known_1000.json", field="task"))
         return build_fact_pairs(facts, tokenizer, seed=seed, same_length=True)[:n]
     raise InputError(f"expected a task among {', '.join(TASKS)}, got {task!r}", field="task")
