@@ -61,7 +61,7 @@ def test_parse_inputs_and_bad_inputs():
         ]
     )
     assert [t.id for t in traces] == ["t"] and traces[0].n_chunks > 5
-    assert problems[0].gold == "4"
+    assert problems[0].answer == "4"
     with pytest.raises(InputError, match=r"'q'.*gold"):
         parse_inputs([{"id": "q", "question": "x"}])
     with pytest.raises(InputError, match="at least one chunk"):

@@ -44,7 +44,7 @@ def worked_reasoning() -> str:
 
 def reasoning_texts(tokenizer) -> list[str]:
     """Every anchors demo prompt followed by the worked reasoning."""
-    return [reasoning_prompt(tokenizer, p.question) + worked_reasoning() for p in demo_problems()]
+    return [reasoning_prompt(tokenizer, p.problem) + worked_reasoning() for p in demo_problems()]
 
 
 def demo_tokenizer() -> PreTrainedTokenizerFast:

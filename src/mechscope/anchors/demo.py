@@ -82,7 +82,7 @@ def _trace_tokens(lm: LoadedModel, problems: list, wanted: int) -> int:
     """``wanted``, or less when the longest prompt would push a trace past the context."""
     if lm.max_context is None:
         return wanted
-    longest = max(len(lm.tokenizer(reasoning_prompt(lm.tokenizer, p.question))["input_ids"])
+    longest = max(len(lm.tokenizer(reasoning_prompt(lm.tokenizer, p.problem))["input_ids"])
                   for p in problems)  # fmt: skip
     return max(1, min(wanted, lm.max_context - longest - 2))
 

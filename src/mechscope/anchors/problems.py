@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 from mechscope.anchors.answers import extract_gsm8k
 from mechscope.anchors.sampler import Sampler
 from mechscope.anchors.trace import Trace
+from mechscope.data.math import MathProblem
 from mechscope.errors import InputError
 
 THINK = "<think>\n"
@@ -33,15 +33,6 @@ SYSTEM = (
     "You are a careful math tutor. Think step by step in short sentences, then give the "
     "final answer as \\boxed{N}."
 )
-
-
-@dataclass(frozen=True)
-class Problem:
-    """A question with its gold answer."""
-
-    id: str
-    question: str
-    gold: str
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:
@@ -75,7 +66,7 @@ def _first(record: dict[str, Any], names: tuple[str, ...]) -> Any:
     return next((record[n] for n in names if record.get(n) not in (None, "")), None)
 
 
-def parse_inputs(records: list[dict[str, Any]]) -> tuple[list[Trace], list[Problem]]:
+def parse_inputs(records: list[dict[str, Any]]) -> tuple[list[Trace], list[MathProblem]]:
     """Split records into traces (with ``text``) and problems (with a question)."""
     traces, problems, seen = [], [], set()
     for k, rec in enumerate(records):
@@ -95,11 +86,11 @@ def parse_inputs(records: list[dict[str, Any]]) -> tuple[list[Trace], list[Probl
         question = _first(rec, ("question", "problem"))
         if not isinstance(question, str):
             raise InputError("a trace text or a question", sample=rid, field="question")
-        problems.append(Problem(rid, question.strip(), str(gold).strip()))
+        problems.append(MathProblem(rid, question.strip(), "", str(gold).strip()))
     return traces, problems
 
 
-def load_inputs(path: str | Path) -> tuple[list[Trace], list[Problem]]:
+def load_inputs(path: str | Path) -> tuple[list[Trace], list[MathProblem]]:
     """Traces and problems from a JSON/JSONL file (see the module docstring)."""
     return parse_inputs(read_records(path))
 
@@ -109,9 +100,9 @@ def _asset() -> dict[str, Any]:
     return json.loads(ref.read_text(encoding="utf-8"))
 
 
-def demo_problems() -> list[Problem]:
+def demo_problems() -> list[MathProblem]:
     """The shipped easy word problems (GSM8K style, two steps each) with gold answers."""
-    return [Problem(p["id"], p["question"], p["gold"]) for p in _asset()["problems"]]
+    return [MathProblem(p["id"], p["question"], "", p["gold"]) for p in _asset()["problems"]]
 
 
 def reasoning_prompt(tokenizer, question: str) -> str:
@@ -156,14 +147,14 @@ def cut_after_answer(text: str) -> str:
 
 
 def generate_traces(
-    sampler: Sampler, tokenizer, problems: list[Problem], *, max_new_tokens: int = 200
+    sampler: Sampler, tokenizer, problems: list[MathProblem], *, max_new_tokens: int = 200
 ) -> list[Trace]:
     """Greedy reasoning for every problem, as traces (InputError if one has no chunk)."""
-    prompts = [reasoning_prompt(tokenizer, p.question) for p in problems]
+    prompts = [reasoning_prompt(tokenizer, p.problem) for p in problems]
     texts = sampler.generate(
         prompts, n=1, temperature=0.0, top_p=1.0, max_new_tokens=max_new_tokens, seed=0
     )
     return [
-        Trace.from_text(p.id, prompt + close_reasoning(cut_after_answer(out[0])), p.gold)
+        Trace.from_text(p.id, prompt + close_reasoning(cut_after_answer(out[0])), p.answer)
         for p, prompt, out in zip(problems, prompts, texts, strict=True)
     ]

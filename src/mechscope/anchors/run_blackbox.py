@@ -17,7 +17,7 @@ import pandas as pd
 
 from mechscope.anchors.embeddings import Embedder
 from mechscope.anchors.metrics import MetricOptions, chunk_metrics, metrics_frame
-from mechscope.anchors.problems import Problem, generate_traces
+from mechscope.anchors.problems import generate_traces
 from mechscope.anchors.rollouts import (
     Rollout,
     RolloutSettings,
@@ -29,6 +29,7 @@ from mechscope.anchors.sampler import Sampler
 from mechscope.anchors.sentence_matrix import sentence_matrix
 from mechscope.anchors.taxonomy import Labeler, RuleLabeler
 from mechscope.anchors.trace import Trace
+from mechscope.data.math import MathProblem
 from mechscope.errors import InputError
 from mechscope.progress import track
 from mechscope.runs import RunDir, ShardStore, has_table, read_table, write_arrays, write_table
@@ -43,7 +44,7 @@ ROLLOUTS_PART = "anchors_rollouts"
 
 
 def base_traces(
-    run: RunDir, sampler: Sampler, tokenizer, problems: Sequence[Problem], max_new_tokens: int
+    run: RunDir, sampler: Sampler, tokenizer, problems: Sequence[MathProblem], max_new_tokens: int
 ) -> list[Trace]:
     """Greedy reasoning trace of every problem, one shard each (reused on a rerun).
 

@@ -130,7 +130,9 @@ def generate_arithmetic(
 
 @dataclass(frozen=True)
 class MathProblem:
-    """A word problem with its reference solution and normalised final answer."""
+    """A word problem with its reference solution and normalised final answer: the one
+    problem type of every workflow (attribution's GSM8K samples, the anchors' problems,
+    whose ``solution`` is empty where only the gold answer is known)."""
 
     id: str
     problem: str
