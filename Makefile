@@ -42,9 +42,10 @@ demo-quick: $(STAMP)
 # land in test-artifacts/. espeak-ng (the multimodal tests' synthesised speech) is installed
 # the same way; without it those tests skip and say why.
 test: $(STAMP)
-	@bash scripts/install_browser.sh
+	@bash scripts/install_debian.sh chromium "the report's browser test" \
+		/usr/bin/chromium --headless --no-sandbox --version
 	@bash scripts/install_llama_server.sh $(PY)
-	@bash scripts/install_espeak.sh
+	@bash scripts/install_debian.sh espeak-ng "the multimodal speech tests" espeak-ng --version
 	$(VENV)/bin/ruff check .
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 -q -m "not slow and not gpu"
 

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mechscope.cli import app
-from mechscope.cli_errors import run_app
+from refusals import assert_refused
 
 TRACE = (
     "Question: Tom has 3 apples and buys 5 more. How many?\n<think>\n"
@@ -224,24 +223,12 @@ CASES: dict[str, tuple[list[str], str]] = {
 }
 
 
-def files(d: Path) -> set[Path]:
-    return {p.relative_to(d) for p in d.rglob("*")}
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_bad_input_is_one_line_exit_2_and_leaves_nothing(name, tmp_path, monkeypatch, capsys):
     argv, expected = CASES[name]
     write_inputs(tmp_path)
     monkeypatch.chdir(tmp_path)
-    before = files(tmp_path)
-    with pytest.raises(SystemExit) as exc:
-        run_app(app, argv)
-    err = capsys.readouterr().err.strip()
-    assert exc.value.code == 2, err
-    lines = err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    assert expected in lines[0], (expected, lines[0])
-    assert files(tmp_path) == before, sorted(files(tmp_path) - before)
+    assert_refused(argv, expected, tmp_path, capsys)
 
 
 def test_enough_cases_over_every_command():

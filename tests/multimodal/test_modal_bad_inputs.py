@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 from modal_helpers import noise_wav
 
-from mechscope.cli import app
-from mechscope.cli_errors import run_app
+from refusals import assert_refused
 
 AUDIO = ["-m", "tiny:qwen2_audio", "--out", "runs/x"]
 
@@ -97,21 +96,9 @@ CASES: dict[str, tuple[list[str], str]] = {
 }
 
 
-def files(d: Path) -> set[Path]:
-    return {p.relative_to(d) for p in d.rglob("*")}
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_bad_media_is_one_line_exit_2_and_leaves_nothing(name, tmp_path, monkeypatch, capsys):
     argv, expected = CASES[name]
     write_inputs(tmp_path)
     monkeypatch.chdir(tmp_path)
-    before = files(tmp_path)
-    with pytest.raises(SystemExit) as exc:
-        run_app(app, argv)
-    err = capsys.readouterr().err.strip()
-    assert exc.value.code == 2, err
-    lines = err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    assert expected in lines[0], (expected, lines[0])
-    assert files(tmp_path) == before, sorted(files(tmp_path) - before)
+    assert_refused(argv, expected, tmp_path, capsys)

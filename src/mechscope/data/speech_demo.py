@@ -56,7 +56,7 @@ SENTENCE = "I feel {word}."
 
 
 def espeak_path() -> str | None:
-    """The espeak-ng executable, or None (``scripts/install_espeak.sh`` installs it)."""
+    """The espeak-ng executable, or None (``make test`` installs it with apt-get where it can)."""
     return shutil.which(ESPEAK)
 
 
@@ -69,7 +69,7 @@ def synthesize(text: str, prosody: Prosody, *, rate: int = RATE) -> np.ndarray:
     if exe is None:
         raise InputError(
             "expected espeak-ng on PATH to synthesise the demo speech "
-            "(apt-get install espeak-ng, or scripts/install_espeak.sh)",
+            "(apt-get install espeak-ng)",
             field="espeak-ng",
         )
     with tempfile.TemporaryDirectory() as tmp:
