@@ -133,12 +133,3 @@ def candidates(
     console.print(f"{len(result.samples)} samples read out; tables in {run.tables_dir}")
     run.finish()  # before the report, so that it says "finished"
     console.print(f"report: {build_report(run)}")
-
-
-def _mount_study() -> None:
-    from mechscope.lens.study.cli import app as study_app
-
-    app.add_typer(study_app, name="study", help="Whole studies on real benchmarks (HumanEval).")
-
-
-_mount_study()
