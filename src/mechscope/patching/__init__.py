@@ -1,8 +1,9 @@
 """Activation patching: exact sweeps over layers × positions / spans / heads, and attribution
 patching."""
 
+from mechscope.engine.unembed import logit_diff
 from mechscope.patching.attribution import Agreement, agreement, agreement_frame, top_k_overlap
-from mechscope.patching.metrics import Reference, logit_diff, normalized_effect, readout_metrics
+from mechscope.patching.metrics import Reference, normalized_effect, readout_metrics
 from mechscope.patching.prepare import PreparedPair, prepare_pair
 from mechscope.patching.result import PairResult, PatchingResult
 from mechscope.patching.spec import ATTRIBUTION_METRICS, METRICS, PATCH_SITES, PatchSpec

@@ -23,10 +23,11 @@ import torch
 from mechscope.data.modal_prompt import stack_inputs
 from mechscope.engine import Engine, Patch, Site
 from mechscope.engine.prefix import KVCache, Resume
+from mechscope.engine.unembed import logit_diff
 from mechscope.errors import SiteError
 from mechscope.patching.cache import RunCache
 from mechscope.patching.memory import held_bytes, plan_sweep
-from mechscope.patching.metrics import Reference, logit_diff, normalized_effect, readout_metrics
+from mechscope.patching.metrics import Reference, normalized_effect, readout_metrics
 from mechscope.patching.prepare import PreparedPair, units
 from mechscope.patching.result import PairResult
 from mechscope.patching.spec import PatchSpec
