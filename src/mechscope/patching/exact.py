@@ -208,19 +208,6 @@ def _grid(
     return _PairGrid(p, res, ref, base, values, base_pos, starts, skip, metrics, kept)
 
 
-def sweep_pair(
-    eng: Engine,
-    p: PreparedPair,
-    spec: PatchSpec,
-    base: RunCache,
-    source: RunCache,
-    *,
-    keep_logits: bool = False,
-) -> PairResult:
-    """Exact patching of ``p`` on ``spec``'s grid (``base`` / ``source``: their caches)."""
-    return sweep_pairs(eng, [(p, base, source)], spec, keep_logits=keep_logits)[0]
-
-
 def sweep_pairs(
     eng: Engine,
     items: Sequence[tuple[PreparedPair, RunCache, RunCache]],
