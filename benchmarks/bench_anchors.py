@@ -135,9 +135,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     from mechscope.anchors.trace_tokens import tokenize_trace
     from mechscope.engine import Engine
-    from mechscope.models import load_model
+    from mechscope.models import DEFAULT_MODEL, load_model
 
-    lm = load_model("smollm2-135m")
+    lm = load_model(DEFAULT_MODEL)
     eng = Engine.of(lm)
     tokens = tokenize_trace(lm.tokenizer, forty_sentence_trace(n))
     print(
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"sentences": tokens.n_sentences, "tokens": tokens.seq_len, **t.wall}, fh)
-    return harness.emit("anchors", [case], model="smollm2-135m", device="cpu")
+    return harness.emit("anchors", [case], model=DEFAULT_MODEL, device="cpu")
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ from captum.attr import IntegratedGradients
 
 from mechscope.attribution import GateFunction, joint_ig, nll_objective, per_layer_ig
 from mechscope.attribution.gatefn import frozen_parameters
-from mechscope.models import load_model
+from mechscope.models import DEFAULT_MODEL, load_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
@@ -152,7 +152,7 @@ def captum_per_layer_fn(f: GateFunction, steps: int, batch: int) -> Callable[[],
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--quick", action="store_true", help="8 steps, 2 per layer, 2 repetitions")
     ap.add_argument("--steps", type=int, default=None, help="default 32")
     ap.add_argument("--per-layer-steps", type=int, default=None, help="default 4")

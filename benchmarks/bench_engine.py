@@ -38,11 +38,11 @@ import harness
 from mechscope.engine import Engine, Read, ReduceAttention, Site
 from mechscope.engine.probe import run_probe
 from mechscope.errors import MechscopeError
-from mechscope.models import LoadedModel, load_model
+from mechscope.models import DEFAULT_MODEL, LoadedModel, load_model
 from mechscope.models.derive import derive_card
 
-MODEL = "smollm2-135m"  # the built-in card rows and the attention reduction
-DERIVED_MODELS = ("smollm2-135m", "gemma3-270m")  # llama and gemma3_text: derived-card rows
+MODEL = DEFAULT_MODEL  # the built-in card rows and the attention reduction
+DERIVED_MODELS = (DEFAULT_MODEL, "gemma3-270m")  # llama and gemma3_text: derived-card rows
 #: Where the sites live and what the engine reads off the config: a derived card must give
 #: the same as the built-in one (card fields, then the loaded model's resolved values).
 SITE_FIELDS = ("embed", "layers", "attn", "o_proj", "attn_out", "mlp_out", "mlp_down")

@@ -111,11 +111,11 @@ def child(args: argparse.Namespace) -> dict:
     from mechscope.lens.positions import as_run
     from mechscope.lens.prepare import prepare_sample
     from mechscope.lens.readout import readout_workers
-    from mechscope.models import load_model
+    from mechscope.models import DEFAULT_MODEL, load_model
 
     torch.set_num_threads(args.threads)
     n_tokens = N_TOKENS_QUICK if args.quick else N_TOKENS
-    lm = load_model("smollm2-135m")
+    lm = load_model(DEFAULT_MODEL)
     engine = Engine.of(lm)
     prep = prepare_sample(
         build_sample(lm.tokenizer, n_tokens),

@@ -37,10 +37,10 @@ import harness
 
 from mechscope.engine import Engine, Read, Site
 from mechscope.lens import lens_logprobs
-from mechscope.models import LoadedModel, load_model
+from mechscope.models import DEFAULT_MODEL, LoadedModel, load_model
 
 PEER_VENV = True
-MODEL = "smollm2-135m"
+MODEL = DEFAULT_MODEL
 N_TOKENS = 512
 NLL_ATOL = 1e-3
 TARGET = 1.0

@@ -101,10 +101,10 @@ def child(args: argparse.Namespace) -> dict:
     import torch
 
     from mechscope.engine.memory_model import recorded
-    from mechscope.models import load_model
+    from mechscope.models import DEFAULT_MODEL, load_model
 
     torch.set_num_threads(args.threads)
-    lm = load_model("smollm2-135m", memory=f"{args.memory}MiB")
+    lm = load_model(DEFAULT_MODEL, memory=f"{args.memory}MiB")
     full, small = SIZES[args.mem_child]
     n = small if args.quick else full
     run = workload(args.mem_child, lm, n)

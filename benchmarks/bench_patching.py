@@ -193,9 +193,9 @@ def main() -> None:
         args.pairs, args.layer_stride = 4, 10
     if args.threads:
         torch.set_num_threads(args.threads)
-    from mechscope.models import load_model
+    from mechscope.models import DEFAULT_MODEL, load_model
 
-    lm = load_model("smollm2-135m")
+    lm = load_model(DEFAULT_MODEL)
     pairs, toks = ioi_batch(lm, args.pairs)
     layers = list(range(0, args.layers or lm.n_layers, args.layer_stride))
     clean = torch.tensor([t.clean_ids for t in toks])  # [pairs, seq]
@@ -272,9 +272,7 @@ def main() -> None:
     skipped |= {n: "left out (--skip-nnsight)" for n in ["nnsight"] if args.skip_nnsight}
     size = f"{len(pairs)} pairs x {len(layers)} layers x {clean.shape[1]} positions"
     reps = args.reps or (2 if args.quick else 3)
-    sys.exit(
-        finish(runs, first, grids, reps=reps, size=size, skipped=skipped, model="smollm2-135m")
-    )
+    sys.exit(finish(runs, first, grids, reps=reps, size=size, skipped=skipped, model=DEFAULT_MODEL))
 
 
 if __name__ == "__main__":

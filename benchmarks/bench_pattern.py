@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 
 from mechscope.engine import Engine, Read, Site
-from mechscope.models import LoadedModel, load_model
+from mechscope.models import DEFAULT_MODEL, LoadedModel, load_model
 
-MODEL = "smollm2-135m"
+MODEL = DEFAULT_MODEL
 PATTERN_ATOL = 1e-5
 LOGITS_ATOL = 1e-4
 TARGET = 1.0  # no slower than the eager forward that returns the same patterns

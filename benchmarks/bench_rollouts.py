@@ -72,6 +72,8 @@ def new_tokens(rows, eos: int | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> dict:
+    from mechscope.models import DEFAULT_MODEL
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="200-token prefix, 16 rollouts")
     parser.add_argument("--prefix", type=int, default=None, help="default 600 tokens")
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default=None)
     parser.add_argument(
-        "--model", default="smollm2-135m", help=f"a model spec, or {RANDOM_8B} (random weights)"
+        "--model", default=DEFAULT_MODEL, help=f"a model spec, or {RANDOM_8B} (random weights)"
     )
     args = parser.parse_args(argv)
     if args.threads:

@@ -34,10 +34,10 @@ def stories_path() -> Path:
 def smollm2():
     """The real demo model (converted once from the GGUF shipped on PyPI)."""
     from mechscope.errors import ModelSpecError
-    from mechscope.models import load_model
+    from mechscope.models import DEFAULT_MODEL, load_model
 
     try:
-        return load_model("smollm2-135m")
+        return load_model(DEFAULT_MODEL)
     except ModelSpecError as exc:
         pytest.skip(str(exc))
 

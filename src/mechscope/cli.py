@@ -6,7 +6,6 @@ Errors a user can fix print one line and exit with code 2; ``--debug`` shows the
 
 from __future__ import annotations
 
-import importlib
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from rich.console import Console
 from mechscope import cli_models
 from mechscope.cli_errors import run_app
 from mechscope.model_options import ModelOptions, model_options
+from mechscope.workflows import import_optional, workflows
 
 app = typer.Typer(
     name="mechscope",
@@ -25,20 +25,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 console = Console()
-
-#: (module, command name, help) of each workflow's typer group.
-WORKFLOWS = [
-    (
-        "mechscope.lens.cli",
-        "lens",
-        "Logit lens, paired teacher-forced analysis, candidate readouts.",
-    ),
-    ("mechscope.patching.cli", "patch", "Activation patching across layers, positions, spans."),
-    ("mechscope.attribution.cli", "heads", "Head importance by integrated gradients over gates."),
-    ("mechscope.anchors.cli", "anchors", "Thought Anchors: which sentences of a trace matter."),
-    ("mechscope.distill.cli", "distill", "RCID distillation and its baselines."),
-    ("mechscope.data.media_cli", "media", "Multimodal sample sets (espeak-ng speech demo)."),
-]
 
 
 @app.callback()
@@ -78,18 +64,27 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory.")) -> None
     console.print(f"report: {path}")
 
 
-def _mount_workflows() -> None:
-    for module_name, name, help_text in WORKFLOWS:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name is None or not module_name.startswith(exc.name):
-                raise
+def mount_workflows(root: typer.Typer) -> typer.Typer:
+    """Add each installed workflow's typer group to ``root`` (see :mod:`mechscope.workflows`);
+    a command ``"lens study"`` goes into the group ``lens``."""
+    groups: dict[str, typer.Typer] = {}
+    for workflow in workflows():
+        if workflow.command is None or workflow.cli is None:
             continue
-        app.add_typer(module.app, name=name, help=help_text)
+        module = import_optional(workflow.module("cli"))
+        if module is None:
+            continue
+        *parents, name = workflow.command.split()
+        parent = groups.get(" ".join(parents)) if parents else root
+        if parent is None:  # its parent group is not installed
+            continue
+        if all(group.typer_instance is not module.app for group in parent.registered_groups):
+            parent.add_typer(module.app, name=name, help=workflow.help)
+        groups[workflow.command] = module.app
+    return root
 
 
-_mount_workflows()
+mount_workflows(app)
 
 
 def entry() -> None:

@@ -21,40 +21,26 @@ from mechscope.model_options import ModelOptions
 from mechscope.progress import shared_progress
 from mechscope.runs import RunDir, weights_fingerprint
 from mechscope.runs.rundir import MANIFEST_FILE
+from mechscope.workflows import import_optional, workflows
 
-#: (part name, module holding ``demo(run, lm, quick)``), in report order.
-PARTS = [
-    ("overview", "mechscope.overview.demo"),
-    ("lens", "mechscope.lens.demo"),
-    ("lens_study", "mechscope.lens.study.demo"),
-    ("patching", "mechscope.patching.demo"),
-    ("attribution", "mechscope.attribution.demo"),
-    ("anchors", "mechscope.anchors.demo"),
-    ("distill", "mechscope.distill.demo"),
-]
+
+def demo_parts() -> list[tuple[str, str]]:
+    """(part name, module holding ``demo(run, lm, quick)``) of every registered workflow with a
+    demo part, in report order (see :mod:`mechscope.workflows`)."""
+    return [(w.name, w.module("demo")) for w in workflows() if w.demo]
 
 
 def available_parts() -> list[str]:
     """The parts whose workflow is installed, in report order."""
-    parts = []
-    for name, module in PARTS:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name is None or not module.startswith(exc.name):
-                raise
-            continue
-        parts.append(name)
-    return parts
+    return [name for name, module in demo_parts() if import_optional(module) is not None]
 
 
 def select_parts(only: list[str] | None) -> list[str]:
     """``only`` (checked against the known parts) in report order, or every available part."""
-    unknown = sorted(set(only or []) - {name for name, _ in PARTS})
+    names = [name for name, _ in demo_parts()]
+    unknown = sorted(set(only or []) - set(names))
     if unknown:
-        raise InputError(
-            f"parts among {', '.join(n for n, _ in PARTS)}", field=f"--only {unknown[0]}"
-        )
+        raise InputError(f"parts among {', '.join(names)}", field=f"--only {unknown[0]}")
     return [p for p in available_parts() if not only or p in only]
 
 
@@ -146,7 +132,7 @@ def _run_parts(
             progress.update(overall, description=label, finish_at=eta.finish_at(selected[i:]))
             progress.console.print(f"[bold]{label}[/bold] …")
             fresh = name not in run.manifest.get("parts", {})
-            module = importlib.import_module(dict(PARTS)[name])
+            module = importlib.import_module(dict(demo_parts())[name])
             t0 = time.perf_counter()
             done = False
             try:

@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from mechscope import progress as progress_module
-from mechscope.demo import PARTS, finished, select_parts
+from mechscope.demo import demo_parts, finished, select_parts
 from mechscope.demo_timing import Session, TimeLeft, reference_seconds
 from mechscope.errors import InputError
 from mechscope.progress import NestedProgress, make_progress, shared_progress, track
@@ -17,7 +17,7 @@ from mechscope.runs import RunDir
 
 
 def test_parts_are_selected_in_report_order_and_unknown_ones_refused():
-    names = [n for n, _ in PARTS]
+    names = [n for n, _ in demo_parts()]
     assert select_parts(None) == [p for p in names if p in select_parts(None)]
     assert select_parts(["anchors", "overview"]) == ["overview", "anchors"]
     with pytest.raises(InputError, match="--only nope"):

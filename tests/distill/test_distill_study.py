@@ -11,6 +11,7 @@ import pytest
 from scipy import stats
 from typer.testing import CliRunner
 
+from mechscope.cli_errors import run_app
 from mechscope.distill.cli import app
 from mechscope.distill.config import load_study_config
 from mechscope.distill.report import distill_section
@@ -119,16 +120,18 @@ def test_shipped_configs_present():
     } <= stems
 
 
-def test_cli_check_reports_one_line_error(tmp_path):
+def test_cli_check_reports_one_line_error(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text(
         "name: x\nteacher: tiny:llama\nstudents: [{name: s, kind: narrow, hidden: 8, "
         "n_layers: 1, n_heads: 1}]\ntasks: [{name: ioi}]\nmethods: [telepathy]\n"
         "seeds: [0]\n"
     )
-    result = CliRunner().invoke(app, ["check", str(bad)])
-    assert result.exit_code == 2
-    assert "telepathy" in result.output and result.output.strip().count("\n") == 0
+    with pytest.raises(SystemExit) as code:
+        run_app(app, ["check", str(bad)])
+    assert code.value.code == 2
+    output = capsys.readouterr().err
+    assert "telepathy" in output and output.strip().count("\n") == 0
     listed = CliRunner().invoke(app, ["configs"])
     assert listed.exit_code == 0 and "cpu_study" in listed.output
 

@@ -103,7 +103,7 @@ def test_a_finished_demo_reruns_in_seconds_without_a_model(demo_run, tmp_path, m
         raise AssertionError("a finished demo must not load a model or run a part")
 
     monkeypatch.setattr(demo_module.ModelOptions, "load", no_model_work)
-    for name, module in demo_module.PARTS:
+    for name, module in demo_module.demo_parts():
         if name in config["parts"]:
             monkeypatch.setattr(f"{module}.demo", no_model_work)
     start = time.perf_counter()

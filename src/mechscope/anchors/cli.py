@@ -12,22 +12,14 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from mechscope.cli_common import OUT_HELP, finish, open_run, workflow_app
 from mechscope.errors import InputError
 from mechscope.model_options import ModelOptions, model_options
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+app = workflow_app()
 console = Console(stderr=True)
 
 INPUT_HELP = "JSON/JSONL of traces (id, text, gold) or problems (id, question, gold)."
-OUT_HELP = "Run directory (resumed if it exists)."
-
-
-def _open_run(out: Path, model: str, lm):  # -> RunDir
-    from mechscope.runs import RunDir
-
-    return RunDir.for_model(
-        out, {"workflow": "anchors", "model": model}, lm.model, model_spec=model
-    )
 
 
 def _traces(run, input: Path | None, lm, batch_size: int, trace_tokens: int, sampler=None):
@@ -54,13 +46,14 @@ SERVER_HELP = (
 REPORT_OPTION = typer.Option(True, "--report/--no-report", help="Build report.html.")
 
 
-def _finish(run, report: bool) -> None:
-    from mechscope.report import build_report
+def _open_run(out: Path, model: str, lm):  # -> RunDir
+    return open_run(out, {"workflow": "anchors", "model": model}, lm, model)
 
+
+def _finish(run, report: bool) -> None:
     console.print(f"tables in {run.tables_dir}")
-    run.finish()  # before the report, so that it says "finished"
-    if report:
-        console.print(f"report: {build_report(run)}")
+    if (path := finish(run, report=report)) is not None:
+        console.print(f"report: {path}")
 
 
 @app.command()
@@ -122,7 +115,7 @@ def resample(
     with run.timed("anchors_resample"):
         resample_run(run, sampler, traces, settings, max_chunks=max_chunks)
     console.print(f"{len(traces)} traces resampled; run 'mechscope anchors analyze --out {out}'")
-    run.finish()
+    finish(run, report=False)
 
 
 def _check_server(server: str | None, concurrency: int, rate_limit: float | None) -> None:

@@ -82,8 +82,3 @@ def embed_unique(embedder: Embedder, texts: Iterable[str]) -> dict[str, np.ndarr
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)  # [u, 1]
     vectors = vectors / np.where(norms > 0, norms, 1.0)
     return {text: vectors[i] for i, text in enumerate(unique)}
-
-
-def cosine_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Cosine similarity of rows of unit vectors ``a`` [m, d] and ``b`` [n, d] → [m, n]."""
-    return np.asarray(a, dtype=np.float64) @ np.asarray(b, dtype=np.float64).T

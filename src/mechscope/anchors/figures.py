@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from mechscope.anchors.taxonomy import CATEGORIES
 from mechscope.report import Edge, Figure, Node, Series, bars, curves, graph, heatmap
+from mechscope.stats import curve_ci
 
 IMPORTANCE_COLUMNS = (
     "counterfactual_importance_kl",
@@ -33,14 +33,15 @@ def importance_column(chunks: pd.DataFrame) -> str | None:
 
 
 def mean_ci(values: np.ndarray, seed: int = 0) -> tuple[float, float, float]:
-    """Mean and 95% percentile bootstrap CI (NaN bounds with fewer than 3 finite values)."""
+    """Mean of the finite values and its 95% percentile bootstrap CI (:func:`curve_ci`); NaN
+    bounds with fewer than 3 finite values or none that differ."""
     v = values[np.isfinite(values)]
     if v.size == 0:
         return np.nan, np.nan, np.nan
     if v.size < 3 or np.all(v == v[0]):
         return float(v.mean()), np.nan, np.nan
-    res = stats.bootstrap((v,), np.mean, n_resamples=2000, method="percentile", random_state=seed)
-    return float(v.mean()), float(res.confidence_interval.low), float(res.confidence_interval.high)
+    ci = curve_ci(v, seed=seed)
+    return float(v.mean()), float(ci.low), float(ci.high)
 
 
 def by_category(frame: pd.DataFrame, column: str) -> pd.DataFrame:

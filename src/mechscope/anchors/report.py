@@ -149,7 +149,7 @@ def _graphs(run: RunDir, sentences: pd.DataFrame, chunks: pd.DataFrame | None) -
     return blocks
 
 
-@register_section("anchors", "Thought Anchors: which sentences of a reasoning trace matter", 50)
+@register_section("anchors", "Thought Anchors: which sentences of a reasoning trace matter")
 def anchors_section(run: RunDir) -> list | None:
     if not any(
         has_table(run, t) for t in (TRACES_TABLE, CHUNKS_TABLE, HEADS_TABLE, SUPPRESSION_TABLE)

@@ -8,10 +8,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from mechscope.cli_common import OUT_HELP, finish, open_run, workflow_app
 from mechscope.errors import InputError
 from mechscope.model_options import ModelOptions, model_options
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+app = workflow_app()
 console = Console(stderr=True)
 
 
@@ -30,7 +31,7 @@ def run(
     samples: Path | None = typer.Argument(
         None, help="JSONL: id, prompt, completion (and correct/wrong for logit_diff)."
     ),
-    out: Path = typer.Option(..., "--out", help="Run directory (resumed if it exists)."),
+    out: Path = typer.Option(..., "--out", help=OUT_HELP),
     mixed: int = typer.Option(0, "--mixed", help="Use N samples per task of the mixed set."),
     objective: str = typer.Option("nll", "--objective", help="nll, diffusion or logit_diff."),
     path: list[str] = typer.Option(
@@ -60,8 +61,6 @@ def run(
     from mechscope.attribution.prepare import prepare
     from mechscope.attribution.samples import load_samples, mixed_prompt_set
     from mechscope.attribution.workflow import run_heads
-    from mechscope.report import build_report
-    from mechscope.runs import RunDir
 
     cfg = build_config(
         objective=objective,
@@ -91,9 +90,7 @@ def run(
         for note in notes:
             console.print(note)
     fs = prepare(lm, items, cfg)  # every check before anything is written
-    run_dir = RunDir.for_model(
-        out, cfg.model_dump() | {"samples": source}, lm.model, model_spec=opts.model, seed=seed
-    )
+    run_dir = open_run(out, cfg.model_dump() | {"samples": source}, lm, opts.model, seed=seed)
     with run_dir.timed("heads"):
         result = run_heads(run_dir, lm, items, cfg, fs=fs)
     from mechscope.attribution.report import (
@@ -107,8 +104,7 @@ def run(
     for warning in completeness_warnings(summary):  # the report's caution, on the terminal too
         console.print(warning.replace("**", ""), style="yellow")
     _print_frame(diagnostics_table(result.diagnostics), "diagnostics")
-    run_dir.finish()  # before the report, so that it says "finished"
-    console.print(f"report: {build_report(run_dir)}")
+    console.print(f"report: {finish(run_dir)}")
 
 
 @app.command()

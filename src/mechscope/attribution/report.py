@@ -156,7 +156,7 @@ def _pruning(run: RunDir) -> list:
     ]
 
 
-@register_section("attribution", "Head attribution: integrated gradients over head gates", order=30)
+@register_section("attribution", "Head attribution: integrated gradients over head gates")
 def attribution_section(run: RunDir) -> list | None:
     if not has_arrays(run, "heads_attributions"):
         return None

@@ -7,7 +7,9 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-app = typer.Typer(no_args_is_help=True)
+from mechscope.cli_common import workflow_app
+
+app = workflow_app()
 console = Console()
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -13,22 +11,12 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from mechscope.errors import MechscopeError
+from mechscope.cli_common import workflow_app
+from mechscope.errors import InputError
 from mechscope.model_options import ModelOptions, model_options
 
-app = typer.Typer(
-    help="RCID distillation: keep the teacher's causal mechanism.", no_args_is_help=True
-)
+app = workflow_app(help="RCID distillation: keep the teacher's causal mechanism.")
 console = Console()
-
-
-@contextlib.contextmanager
-def _one_line_errors() -> Iterator[None]:
-    try:
-        yield
-    except MechscopeError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
 
 
 def _overrides(items: list[str] | None) -> dict[str, Any]:
@@ -36,8 +24,6 @@ def _overrides(items: list[str] | None) -> dict[str, Any]:
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            from mechscope.errors import InputError
-
             raise InputError(f"expected KEY=VALUE, got {item!r}", field="--set")
         out[key.strip()] = yaml.safe_load(value)
     return out
@@ -64,23 +50,22 @@ def run(
     quick: Annotated[bool, typer.Option(help="1 seed, few steps, small data")] = False,
 ) -> None:
     """Run the grid students × tasks × methods × seeds (resumes an interrupted study)."""
-    with _one_line_errors():
-        from mechscope.distill.study import run_study
-        from mechscope.distill.summarize import summarize_study
+    from mechscope.distill.study import run_study
+    from mechscope.distill.summarize import summarize_study
 
-        cfg = _load(config, set_, quick)
-        study = run_study(
-            cfg,
-            root,
-            executor=executor,
-            on_trial=lambda t, df: console.print(
-                f"[green]done[/] {t.name}: accuracy {df['accuracy'].iloc[0]:.3f}, "
-                f"consistency {df['consistency'].iloc[0]:.3f}"
-            ),
-        )
-        _, table = summarize_study(study.path)
-        console.print(table)
-        console.print(f"study: {study.path}")
+    cfg = _load(config, set_, quick)
+    study = run_study(
+        cfg,
+        root,
+        executor=executor,
+        on_trial=lambda t, df: console.print(
+            f"[green]done[/] {t.name}: accuracy {df['accuracy'].iloc[0]:.3f}, "
+            f"consistency {df['consistency'].iloc[0]:.3f}"
+        ),
+    )
+    _, table = summarize_study(study.path)
+    console.print(table)
+    console.print(f"study: {study.path}")
 
 
 @app.command()
@@ -89,12 +74,11 @@ def check(
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override KEY=VALUE")] = None,
 ) -> None:
     """Validate a config (tasks, data files, models, tokenizers) without training."""
-    with _one_line_errors():
-        from mechscope.distill.study import expand_trials, validate_study
+    from mechscope.distill.study import expand_trials, validate_study
 
-        cfg = _load(config, set_, False)
-        validate_study(cfg)
-        console.print(f"ok: {len(expand_trials(cfg))} trials")
+    cfg = _load(config, set_, False)
+    validate_study(cfg)
+    console.print(f"ok: {len(expand_trials(cfg))} trials")
 
 
 @app.command()
@@ -102,11 +86,10 @@ def summarize(
     study: Annotated[Path, typer.Argument(help="A study folder (runs/<name>)")],
 ) -> None:
     """Tables (mean ± std over seeds) and figures of a study's finished trials."""
-    with _one_line_errors():
-        from mechscope.distill.summarize import summarize_study
+    from mechscope.distill.summarize import summarize_study
 
-        _, table = summarize_study(study)
-        console.print(table)
+    _, table = summarize_study(study)
+    console.print(table)
 
 
 @app.command()
@@ -121,28 +104,25 @@ def pilot(
 ) -> None:
     """The pilot validation checks (teacher accuracy, names, norms, patching, student) on
     the teacher ``--model``."""
-    with _one_line_errors():
-        from mechscope.distill.pilot import run_pilot
-        from mechscope.distill.students import build_student
+    from mechscope.distill.pilot import run_pilot
+    from mechscope.distill.students import build_student
 
-        student = None
-        if config is not None:
-            cfg = _load(config, None, False)
-            dtype = cfg.teacher_dtype or opts.dtype
-            lm = replace(opts, model=cfg.teacher, dtype=dtype).load()
-            student = build_student(cfg.students[0], lm, seed=cfg.seeds[0])
-        else:
-            lm = opts.load()
-        checks = run_pilot(lm, student, n_accuracy=n_accuracy)
-        table = Table("check", "result", "value", "expected")
-        for c in checks:
-            mark = (
-                "info" if c.passed is None else ("[green]pass[/]" if c.passed else "[red]FAIL[/]")
-            )
-            table.add_row(c.name, mark, c.value, c.expected)
-        console.print(table)
-        if any(c.passed is False for c in checks):
-            raise typer.Exit(1)
+    student = None
+    if config is not None:
+        cfg = _load(config, None, False)
+        dtype = cfg.teacher_dtype or opts.dtype
+        lm = replace(opts, model=cfg.teacher, dtype=dtype).load()
+        student = build_student(cfg.students[0], lm, seed=cfg.seeds[0])
+    else:
+        lm = opts.load()
+    checks = run_pilot(lm, student, n_accuracy=n_accuracy)
+    table = Table("check", "result", "value", "expected")
+    for c in checks:
+        mark = "info" if c.passed is None else ("[green]pass[/]" if c.passed else "[red]FAIL[/]")
+        table.add_row(c.name, mark, c.value, c.expected)
+    console.print(table)
+    if any(c.passed is False for c in checks):
+        raise typer.Exit(1)
 
 
 @app.command("configs")

@@ -16,8 +16,9 @@ import numpy as np
 import torch
 
 from mechscope.distill.pairset import PairSet
-from mechscope.distill.passes import answer_logits, logit_diff, patched_logit_diffs, read_resid
+from mechscope.distill.passes import answer_logits, patched_logit_diffs, read_resid
 from mechscope.engine import Engine
+from mechscope.engine.unembed import logit_diff
 from mechscope.errors import InputError
 from mechscope.stats import pearson
 

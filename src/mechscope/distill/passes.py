@@ -14,6 +14,7 @@ import torch
 
 from mechscope.distill.pairset import PairSet
 from mechscope.engine import Engine, Patch, Read, Site
+from mechscope.engine.unembed import logit_diff
 
 
 def read_resid(
@@ -65,13 +66,6 @@ def gather_rows(h: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
 def answer_logits(eng: Engine, final_h: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     """Logits at each row's answer position from the last layer: ``[b, vocab]`` fp32."""
     return eng.unembed(gather_rows(final_h, pos))
-
-
-def logit_diff(logits: torch.Tensor, correct: torch.Tensor, wrong: torch.Tensor) -> torch.Tensor:
-    """``logit[correct] - logit[wrong]`` per row: ``[b]`` fp32."""
-    rows = torch.arange(logits.shape[0], device=logits.device)
-    lg = logits.float()
-    return lg[rows, correct.to(lg.device)] - lg[rows, wrong.to(lg.device)]
 
 
 @torch.no_grad()

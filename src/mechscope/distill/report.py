@@ -48,9 +48,7 @@ TABLE_CAPTIONS = {
 }
 
 
-@register_section(
-    "distill", "Distillation: does the student keep the teacher's mechanism?", order=60
-)
+@register_section("distill", "Distillation: does the student keep the teacher's mechanism?")
 def distill_section(run: RunDir) -> list:
     if not has_table(run, "distill_summary") and not has_table(run, "distill_checkpoints"):
         return []

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 import torch
 
 from mechscope.distill.pairset import PairSet
-from mechscope.distill.passes import answer_logits, logit_diff, patched_logit_diffs, read_resid
+from mechscope.distill.passes import answer_logits, patched_logit_diffs, read_resid
 from mechscope.engine import Engine
+from mechscope.engine.unembed import logit_diff
 
 SCREEN_PAIRS = 32
 

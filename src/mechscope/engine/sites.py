@@ -96,35 +96,3 @@ class Site:
         if self.positions is not None:
             parts.append(f"pos{list(self.positions)}")
         return "[".join(parts[:1]) + "".join(f"[{p}]" for p in parts[1:])
-
-
-def resid_pre(layer: int, positions: tuple[int, ...] | None = None) -> Site:
-    return Site("resid_pre", layer, positions=positions)
-
-
-def resid_mid(layer: int, positions: tuple[int, ...] | None = None) -> Site:
-    return Site("resid_mid", layer, positions=positions)
-
-
-def resid_post(layer: int, positions: tuple[int, ...] | None = None) -> Site:
-    return Site("resid_post", layer, positions=positions)
-
-
-def attn_out(layer: int, positions: tuple[int, ...] | None = None) -> Site:
-    return Site("attn_out", layer, positions=positions)
-
-
-def mlp_out(layer: int, positions: tuple[int, ...] | None = None) -> Site:
-    return Site("mlp_out", layer, positions=positions)
-
-
-def z(layer: int, head: int | None = None, positions: tuple[int, ...] | None = None) -> Site:
-    return Site("z", layer, head=head, positions=positions)
-
-
-def pattern(layer: int, head: int | None = None) -> Site:
-    return Site("pattern", layer, head=head)
-
-
-def expert_out(layer: int, expert: int, positions: tuple[int, ...] | None = None) -> Site:
-    return Site("expert_out", layer, positions=positions, expert=expert)

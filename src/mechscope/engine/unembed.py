@@ -211,3 +211,19 @@ class FinalHidden:
         if isinstance(keep, int):
             return self.h[:, slice(-keep, None)]
         return self.h[:, keep.to(self.h.device)]
+
+
+def logit_diff(
+    logits: torch.Tensor, correct: int | torch.Tensor, wrong: int | torch.Tensor
+) -> torch.Tensor:
+    """``logit[correct] - logit[wrong]`` in fp32.
+
+    With one token id each (``int``): over the last dimension of ``logits``, ``[...]``. With
+    one id per row (``[b]`` tensors) of ``[b, vocab]`` logits: per row, ``[b]``.
+    """
+    x = logits.float()
+    c, w = torch.as_tensor(correct), torch.as_tensor(wrong)
+    if c.ndim == 0 and w.ndim == 0:
+        return x[..., int(c)] - x[..., int(w)]
+    rows = torch.arange(x.shape[0], device=x.device)
+    return x[rows, c.to(x.device)] - x[rows, w.to(x.device)]

@@ -3,38 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 
+from mechscope.cli_common import OUT_HELP, finish, open_run, parse_list, workflow_app
 from mechscope.errors import InputError
 from mechscope.model_options import ModelOptions, model_options
 
-if TYPE_CHECKING:
-    from pydantic import BaseModel
-
-    from mechscope.models.loaded import LoadedModel
-    from mechscope.runs import RunDir
-
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+app = workflow_app()
 console = Console(stderr=True)
-
-
-def _pair(text: str | None, field: str) -> tuple[str, str] | None:
-    if text is None:
-        return None
-    parts = text.split("-")
-    if len(parts) != 2 or not all(parts):
-        raise InputError(f"expected two names as A-B, got {text!r}", field=field)
-    return parts[0], parts[1]
-
-
-def _open_run(out: Path, config: BaseModel, model: str, lm: LoadedModel) -> RunDir:
-    """Create (or resume) the run directory, after every input check has passed."""
-    from mechscope.runs import RunDir
-
-    return RunDir.for_model(out, config, lm.model, model_spec=model)
 
 
 @app.command()
@@ -42,7 +20,7 @@ def _open_run(out: Path, config: BaseModel, model: str, lm: LoadedModel) -> RunD
 def diff(
     input: Path = typer.Argument(..., help="JSONL of samples with named conditions."),
     contrast: str = typer.Option(..., "--contrast", help="Conditions to contrast, as A-B."),
-    out: Path = typer.Option(..., "--out", help="Run directory (resumed if it exists)."),
+    out: Path = typer.Option(..., "--out", help=OUT_HELP),
     position_matched: bool = typer.Option(
         False,
         "--position-matched",
@@ -65,7 +43,6 @@ def diff(
     """Per layer × token ΔNLL, JS and KL between two prompt conditions (teacher-forced)."""
     from mechscope.lens.diff_run import DiffConfig, parse_contrast, prepare_all, run_diff
     from mechscope.lens.samples import load_samples
-    from mechscope.report import build_report
 
     samples = load_samples(input)
     config = DiffConfig(
@@ -76,18 +53,17 @@ def diff(
         n_bins=bins,
         first_k=first_k,
         anchor=anchor,
-        group_diff=_pair(group_diff, "--group-diff"),
+        group_diff=parse_list(group_diff, "--group-diff", what="two names as A-B", sep="-", size=2),
         n_resamples=resamples,
         seed=seed,
     )
     lm = opts.load()
     prepared = prepare_all(lm, samples, config)  # every check before anything is written
-    run = _open_run(out, config, opts.model, lm)
+    run = open_run(out, config, lm, opts.model)
     with run.timed("lens_diff"):
         result = run_diff(run, lm, samples, config, prepared=prepared)
     console.print(f"{len(result.samples)} samples analysed; tables in {run.tables_dir}")
-    run.finish()  # before the report, so that it says "finished"
-    console.print(f"report: {build_report(run)}")
+    console.print(f"report: {finish(run)}")
 
 
 @app.command()
@@ -98,7 +74,7 @@ def candidates(
         help="JSONL: id, prompt, candidates and two labels (and an audio or image file "
         "for a multimodal model).",
     ),
-    out: Path = typer.Option(..., "--out", help="Run directory (resumed if it exists)."),
+    out: Path = typer.Option(..., "--out", help=OUT_HELP),
     label_a: str = typer.Option("semantic_label", "--label-a", help="Field of label A."),
     label_b: str = typer.Option("prosody_label", "--label-b", help="Field of label B."),
     policy: str = typer.Option("first", "--policy", help="Multi-token words: first or sum."),
@@ -111,7 +87,6 @@ def candidates(
     """Candidate-restricted logit lens: win-rates and margins per layer."""
     from mechscope.lens.candidates_modal import load_samples
     from mechscope.lens.candidates_run import CandidatesConfig, run_candidates, select_and_prepare
-    from mechscope.report import build_report
 
     if policy not in ("first", "sum"):
         raise InputError(f"expected 'first' or 'sum', got {policy!r}", field="--policy")
@@ -127,18 +102,8 @@ def candidates(
     )
     lm = opts.load()
     select_and_prepare(lm, samples, config)  # every check before anything is written
-    run = _open_run(out, config, opts.model, lm)
+    run = open_run(out, config, lm, opts.model)
     with run.timed("lens_candidates"):
         result = run_candidates(run, lm, samples, config)
     console.print(f"{len(result.samples)} samples read out; tables in {run.tables_dir}")
-    run.finish()  # before the report, so that it says "finished"
-    console.print(f"report: {build_report(run)}")
-
-
-def _mount_study() -> None:
-    from mechscope.lens.study.cli import app as study_app
-
-    app.add_typer(study_app, name="study", help="Whole studies on real benchmarks (HumanEval).")
-
-
-_mount_study()
+    console.print(f"report: {finish(run)}")

@@ -108,6 +108,6 @@ def candidate_blocks(run: RunDir) -> list:
     return blocks
 
 
-@register_section("lens", "Lens: paired teacher-forced analysis and candidate readouts", order=10)
+@register_section("lens", "Lens: paired teacher-forced analysis and candidate readouts")
 def lens_section(run: RunDir) -> list:
     return diff_blocks(run) + candidate_blocks(run)

@@ -8,7 +8,7 @@ from mechscope.report import FigureBlock, TableBlock, heatmap, register_section
 from mechscope.runs import RunDir, has_table, read_table
 
 
-@register_section("overview", "Model overview: logit lens", order=5)
+@register_section("overview", "Model overview: logit lens")
 def overview_section(run: RunDir) -> list:
     if not has_table(run, TABLE):
         return []

@@ -1,10 +1,10 @@
-"""Activation patching: exact sweeps over layers × positions / spans / heads, attribution
-patching, and the Read/Write primitives distillation uses."""
+"""Activation patching: exact sweeps over layers × positions / spans / heads, and attribution
+patching."""
 
+from mechscope.engine.unembed import logit_diff
 from mechscope.patching.attribution import Agreement, agreement, agreement_frame, top_k_overlap
-from mechscope.patching.metrics import Reference, logit_diff, normalized_effect, readout_metrics
+from mechscope.patching.metrics import Reference, normalized_effect, readout_metrics
 from mechscope.patching.prepare import PreparedPair, prepare_pair
-from mechscope.patching.primitives import causal_effect, contrastive_difference
 from mechscope.patching.result import PairResult, PatchingResult
 from mechscope.patching.spec import ATTRIBUTION_METRICS, METRICS, PATCH_SITES, PatchSpec
 from mechscope.patching.workflow import patch_pair, patch_pairs, run_patching
@@ -21,8 +21,6 @@ __all__ = [
     "Reference",
     "agreement",
     "agreement_frame",
-    "causal_effect",
-    "contrastive_difference",
     "logit_diff",
     "normalized_effect",
     "patch_pair",

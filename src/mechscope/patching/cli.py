@@ -8,31 +8,18 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
+from mechscope.cli_common import OUT_HELP, finish, open_run, parse_list, workflow_app
 from mechscope.errors import InputError
 from mechscope.model_options import ModelOptions, model_options
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+app = workflow_app()
 console = Console(stderr=True)
+INTEGERS = "comma-separated integers"
 
 
 @app.callback()
 def main() -> None:
     """Activation patching across layers, positions, spans and heads."""
-
-
-def _ints(text: str | None, field: str) -> tuple[int, ...] | None:
-    if not text:
-        return None
-    try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise InputError(f"expected comma-separated integers, got {text!r}", field=field) from None
-
-
-def _words(text: str | None) -> tuple[str, ...] | None:
-    if not text:
-        return None
-    return tuple(x for x in text.split(",") if x)
 
 
 def _spec(**kwargs):
@@ -56,7 +43,7 @@ def run(
     ),
     task: str | None = typer.Option(None, "--task", help="Built-in pairs: ioi, ioi-json, facts."),
     n: int = typer.Option(16, "--n", help="Number of built-in pairs."),
-    out: Path = typer.Option(..., "--out", help="Run directory (resumed if it exists)."),
+    out: Path = typer.Option(..., "--out", help=OUT_HELP),
     site: str = typer.Option(
         "resid_pre",
         "--site",
@@ -93,8 +80,6 @@ def run(
     """Patch every layer × position / span / head and save tables, figures and a report."""
     from mechscope.patching.sources import load_pairs_jsonl, task_pairs
     from mechscope.patching.workflow import run_patching
-    from mechscope.report import build_report
-    from mechscope.runs import RunDir
 
     if (pairs is None) == (task is None):
         raise InputError("expected exactly one of --pairs FILE or --task NAME", field="pairs")
@@ -102,11 +87,11 @@ def run(
         site=site,
         granularity=granularity,
         directions=tuple(direction),
-        layers=_ints(layers, "--layers"),
-        positions=_ints(positions, "--positions"),
-        spans=_words(spans),
-        heads=_ints(heads, "--heads"),
-        candidates=_words(candidates),
+        layers=parse_list(layers, "--layers", what=INTEGERS, cast=int),
+        positions=parse_list(positions, "--positions", what=INTEGERS, cast=int),
+        spans=parse_list(spans, "--spans", what="comma-separated span names"),
+        heads=parse_list(heads, "--heads", what=INTEGERS, cast=int),
+        candidates=parse_list(candidates, "--candidates", what="comma-separated answer words"),
         policy=policy,
         span_policy=span_policy,
         attribution=attribution,
@@ -125,10 +110,9 @@ def run(
         "seed": seed,
         **opts.config(),
     }
-    rd = RunDir.for_model(out, config, lm.model, model_spec=opts.model, seed=seed)
+    rd = open_run(out, config, lm, opts.model, seed=seed)
     result = run_patching(rd, lm, data, spec)
-    rd.finish()
-    report = build_report(rd)
+    report = finish(rd)
     console.print(
         f"{len(result.pairs)} pair-directions patched; tables in {rd.tables_dir}; report: {report}"
     )

@@ -23,10 +23,11 @@ import torch
 from mechscope.data.modal_prompt import stack_inputs
 from mechscope.engine import Engine, Patch, Site
 from mechscope.engine.prefix import KVCache, Resume
+from mechscope.engine.unembed import logit_diff
 from mechscope.errors import SiteError
 from mechscope.patching.cache import RunCache
 from mechscope.patching.memory import held_bytes, plan_sweep
-from mechscope.patching.metrics import Reference, logit_diff, normalized_effect, readout_metrics
+from mechscope.patching.metrics import Reference, normalized_effect, readout_metrics
 from mechscope.patching.prepare import PreparedPair, units
 from mechscope.patching.result import PairResult
 from mechscope.patching.spec import PatchSpec
@@ -205,19 +206,6 @@ def _grid(
         row = base.logits.float().cpu().numpy()  # [vocab]
         kept = np.broadcast_to(row, (n_l, n_u, n_h, row.size)).copy()
     return _PairGrid(p, res, ref, base, values, base_pos, starts, skip, metrics, kept)
-
-
-def sweep_pair(
-    eng: Engine,
-    p: PreparedPair,
-    spec: PatchSpec,
-    base: RunCache,
-    source: RunCache,
-    *,
-    keep_logits: bool = False,
-) -> PairResult:
-    """Exact patching of ``p`` on ``spec``'s grid (``base`` / ``source``: their caches)."""
-    return sweep_pairs(eng, [(p, base, source)], spec, keep_logits=keep_logits)[0]
 
 
 def sweep_pairs(

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from mechscope.engine.unembed import logit_diff
 from mechscope.stats import js_from_logp, kl_from_logp
 
 
@@ -42,12 +43,6 @@ class Reference:
     @property
     def base_prediction(self) -> int:
         return int(self.to_vocab(self.view(self.base_logits).argmax(-1)))
-
-
-def logit_diff(logits: torch.Tensor, correct_id: int, wrong_id: int) -> torch.Tensor:
-    """``logit[correct] - logit[wrong]`` over the last dimension, fp32: ``[...]``."""
-    x = logits.float()
-    return x[..., correct_id] - x[..., wrong_id]
 
 
 def readout_metrics(logits: torch.Tensor, ref: Reference) -> dict[str, torch.Tensor]:

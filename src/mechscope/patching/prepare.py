@@ -7,7 +7,6 @@ token (``policy="error"``), a position outside the prompt.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -229,10 +228,3 @@ def units(
     base = [list(range(*p.spans[k][0])) for k in names]
     src = [list(range(*p.spans[k][1])) for k in names]
     return names, [-1] * len(names), base, src
-
-
-def prepare_pairs(
-    pairs: Sequence[ContrastivePair], tokenizer: Any, direction: Direction, spec: PatchSpec
-) -> list[PreparedPair]:
-    """:func:`prepare_pair` over a list; the first bad pair raises (naming it)."""
-    return [prepare_pair(p, tokenizer, direction, spec) for p in pairs]

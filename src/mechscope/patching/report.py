@@ -101,7 +101,7 @@ def sweep_blocks(run: RunDir, part: str) -> list[Block]:
     return blocks
 
 
-@register_section("patching", "Activation patching", order=20)
+@register_section("patching", "Activation patching")
 def patching_section(run: RunDir) -> list[Block] | None:
     parts = saved_parts(run)
     if not parts:

@@ -1,30 +1,27 @@
 """Find the report sections of the workflows that are installed.
 
-Each workflow may ship ``mechscope.<workflow>.report``, a module that registers its
-section at import. A workflow without such a module is skipped; a module that
-exists but fails to import (a bug, a missing dependency) raises, so a broken
-section never silently disappears from a report.
+Each workflow of :mod:`mechscope.workflows` may ship ``<package>.report``, a module that
+registers its section at import. A workflow without such a module is skipped; a module that
+exists but fails to import (a bug, a missing dependency) raises, so a broken section never
+silently disappears from a report.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 
-WORKFLOWS = ("overview", "lens", "lens.study", "patching", "attribution", "anchors", "distill")
+from mechscope import workflows as registry
+from mechscope.workflows import import_optional
+
+#: The packages (below ``mechscope``) whose report modules make the report, in report order.
+WORKFLOWS = tuple(w.package.removeprefix("mechscope.") for w in registry.workflows() if w.report)
 
 
-def load_sections(workflows: Sequence[str] = WORKFLOWS, package: str = "mechscope") -> list[str]:
-    """Import ``<package>.<workflow>.report`` for each workflow; return the modules loaded."""
-    loaded = []
-    for workflow in workflows:
-        name = f"{package}.{workflow}.report"
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as err:
-            # Only the section module itself (or its workflow package) being absent is a skip.
-            if err.name in (name, f"{package}.{workflow}"):
-                continue
-            raise
-        loaded.append(name)
-    return loaded
+def load_sections(workflows: Sequence[str] | None = None, package: str = "mechscope") -> list[str]:
+    """Import ``<package>.<workflow>.report`` for each of ``workflows`` (default: the report
+    module of every registered workflow); return the modules loaded."""
+    if workflows is None:
+        names = [w.module("report") for w in registry.workflows() if w.report]
+    else:
+        names = [f"{package}.{workflow}.report" for workflow in workflows]
+    return [name for name in names if import_optional(name) is not None]

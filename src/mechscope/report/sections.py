@@ -4,7 +4,7 @@ A section function reads the run directory (tables, arrays, shards) and returns 
 list of blocks, or ``None`` / ``[]`` when its results are not in this run, so the
 report shows exactly the workflows that ran. Sections never see a model.
 
->>> @register_section("lens", "Logit lens", order=10)  # doctest: +SKIP
+>>> @register_section("lens", "Logit lens")  # doctest: +SKIP
 ... def lens_section(run):
 ...     if not has_table(run, "lens"):
 ...         return None
@@ -22,6 +22,7 @@ import pandas as pd
 
 from mechscope.report.figure import Figure
 from mechscope.runs.rundir import RunDir
+from mechscope.workflows import section_order
 
 
 @dataclass
@@ -77,8 +78,13 @@ _SECTIONS: dict[str, Section] = {}
 _KEY = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 
 
-def register_section(key: str, title: str, order: int = 100) -> Callable[[SectionFn], SectionFn]:
+def register_section(
+    key: str, title: str, order: int | None = None
+) -> Callable[[SectionFn], SectionFn]:
     """Decorator: add a section to every report, placed by ``order`` then ``key``.
+
+    ``order`` defaults to that of the workflow named ``key`` in :mod:`mechscope.workflows`
+    (100 for a section of no workflow).
 
     ``key`` (lowercase letters, digits, ``_``, ``-``) is the section's anchor and the
     prefix of its figure files. Registering a key again replaces the earlier section,
@@ -88,7 +94,8 @@ def register_section(key: str, title: str, order: int = 100) -> Callable[[Sectio
         raise ValueError(f"section key must match {_KEY.pattern}, got {key!r}")
 
     def decorate(fn: SectionFn) -> SectionFn:
-        _SECTIONS[key] = Section(key, title, int(order), fn)
+        place = section_order(key) if order is None else int(order)
+        _SECTIONS[key] = Section(key, title, place, fn)
         return fn
 
     return decorate

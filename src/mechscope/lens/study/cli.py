@@ -7,24 +7,18 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from mechscope.cli_common import OUT_HELP, finish, open_run, parse_list, workflow_app
 from mechscope.errors import InputError
 from mechscope.model_options import ModelOptions, model_options
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+app = workflow_app()
 console = Console(stderr=True)
-
-
-def _variants(text: str) -> tuple[str, ...]:
-    names = tuple(v.strip() for v in text.split(",") if v.strip())
-    if not names:
-        raise InputError("expected comma-separated variant names", field="--variants")
-    return names
 
 
 @app.command()
 @model_options
 def humaneval(
-    out: Path = typer.Option(..., "--out", help="Run directory (resumed if it exists)."),
+    out: Path = typer.Option(..., "--out", help=OUT_HELP),
     limit: int | None = typer.Option(None, "--limit", help="Only the first N tasks."),
     variants: str = typer.Option(
         "tests,spec,other_tests,empty", "--variants", help="Tool responses (with 'tests')."
@@ -51,14 +45,14 @@ def humaneval(
     """Generate, test and teacher-force HumanEval with and without a tool response."""
     from mechscope.lens.study.config import StudyConfig
     from mechscope.lens.study.run import TABLES, plan_study, run_study
-    from mechscope.report import build_report
-    from mechscope.runs import RunDir
 
     if jobs < 1:
         raise InputError(f"expected at least one job, got {jobs}", field="--jobs")
     config = StudyConfig.build(
         problems=str(problems) if problems is not None else None,
-        variants=_variants(variants),
+        variants=parse_list(
+            variants, "--variants", what="comma-separated variant names", required=True
+        ),
         tool_role=tool_role,
         gen_prefix=gen_prefix,
         max_new_tokens=max_new_tokens,
@@ -73,12 +67,11 @@ def humaneval(
     )
     lm = opts.load()
     plan = plan_study(lm, config, limit=limit)  # every check before anything is written
-    run = RunDir.for_model(out, config, lm.model, model_spec=opts.model, seed=seed)
+    run = open_run(out, config, lm, opts.model, seed=seed)
     with run.timed("lens_study"):
         result = run_study(run, lm, config, plan=plan, jobs=jobs)
     rates = result.tables["pass_rates"].set_index("arm")["rate"]
     shown = ", ".join(f"{arm} {rate:.1%}" for arm, rate in rates.items())
     console.print(f"{len(result.payloads)} tasks; pass rates: {shown}")
     console.print(f"tables: {run.tables_dir} ({', '.join(sorted(TABLES.values())[:3])} …)")
-    run.finish()  # before the report, so that it says "finished"
-    console.print(f"report: {build_report(run)}")
+    console.print(f"report: {finish(run)}")

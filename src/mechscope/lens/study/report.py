@@ -189,7 +189,7 @@ def _control_blocks(run: RunDir) -> list:
     return blocks
 
 
-@register_section("lens_study", "Lens study: reading the tool response (HumanEval)", order=11)
+@register_section("lens_study", "Lens study: reading the tool response (HumanEval)")
 def study_section(run: RunDir) -> list:
     quadrants = _table(run, "quadrants")
     if quadrants.empty:

@@ -1,0 +1,88 @@
+"""What every workflow's command line shares: its typer group, the run directory it opens and
+finishes, and the parsing of list options.
+
+A command checks every input first, then opens its run (:func:`open_run`), computes, and ends
+with :func:`finish` (the run is marked finished, then its report is built, so that the report
+says "finished").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import typer
+
+from mechscope.errors import InputError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from mechscope.models.loaded import LoadedModel
+    from mechscope.runs import RunDir
+
+T = TypeVar("T")
+
+OUT_HELP = "Run directory (resumed if it exists)."
+
+
+def workflow_app(**kwargs: Any) -> typer.Typer:
+    """A workflow's typer group (mounted by :mod:`mechscope.cli`)."""
+    return typer.Typer(
+        no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, **kwargs
+    )
+
+
+def open_run(
+    out: Path,
+    config: BaseModel | dict[str, Any],
+    lm: LoadedModel,
+    model_spec: str,
+    *,
+    seed: int = 0,
+) -> RunDir:
+    """Create (or resume) the run directory ``out`` for ``lm``, after every input check."""
+    from mechscope.runs import RunDir
+
+    return RunDir.for_model(out, config, lm.model, model_spec=model_spec, seed=seed)
+
+
+def finish(run: RunDir, *, report: bool = True) -> Path | None:
+    """Mark ``run`` finished, then build its report (so that it says "finished"); the report's
+    path, or ``None`` without one."""
+    run.finish()
+    if not report:
+        return None
+    from mechscope.report import build_report
+
+    return build_report(run)
+
+
+def parse_list(
+    text: str | None,
+    field: str,
+    *,
+    what: str,
+    cast: Callable[[str], T] = str,  # type: ignore[assignment]
+    sep: str = ",",
+    size: int | None = None,
+    required: bool = False,
+) -> tuple[T, ...] | None:
+    """The items of a ``sep``-separated option, stripped, blanks dropped, each through
+    ``cast``; ``None`` for an absent or empty option unless ``required``.
+
+    ``size``: exactly that many non-blank items. A bad value is an :class:`InputError`
+    ``expected <what>, got <text>`` on ``field``.
+    """
+    if not text and not required:
+        return None
+    pieces = (text or "").split(sep)
+    wrong = InputError(f"expected {what}, got {text!r}", field=field)
+    try:
+        items = tuple(cast(x.strip()) for x in pieces if x.strip())
+    except ValueError:
+        raise wrong from None
+    if (required and not items) or (size is not None and (len(pieces), len(items)) != (size, size)):
+        raise wrong
+    return items
