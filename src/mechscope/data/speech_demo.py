@@ -68,8 +68,7 @@ def synthesize(text: str, prosody: Prosody, *, rate: int = RATE) -> np.ndarray:
     exe = espeak_path()
     if exe is None:
         raise InputError(
-            "expected espeak-ng on PATH to synthesise the demo speech "
-            "(apt-get install espeak-ng)",
+            "expected espeak-ng on PATH to synthesise the demo speech (apt-get install espeak-ng)",
             field="espeak-ng",
         )
     with tempfile.TemporaryDirectory() as tmp:
