@@ -10,6 +10,7 @@ from rich.console import Console
 
 from mechscope.errors import MechscopeError
 from mechscope.runs import interrupt
+from mechscope.runs.executor import ARGV
 from mechscope.runs.rundir import created_runs, discard_unused_runs
 
 USER_ERRORS: tuple[type[BaseException], ...] = (MechscopeError, FileNotFoundError)
@@ -36,6 +37,7 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> None:
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]  # accepted anywhere on the line
     interrupt.install()
+    ARGV.set(args)  # what executor workers rerun
     mark = created_runs()  # only this command's run directories may be discarded
     try:
         # Outside standalone mode typer turns Ctrl-C (and typer.Exit) into a returned code.

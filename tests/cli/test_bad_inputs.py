@@ -148,6 +148,9 @@ CASES: dict[str, tuple[list[str], str]] = {
     # patch run
     "patch: no pairs nor task": (["patch", "run", *M, *OUT], "pairs"),
     "patch: pairs and task": ([*PATCH, "--task", "ioi"], "pairs"),
+    "patch: unknown executor": ([*PATCH, "--executor", "threads"], "--executor"),
+    "patch: negative workers": ([*PATCH, "--executor", "local", "--workers", "-1"], "--workers"),
+    "patch: address without ray": ([*PATCH, "--address", "ray://h:10001"], "--address"),
     "patch: unknown task": (["patch", "run", "--task", "poetry", *M, *OUT], "task"),
     "patch: unknown site": ([*PATCH, "--site", "bogus"], "site"),
     "patch: unknown granularity": ([*PATCH, "--granularity", "bogus"], "granularity"),

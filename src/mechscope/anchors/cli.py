@@ -12,7 +12,15 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from mechscope.cli_common import OUT_HELP, finish, open_run, workflow_app
+from mechscope.cli_common import (
+    ADDRESS_OPTION,
+    EXECUTOR_OPTION,
+    OUT_HELP,
+    WORKERS_OPTION,
+    finish,
+    open_run,
+    workflow_app,
+)
 from mechscope.errors import InputError
 from mechscope.model_options import ModelOptions, model_options
 
@@ -80,6 +88,9 @@ def resample(
     rate_limit: float | None = typer.Option(
         None, "--rate-limit", help="Requests per second at most (--server)."
     ),
+    executor: str = EXECUTOR_OPTION,
+    workers: int = WORKERS_OPTION,
+    address: str | None = ADDRESS_OPTION,
     opts: ModelOptions = ModelOptions(),
 ) -> None:
     """Rollouts from every chunk boundary of every trace (resumable per chunk; several
@@ -87,6 +98,7 @@ def resample(
     from mechscope.anchors.rollouts import RolloutSettings
     from mechscope.anchors.run_blackbox import resample_run
     from mechscope.anchors.sampler import EngineSampler
+    from mechscope.runs.executor import check_executor, workers_alongside
 
     settings = RolloutSettings(
         n=n,
@@ -97,6 +109,7 @@ def resample(
         seed=seed,
     )
     _check_server(server, concurrency, rate_limit)
+    check_executor(executor, workers, address)
     lm = opts.load()
     if server is not None:
         from mechscope.anchors.server_sampler import ServerSampler
@@ -112,7 +125,7 @@ def resample(
         sampler = EngineSampler(lm, slots=batch_size)
     run = _open_run(out, opts.model, lm)
     traces = _traces(run, input, lm, batch_size, trace_tokens, sampler)
-    with run.timed("anchors_resample"):
+    with run.timed("anchors_resample"), workers_alongside(executor, workers, address):
         resample_run(run, sampler, traces, settings, max_chunks=max_chunks)
     console.print(f"{len(traces)} traces resampled; run 'mechscope anchors analyze --out {out}'")
     finish(run, report=False)

@@ -8,7 +8,16 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from mechscope.cli_common import OUT_HELP, finish, open_run, parse_list, workflow_app
+from mechscope.cli_common import (
+    ADDRESS_OPTION,
+    EXECUTOR_OPTION,
+    OUT_HELP,
+    WORKERS_OPTION,
+    finish,
+    open_run,
+    parse_list,
+    workflow_app,
+)
 from mechscope.errors import InputError
 from mechscope.model_options import ModelOptions, model_options
 
@@ -75,11 +84,17 @@ def run(
         False, "--attribution/--no-attribution", help="Also run attribution patching and compare."
     ),
     seed: int = typer.Option(0, "--seed"),
+    executor: str = EXECUTOR_OPTION,
+    workers: int = WORKERS_OPTION,
+    address: str | None = ADDRESS_OPTION,
     opts: ModelOptions = ModelOptions(),
 ) -> None:
     """Patch every layer × position / span / head and save tables, figures and a report."""
     from mechscope.patching.sources import load_pairs_jsonl, task_pairs
     from mechscope.patching.workflow import run_patching
+    from mechscope.runs.executor import check_executor, workers_alongside
+
+    check_executor(executor, workers, address)
 
     if (pairs is None) == (task is None):
         raise InputError("expected exactly one of --pairs FILE or --task NAME", field="pairs")
@@ -111,7 +126,8 @@ def run(
         **opts.config(),
     }
     rd = open_run(out, config, lm, opts.model, seed=seed)
-    result = run_patching(rd, lm, data, spec)
+    with workers_alongside(executor, workers, address):
+        result = run_patching(rd, lm, data, spec)
     report = finish(rd)
     console.print(
         f"{len(result.pairs)} pair-directions patched; tables in {rd.tables_dir}; report: {report}"

@@ -34,6 +34,7 @@ from mechscope.progress import make_progress, track
 from mechscope.runs import RunDir, ShardStore, write_table
 from mechscope.runs.content_key import content_key
 from mechscope.runs.shards import report_reuse
+from mechscope.runs.shared_work import claimed_loop
 
 #: A text pair, or a pair of multimodal samples (:mod:`mechscope.patching.modal`).
 AnyPair = ContrastivePair | ModalPair
@@ -166,17 +167,27 @@ def run_patching(
         task = bar.add_task(
             f"patching {spec.site}", total=len(pairs), completed=len(pairs) - len(todo)
         )
-        missing = {p.id for p in todo}
+
         # Groups are cut from *all* pairs, so a resumed run batches each pair with the same
         # neighbours as an uninterrupted one (fp32 results depend on the batch's other rows);
         # a group with a missing pair runs whole, and only its missing pairs are written.
-        for group in _groups(pairs, group_size(lm, pairs, spec)) if todo else []:
-            if not missing.intersection(p.id for p in group):
-                continue
-            for pair, res in zip(group, patch_group(lm, group, spec), strict=True):
-                if pair.id in missing:  # atomic per pair: a kill loses at most the rest
+        # Groups are claimed: several processes can fill one run directory.
+        def missing(pair: AnyPair) -> bool:
+            return not store.done(pair.id, keys[pair.id])
+
+        def one(group: list[AnyPair]) -> None:
+            todo_here = [missing(p) for p in group]
+            for pair, res, write in zip(
+                group, patch_group(lm, group, spec), todo_here, strict=True
+            ):
+                if write:  # atomic per pair: a kill loses at most the rest
                     store.write(pair.id, shard_payload(res), keys[pair.id])
                     bar.advance(task)
+
+        groups = _groups(pairs, group_size(lm, pairs, spec)) if todo else []
+        claimed_loop(
+            store, groups, lambda g: f"group-{g[0].id}", lambda g: not any(map(missing, g)), one
+        )
     results = [r for p in pairs for r in from_shard_payload(store.read(p.id))]
     result = PatchingResult(results, spec.site, spec.granularity)
     write_table(run, name, result.to_frame())

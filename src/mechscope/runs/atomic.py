@@ -30,6 +30,21 @@ def is_temp_name(name: str) -> bool:
     return name.startswith(".") and TEMP_MARKER in name
 
 
+def temp_writer_alive(name: str) -> bool:
+    """Whether the process that is writing temporary file ``name`` still runs (its pid
+    follows the marker); False for a name without one."""
+    head = name.split(TEMP_MARKER, 1)[-1].split("-", 1)[0]
+    if not head.isdigit():
+        return False
+    try:
+        os.kill(int(head), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _fsync_file(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -67,8 +82,8 @@ def atomic_path(final: Path | str) -> Iterator[Path]:
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(
-        prefix=f".{final.stem}{TEMP_MARKER}", suffix=final.suffix, dir=final.parent
+    fd, name = tempfile.mkstemp(  # the writer's pid: a resuming process spares live writes
+        prefix=f".{final.stem}{TEMP_MARKER}{os.getpid()}-", suffix=final.suffix, dir=final.parent
     )
     os.close(fd)
     tmp = Path(name)

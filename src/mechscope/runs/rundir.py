@@ -34,7 +34,12 @@ import yaml
 from pydantic import BaseModel
 
 from mechscope.errors import InputError
-from mechscope.runs.atomic import atomic_write_json, atomic_write_text, is_temp_name
+from mechscope.runs.atomic import (
+    atomic_write_json,
+    atomic_write_text,
+    is_temp_name,
+    temp_writer_alive,
+)
 from mechscope.runs.manifest import config_differences, config_to_dict, new_manifest, now_iso
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -280,9 +285,14 @@ class RunDir:
 
 def remove_stale_temp_files(path: Path) -> list[Path]:
     """Delete the temporary files of atomic writes that a killed process left under ``path``
-    (``.name.tmp-…``: never a result, only a write that did not reach its rename). Called
-    when a run resumes, before anything of it runs again."""
-    stale = [p for p in path.rglob(".*") if p.is_file() and is_temp_name(p.name)]
+    (``.name.tmp-<pid>-…``: never a result, only a write that did not reach its rename).
+    Called when a run resumes, before anything of it runs again; the writes of processes
+    still running (workers filling the same run) are left alone."""
+    stale = [
+        p
+        for p in path.rglob(".*")
+        if p.is_file() and is_temp_name(p.name) and not temp_writer_alive(p.name)
+    ]
     for p in stale:
         p.unlink(missing_ok=True)
     return stale

@@ -157,7 +157,9 @@ def run_sharded(
     a kill) loses at most the sample in flight. Returns every sample's payload, in
     input order, as read back from the store: identical whether it was computed now
     or in an earlier, interrupted run. Samples that were in the store but are not in
-    ``items`` are left out; a line says what was reused and what recomputed.
+    ``items`` are left out; a line says what was reused and what recomputed. Each sample is
+    claimed before it is computed (:func:`~mechscope.runs.shared_work.claimed_loop`), so
+    several processes can fill one run directory.
     """
     ids = [sample_id for sample_id, _ in items]
     seen: set[str] = set()
@@ -170,25 +172,31 @@ def run_sharded(
     todo = [(i, item) for i, item in items if not store.done(i, keys[i])]
     report_reuse(store, description or store.part, ids, [i for i, _ in todo])
     if todo:
+        from mechscope.runs.shared_work import claimed_loop
+
         bar = make_progress() if progress else None  # honours MECHSCOPE_PROGRESS=0
         label = description or store.part
         if bar is not None:
             bar.start()
             task = bar.add_task(label, total=len(ids), completed=len(ids) - len(todo))
-        try:
-            for sample_id, item in todo:
-                if bar is not None:  # which sample is in flight
-                    bar.update(task, description=f"{label} · {sample_id[:32]}")
-                payload = fn(item)
-                if not isinstance(payload, dict):
-                    raise InputError(
-                        f"fn to return a dict, got {type(payload).__name__}",
-                        sample=sample_id,
-                        field=store.part,
-                    )
-                store.write(sample_id, payload, keys[sample_id])
-                if bar is not None:
-                    bar.advance(task)
+
+        def one(unit: tuple[str, T]) -> None:
+            sample_id, item = unit
+            if bar is not None:  # which sample is in flight
+                bar.update(task, description=f"{label} · {sample_id[:32]}")
+            payload = fn(item)
+            if not isinstance(payload, dict):
+                raise InputError(
+                    f"fn to return a dict, got {type(payload).__name__}",
+                    sample=sample_id,
+                    field=store.part,
+                )
+            store.write(sample_id, payload, keys[sample_id])
+            if bar is not None:
+                bar.advance(task)
+
+        try:  # claimed: other processes on this run directory can share the samples
+            claimed_loop(store, todo, lambda u: u[0], lambda u: store.done(u[0], keys[u[0]]), one)
         finally:
             if bar is not None:
                 bar.stop()

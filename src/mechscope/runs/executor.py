@@ -1,0 +1,162 @@
+"""Where a command's samples are computed: here, in local worker processes, or on Ray.
+
+Every sharded workflow claims each sample (or group of pairs) before computing it and writes
+it atomically into the run directory (:mod:`mechscope.runs.shared_work`), so any number of
+processes can fill one run directory. An executor is therefore just *more processes running
+the same command*: ``--executor local --workers N`` starts N copies of the command line
+(with ``--executor inline``) on this machine, ``--executor ray --workers N`` runs N copies
+as Ray tasks (``--address`` of a running cluster, or ``local`` for one started here on
+127.0.0.1), and this process computes alongside them, waits for every sample, then writes
+the tables and the report once. A worker that dies mid-sample loses nothing: its claim is
+taken over (by this process, or by Ray's retry of the task), and every sample is written
+once. On a cluster the run directory must be on storage every node sees.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+from mechscope.errors import InputError
+
+EXECUTORS = ("inline", "local", "ray")
+WORKER_ENV = "MECHSCOPE_WORKER"
+#: The command line being run (set by :func:`mechscope.cli_errors.run_app`).
+ARGV: ContextVar[list[str] | None] = ContextVar("mechscope_argv", default=None)
+_OPTIONS = ("--executor", "--workers", "--address")
+
+
+def is_worker() -> bool:
+    """Whether this process is a worker started by an executor (it leaves the tables'
+    final writing and the report to the command that started it)."""
+    return os.environ.get(WORKER_ENV) == "1"
+
+
+def check_executor(executor: str, workers: int, address: str | None) -> None:
+    """The executor options, before any model work or run directory."""
+    if executor not in EXECUTORS:
+        raise InputError(f"one of {', '.join(EXECUTORS)}, got {executor!r}", field="--executor")
+    if workers < 0:
+        raise InputError(f">= 0 worker processes, got {workers}", field="--workers")
+    if executor == "ray":
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            raise InputError("ray installed (pip install 'mechscope[ray]')", field="--executor")
+    elif address is not None:
+        raise InputError("--address only with --executor ray", field="--address")
+
+
+def worker_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` without the executor options, run inline."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg in _OPTIONS:
+            skip = True
+            continue
+        if arg.startswith(tuple(f"{o}=" for o in _OPTIONS)):
+            continue
+        out.append(arg)
+    return [*out, "--executor", "inline"]
+
+
+@dataclass
+class Workers:
+    """Started workers; :meth:`wait` for them once this process's own share is done."""
+
+    local: list[subprocess.Popen] = field(default_factory=list)
+    ray_refs: list[Any] = field(default_factory=list)
+
+    def wait(self) -> list[str]:
+        """Wait for every worker; one line per worker that failed (its samples were
+        taken over, so the run is complete anyway)."""
+        failed = []
+        for i, proc in enumerate(self.local):
+            _, err = proc.communicate()
+            if proc.returncode != 0:
+                tail = (err or b"").decode(errors="replace").strip().splitlines()[-1:]
+                failed.append(f"worker {i} exited with {proc.returncode}: {' '.join(tail)}")
+        if self.ray_refs:
+            import ray
+
+            for i, ref in enumerate(self.ray_refs):
+                try:
+                    ray.get(ref)
+                except Exception as exc:  # a task that failed after its retries
+                    failed.append(f"ray worker {i} failed: {str(exc).splitlines()[0]}")
+        return failed
+
+    def stop(self) -> None:
+        """End every worker (this command failed or was interrupted)."""
+        for proc in self.local:
+            proc.kill()
+            proc.wait()
+        if self.ray_refs:
+            import ray
+
+            for ref in self.ray_refs:
+                ray.cancel(ref, force=True)
+
+
+@contextmanager
+def workers_alongside(executor: str, workers: int, address: str | None) -> Iterator[None]:
+    """Workers of ``executor`` computing alongside this process for the block: started on
+    entry, waited for on a normal exit (a line per failed worker, whose samples were taken
+    over), stopped when the block raises."""
+    pool = start_workers(executor, workers, address)
+    try:
+        yield
+    except BaseException:
+        pool.stop()
+        raise
+    for line in pool.wait():
+        print(line, file=sys.stderr, flush=True)
+
+
+def start_workers(executor: str, workers: int, address: str | None) -> Workers:
+    """Start ``workers`` copies of the running command on its run directory."""
+    if executor == "inline" or workers == 0:
+        return Workers()
+    argv = ARGV.get()
+    if argv is None:
+        argv = sys.argv[1:]
+    cmd = [sys.executable, "-m", "mechscope.cli", *worker_argv(argv)]
+    env = {**os.environ, WORKER_ENV: "1", "MECHSCOPE_PROGRESS": "0"}
+    if executor == "local":
+        procs = [
+            subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            for _ in range(workers)
+        ]
+        return Workers(local=procs)
+    return Workers(ray_refs=_start_ray(cmd, env, workers, address))
+
+
+def _start_ray(cmd: list[str], env: dict[str, str], workers: int, address: str | None):
+    import ray
+
+    if not ray.is_initialized():
+        if address in (None, "local"):  # a cluster of this machine, on 127.0.0.1 only
+            ray.init(
+                num_cpus=workers,
+                include_dashboard=False,
+                _node_ip_address="127.0.0.1",
+                log_to_driver=False,
+            )
+        else:
+            ray.init(address=address, log_to_driver=False)
+
+    @ray.remote(num_cpus=1, max_retries=2, retry_exceptions=True)
+    def run_worker(cmd: list[str], env: dict[str, str], cwd: str) -> None:
+        subprocess.run(cmd, env=env, cwd=cwd, check=True, capture_output=True)
+
+    return [run_worker.remote(cmd, env, os.getcwd()) for _ in range(workers)]

@@ -1,0 +1,160 @@
+"""Executors: more processes running the same command on one run directory.
+
+Real command lines (in process, as the CLI runs them) with ``--executor local`` (worker
+processes) and ``--executor ray`` (a local Ray cluster on 127.0.0.1) must give tables
+identical to the inline run, for patching, the paired lens, head IG and resampling; a
+worker killed mid-unit leaves its claim, which is taken over, and every pair is written
+once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from mechscope.cli import app
+from mechscope.cli_errors import run_app
+from mechscope.errors import InputError
+from mechscope.runs.executor import check_executor, worker_argv
+
+PLACES = ["store", "park", "school", "market", "house", "garden", "city", "river"]
+
+
+def _pairs(folder: Path) -> Path:
+    path = folder / "pairs.jsonl"
+    with path.open("w") as fh:
+        for i, place in enumerate(PLACES):
+            clean = f"When Mary and John went to the {place}, John gave a drink to"
+            corrupt = clean.replace(", John gave", ", Mary gave")
+            rec = {"id": f"p{i}", "clean": clean, "corrupt": corrupt, "correct": " Mary"}
+            fh.write(json.dumps({**rec, "wrong": " John"}) + "\n")
+    return path
+
+
+def _lens_samples(folder: Path) -> Path:
+    path = folder / "lens.jsonl"
+    with path.open("w") as fh:
+        for i, place in enumerate(PLACES[:4]):
+            fh.write(json.dumps({
+                "id": f"s{i}",
+                "continuation": f" they walked to the {place} together",
+                "conditions": {"a": {"prompt": "Mary and John."}, "b": {"prompt": "Mary."}},
+            }) + "\n")  # fmt: skip
+    return path
+
+
+def _heads_samples(folder: Path) -> Path:
+    path = folder / "heads.jsonl"
+    with path.open("w") as fh:
+        for i, place in enumerate(PLACES[:3]):
+            rec = {"id": f"h{i}", "prompt": f"Mary went to the {place}", "completion": " and"}
+            fh.write(json.dumps(rec) + "\n")
+    return path
+
+
+def _trace(folder: Path) -> Path:
+    text = (
+        "Question: Tom has 3 apples and buys 5 more. How many?\n<think>\n"
+        "Let me think step by step. Tom starts with 3 apples. He buys 5 more apples. "
+        "So 3 + 5 = 8 apples in total. Therefore, the answer is 8.\n</think>\n\n\\boxed{8}"
+    )
+    path = folder / "trace.json"
+    path.write_text(json.dumps([{"id": "t0", "text": text, "gold": "8"}]))
+    return path
+
+
+RESAMPLE = ["--n", "2", "--max-new-tokens", "4"]
+COMMANDS = {
+    "patch run": lambda d: ["patch", "run", "--pairs", str(_pairs(d)), "--policy", "first"],
+    "lens diff": lambda d: ["lens", "diff", str(_lens_samples(d)), "--contrast", "a-b"],
+    "heads run": lambda d: ["heads", "run", str(_heads_samples(d)), "--steps", "4"],
+    "anchors resample": lambda d: ["anchors", "resample", str(_trace(d)), *RESAMPLE],
+}
+
+
+def _run(argv: list[str]) -> None:
+    assert run_app(app, argv) in (None, 0)
+
+
+def _tables(run: Path) -> dict[str, pd.DataFrame]:
+    return {p.stem: pd.read_parquet(p) for p in sorted((run / "tables").glob("*.parquet"))}
+
+
+def _same_tables(a: Path, b: Path) -> None:
+    ta, tb = _tables(a), _tables(b)
+    assert ta.keys() == tb.keys() and ta
+    for name in ta:
+        if name.endswith("timings"):
+            continue  # seconds differ from run to run
+        timing = [c for c in ta[name].columns if c == "seconds"]  # wall time of a sample
+        pd.testing.assert_frame_equal(
+            ta[name].drop(columns=timing), tb[name].drop(columns=timing), obj=name
+        )
+
+
+def test_worker_command_line_runs_inline():
+    argv = ["patch", "run", "--executor", "local", "--workers=3", "--out", "x", "--address", "a"]
+    assert worker_argv(argv) == ["patch", "run", "--out", "x", "--executor", "inline"]
+
+
+def test_bad_executor_options_are_input_errors():
+    with pytest.raises(InputError, match="one of inline, local, ray"):
+        check_executor("threads", 2, None)
+    with pytest.raises(InputError, match=">= 0"):
+        check_executor("local", -1, None)
+    with pytest.raises(InputError, match="only with --executor ray"):
+        check_executor("local", 2, "ray://x:10001")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_local_workers_give_the_inline_tables(command, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = [*COMMANDS[command](tmp_path), "--model", "tiny:llama"]
+    _run([*argv, "--out", "inline"])
+    _run([*argv, "--out", "local", "--executor", "local", "--workers", "2"])
+    _same_tables(tmp_path / "inline", tmp_path / "local")
+    assert not list((tmp_path / "local").rglob("*.claim"))
+
+
+@pytest.mark.slow
+def test_ray_workers_give_the_inline_tables(tmp_path, monkeypatch):
+    ray = pytest.importorskip("ray")
+    monkeypatch.chdir(tmp_path)
+    argv = [*COMMANDS["patch run"](tmp_path), "--model", "tiny:llama"]
+    _run([*argv, "--out", "inline"])
+    try:
+        _run([*argv, "--out", "ray", "--executor", "ray", "--workers", "2"])
+    finally:
+        ray.shutdown()
+    _same_tables(tmp_path / "inline", tmp_path / "ray")
+
+
+@pytest.mark.slow
+def test_a_killed_worker_loses_nothing_and_duplicates_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = [*COMMANDS["patch run"](tmp_path), "--model", "tiny:llama", "--policy", "first"]
+    _run([*argv, "--out", "inline"])
+    shards = tmp_path / "killed" / "shards" / "patching"
+    env = {**os.environ, "MECHSCOPE_PROGRESS": "0", "MECHSCOPE_WORKER": "1"}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "mechscope.cli", *argv, "--out", "killed"], env=env
+    )
+    deadline = time.monotonic() + 120
+    while not list(shards.glob("*.claim")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    worker.send_signal(signal.SIGKILL)  # mid-group, its claim left behind
+    worker.wait()
+    assert list(shards.glob("*.claim")), "the worker should have died holding a claim"
+    _run([*argv, "--out", "killed", "--executor", "local", "--workers", "1"])
+    _same_tables(tmp_path / "inline", tmp_path / "killed")
+    assert len(list(shards.glob("*.json"))) == len(PLACES)  # each pair written once
+    assert not list(shards.glob("*.claim"))
