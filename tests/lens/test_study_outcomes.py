@@ -9,15 +9,15 @@ import pandas as pd
 import pytest
 from study_helpers import mini_problems
 
-from mechscope.lens.study.outcomes import (
+from mechscope.studies.humaneval.outcomes import (
     QUADRANTS,
     check_program,
     mcnemar_exact,
     pass_rate,
     quadrant,
 )
-from mechscope.lens.study.sandbox import run_program
-from mechscope.lens.study.tables import pass_rate_frame, quadrant_frames
+from mechscope.studies.humaneval.tables import pass_rate_frame, quadrant_frames
+from mechscope.studies.sandbox import run_program
 
 #: Closed-form Wilson bounds against scipy's: both are double-precision evaluations.
 ATOL = 1e-12
