@@ -51,7 +51,7 @@ WORKFLOWS: list[Workflow] = [
     ),
     Workflow(
         "lens_study",
-        "mechscope.lens.study",
+        "mechscope.studies.humaneval",
         order=11,
         command="lens study",
         help="Whole studies on real benchmarks (HumanEval).",

@@ -98,7 +98,7 @@ def shared_chunk(
     chunk: int | None = None,
 ) -> int:
     """Tokens per unembedding call of a readout shared by ``passes`` distinct forwards
-    (:mod:`mechscope.lens.study.readout`): each pass's fp32 logits of the chunk at once,
+    (:mod:`mechscope.studies.humaneval.readout`): each pass's fp32 logits of the chunk at once,
     plus one pair stacked for its divergences, beside ``held`` bytes of hidden states. On
     the CPU capped like the paired readout (the same bytes of logits per call)."""
     if chunk is not None:

@@ -1,4 +1,5 @@
-"""Statistics shared by every workflow: bootstrap bands, divergences, agreement, alignment.
+"""Statistics shared by every workflow: bootstrap bands, divergences, agreement, alignment,
+rates with Wilson intervals and the exact McNemar test.
 
 Functions here work on results that are already computed (per-sample scalars, per-token
 log-probabilities) and never touch a model. Curves get bootstrap confidence intervals with
@@ -37,9 +38,11 @@ from mechscope.stats.divergences import (
 )
 from mechscope.stats.kurtosis import kurtosis_across
 from mechscope.stats.multiple import bh_adjust, bh_reject
+from mechscope.stats.proportions import Rate, mcnemar_exact, pass_rate
 
 __all__ = [
     "CurveCI",
+    "Rate",
     "SplitHalf",
     "anchor_align",
     "bh_adjust",
@@ -53,9 +56,11 @@ __all__ = [
     "js_from_logp",
     "kl_from_logp",
     "kurtosis_across",
+    "mcnemar_exact",
     "nanmean_stack",
     "nll_of_targets",
     "pairwise_pearson_matrix",
+    "pass_rate",
     "pearson",
     "progress_bin_counts",
     "progress_bin_index",

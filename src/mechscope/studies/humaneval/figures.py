@@ -15,9 +15,9 @@ import numpy as np
 import pandas as pd
 
 from mechscope.lens.figures import aligned_heatmap, label, metric_curves_figure
-from mechscope.lens.study.conditions import TOOL
-from mechscope.lens.study.outcomes import QUADRANTS
 from mechscope.report import Figure, Series, bars, curves, heatmap
+from mechscope.studies.humaneval.conditions import TOOL
+from mechscope.studies.humaneval.outcomes import QUADRANTS
 
 MODE_LABEL = {"as_run": "as run", "position_matched": "position-matched"}
 AGENTIC = ("agentic", "assisted")  # conditions A and B of the study

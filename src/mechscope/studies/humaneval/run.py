@@ -3,14 +3,14 @@
 Steps, each with its own shards and progress bar:
 
 1. ``lens_study`` (model): per task, one completion per arm and the paired lens of every
-   (variant, mode) on the canonical solution (:mod:`mechscope.lens.study.task_run`); tasks
+   (variant, mode) on the canonical solution (:mod:`mechscope.studies.humaneval.task_run`); tasks
    are processed ``tasks_per_batch`` at a time (shortest prompts first) so their
    completions decode in one batch, and each group's readout runs in a worker thread
    beside the next group's forward passes;
 2. ``lens_study_tests`` (sandbox): per task, every completion's tests, and the canonical
-   solution's (:mod:`mechscope.lens.study.execute`);
+   solution's (:mod:`mechscope.studies.humaneval.execute`);
 3. tables (no model): outcomes, pass rates, quadrants, lens curves per (variant, mode),
-   controls (:mod:`mechscope.lens.study.tables`), written as Parquet for the report.
+   controls (:mod:`mechscope.studies.humaneval.tables`), written as Parquet for the report.
 
 Every task is prepared and checked before any model work or any file is written; tasks
 whose longest prompt does not fit the model's context are skipped and listed.
@@ -27,12 +27,15 @@ import pandas as pd
 from mechscope.data.humaneval import load_humaneval_problems
 from mechscope.engine import Engine
 from mechscope.errors import InputError
-from mechscope.lens.study.arms import PreparedTask, prepare_task
-from mechscope.lens.study.conditions import task_conditions
-from mechscope.lens.study.config import StudyConfig
-from mechscope.lens.study.execute import execute_task
-from mechscope.lens.study.payload import task_payload
-from mechscope.lens.study.tables import (
+from mechscope.models.loaded import LoadedModel
+from mechscope.progress import make_progress
+from mechscope.runs import RunDir, ShardStore, run_sharded, write_table
+from mechscope.studies.humaneval.arms import PreparedTask, prepare_task
+from mechscope.studies.humaneval.conditions import task_conditions
+from mechscope.studies.humaneval.config import StudyConfig
+from mechscope.studies.humaneval.execute import execute_task
+from mechscope.studies.humaneval.payload import task_payload
+from mechscope.studies.humaneval.tables import (
     head_frame,
     lens_frames,
     mode_gap_frame,
@@ -41,10 +44,7 @@ from mechscope.lens.study.tables import (
     quadrant_frames,
     task_frame,
 )
-from mechscope.lens.study.task_run import TaskWork, model_work
-from mechscope.models.loaded import LoadedModel
-from mechscope.progress import make_progress
-from mechscope.runs import RunDir, ShardStore, run_sharded, write_table
+from mechscope.studies.humaneval.task_run import TaskWork, model_work
 
 PART = "lens_study"
 TESTS_PART = "lens_study_tests"

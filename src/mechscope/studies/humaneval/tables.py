@@ -24,12 +24,13 @@ from mechscope.lens.aggregate import (
     per_sample_layer_means,
 )
 from mechscope.lens.results import SampleDiff
-from mechscope.lens.study.arms import ASSISTED
-from mechscope.lens.study.conditions import TOOL
-from mechscope.lens.study.execute import CANONICAL
-from mechscope.lens.study.outcomes import QUADRANTS, mcnemar_exact, pass_rate, quadrant
-from mechscope.lens.study.payload import pair_diff
-from mechscope.lens.study.task_run import MODES
+from mechscope.stats.proportions import mcnemar_exact, pass_rate
+from mechscope.studies.humaneval.arms import ASSISTED
+from mechscope.studies.humaneval.conditions import TOOL
+from mechscope.studies.humaneval.execute import CANONICAL
+from mechscope.studies.humaneval.outcomes import QUADRANTS, quadrant
+from mechscope.studies.humaneval.payload import pair_diff
+from mechscope.studies.humaneval.task_run import MODES
 
 
 def outcome_frame(payloads: Mapping[str, dict], tests: Mapping[str, dict]) -> pd.DataFrame:

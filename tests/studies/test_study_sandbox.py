@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mechscope.errors import InputError
-from mechscope.lens.study.sandbox import STDERR_TAIL, Limits, run_in_group, run_program
+from mechscope.studies.sandbox import STDERR_TAIL, Limits, run_in_group, run_program
 
 #: Process start-up and teardown on a loaded 2-core machine stay well inside this.
 SLACK_S = 3.0

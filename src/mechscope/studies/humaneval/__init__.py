@@ -7,16 +7,16 @@ quadrants, and the paired teacher-forced lens runs on the canonical solutions wi
 quadrant as group, for the real tool response and three content controls, as run and
 position-matched. See ``docs/lens-study.md``.
 
->>> from mechscope.lens.study import StudyConfig, run_study  # doctest: +SKIP
+>>> from mechscope.studies.humaneval import StudyConfig, run_study  # doctest: +SKIP
 >>> run = RunDir.create("runs", "study", config := StudyConfig())  # doctest: +SKIP
 >>> result = run_study(run, load_model("smollm2-135m"), config, limit=10)  # doctest: +SKIP
 """
 
-from mechscope.lens.study.conditions import VARIANTS
-from mechscope.lens.study.config import StudyConfig
-from mechscope.lens.study.outcomes import QUADRANTS, quadrant
-from mechscope.lens.study.run import TABLES, StudyResult, plan_study, run_study
-from mechscope.lens.study.sandbox import ExecResult, Limits, run_program
+from mechscope.studies.humaneval.conditions import VARIANTS
+from mechscope.studies.humaneval.config import StudyConfig
+from mechscope.studies.humaneval.outcomes import QUADRANTS, quadrant
+from mechscope.studies.humaneval.run import TABLES, StudyResult, plan_study, run_study
+from mechscope.studies.sandbox import ExecResult, Limits, run_program
 
 __all__ = [
     "QUADRANTS",

@@ -1,6 +1,6 @@
 """The trusted bootstrap that runs generated code inside the sandbox's child process.
 
-Run as a script (``python -s -P -B sandbox_child.py``) by :mod:`mechscope.lens.study.sandbox`
+Run as a script (``python -s -P -B sandbox_child.py``) by :mod:`mechscope.studies.sandbox`
 with a fresh temporary directory as its working directory; it imports nothing from
 mechscope, so it works with an isolated ``sys.path``. It reads one JSON request from stdin
 (``nonce``, ``program``, limits), then, before a single line of the program runs:

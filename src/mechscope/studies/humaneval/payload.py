@@ -2,7 +2,7 @@
 
 The readout (unembedding every distinct pass at every layer, then NLL/JS/KL of each pair)
 needs no model forward, only the final norm and unembedding, so it can run beside the next
-tasks' forward passes (see :func:`mechscope.lens.study.run.run_model_step`). It covers
+tasks' forward passes (see :func:`mechscope.studies.humaneval.run.run_model_step`). It covers
 semantic tokens only: every curve, heatmap and correlation of the paired analysis averages
 over semantic tokens, so whitespace-only tokens (about a third of the tokens of code) get
 NaN instead of a readout.
@@ -25,11 +25,11 @@ import torch
 from mechscope.engine import Engine
 from mechscope.lens.attention_mass import segment_names
 from mechscope.lens.results import SampleDiff
-from mechscope.lens.study.arms import ASSISTED, PreparedTask
-from mechscope.lens.study.conditions import TOOL
-from mechscope.lens.study.readout import shared_pair_readout
-from mechscope.lens.study.task_run import GenerationOptions, TaskWork, model_work
 from mechscope.lens.tokens import code_token_classes, semantic_mask
+from mechscope.studies.humaneval.arms import ASSISTED, PreparedTask
+from mechscope.studies.humaneval.conditions import TOOL
+from mechscope.studies.humaneval.readout import shared_pair_readout
+from mechscope.studies.humaneval.task_run import GenerationOptions, TaskWork, model_work
 
 
 def _head_mean(mass: np.ndarray) -> np.ndarray:

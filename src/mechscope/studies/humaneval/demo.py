@@ -12,10 +12,10 @@ from __future__ import annotations
 from rich.console import Console
 
 from mechscope.errors import InputError
-from mechscope.lens.study.config import StudyConfig
-from mechscope.lens.study.run import plan_study, run_study
 from mechscope.models.loaded import LoadedModel
 from mechscope.runs import RunDir
+from mechscope.studies.humaneval.config import StudyConfig
+from mechscope.studies.humaneval.run import plan_study, run_study
 
 N_TASKS, N_TASKS_QUICK = 8, 1
 

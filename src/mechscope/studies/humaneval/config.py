@@ -14,11 +14,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 
 from mechscope.errors import InputError
 from mechscope.lens.aggregate import AggregateOptions
-from mechscope.lens.study.arms import GEN_PREFIXES
-from mechscope.lens.study.conditions import VARIANTS
-from mechscope.lens.study.sandbox import Limits
-from mechscope.lens.study.task_run import STOP_STRINGS, GenerationOptions
 from mechscope.lens.tokens import anchor_pattern
+from mechscope.studies.humaneval.arms import GEN_PREFIXES
+from mechscope.studies.humaneval.conditions import VARIANTS
+from mechscope.studies.humaneval.task_run import STOP_STRINGS, GenerationOptions
+from mechscope.studies.sandbox import Limits
 
 
 class StudyConfig(BaseModel):

@@ -17,12 +17,12 @@ from mechscope.lens.attention_mass import key_onehot
 from mechscope.lens.paired import PairedOptions, analyse_sample, forward_condition
 from mechscope.lens.positions import as_run
 from mechscope.lens.readout import readout_layers
-from mechscope.lens.study.arms import ASSISTED, common_prefix, prepare_task
-from mechscope.lens.study.cached_pass import prefix_cache, tail_pass
-from mechscope.lens.study.conditions import task_conditions
-from mechscope.lens.study.payload import pair_diff, run_task_group
-from mechscope.lens.study.readout import shared_pair_readout
-from mechscope.lens.study.task_run import MODES, GenerationOptions
+from mechscope.studies.humaneval.arms import ASSISTED, common_prefix, prepare_task
+from mechscope.studies.humaneval.cached_pass import prefix_cache, tail_pass
+from mechscope.studies.humaneval.conditions import task_conditions
+from mechscope.studies.humaneval.payload import pair_diff, run_task_group
+from mechscope.studies.humaneval.readout import shared_pair_readout
+from mechscope.studies.humaneval.task_run import MODES, GenerationOptions
 
 #: fp32 logit-lens NLLs of the same hidden states through different kernels.
 METRIC_ATOL = 2e-5

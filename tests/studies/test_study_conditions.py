@@ -8,7 +8,7 @@ from study_helpers import mini_problems
 from mechscope.data.humaneval import load_humaneval_problems
 from mechscope.errors import InputError
 from mechscope.lens.prepare import prepare_sample
-from mechscope.lens.study.conditions import (
+from mechscope.studies.humaneval.conditions import (
     TASK,
     TOOL,
     VARIANTS,

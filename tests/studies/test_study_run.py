@@ -9,12 +9,12 @@ from study_helpers import more_mini_problems, solution, wrong
 
 from mechscope.engine.generate import Completion
 from mechscope.errors import InputError
-from mechscope.lens.study import task_run
-from mechscope.lens.study.config import StudyConfig
-from mechscope.lens.study.report import study_section
-from mechscope.lens.study.run import PART, TABLES, TESTS_PART, run_study
 from mechscope.report import FigureBlock
 from mechscope.runs import RunDir, ShardStore, read_table
+from mechscope.studies.humaneval import task_run
+from mechscope.studies.humaneval.config import StudyConfig
+from mechscope.studies.humaneval.report import study_section
+from mechscope.studies.humaneval.run import PART, TABLES, TESTS_PART, run_study
 
 #: Arms whose completion passes, per task index mod 4 (tests: G11, G10, G01, G00).
 PASSING = {

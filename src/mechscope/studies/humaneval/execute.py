@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
-from mechscope.lens.study.outcomes import check_program
-from mechscope.lens.study.sandbox import Limits, run_program
+from mechscope.studies.humaneval.outcomes import check_program
+from mechscope.studies.sandbox import Limits, run_program
 
 CANONICAL = "canonical"
 

@@ -7,7 +7,7 @@ import pytest
 
 from mechscope.lens.aggregate import AggregateOptions, ci_rows
 from mechscope.lens.results import METRICS, SampleDiff
-from mechscope.lens.study.tables import control_rows, tool_mass
+from mechscope.studies.humaneval.tables import control_rows, tool_mass
 
 #: Means of float32 inputs computed in two orders.
 ATOL = 1e-6

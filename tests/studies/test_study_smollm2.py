@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from mechscope.data.humaneval import load_humaneval_problems
-from mechscope.lens.study.arms import ASSISTED, prepare_task
-from mechscope.lens.study.conditions import TOOL, task_conditions
-from mechscope.lens.study.outcomes import check_program
-from mechscope.lens.study.payload import pair_diff, run_task_group
-from mechscope.lens.study.sandbox import run_program
-from mechscope.lens.study.task_run import GenerationOptions
+from mechscope.studies.humaneval.arms import ASSISTED, prepare_task
+from mechscope.studies.humaneval.conditions import TOOL, task_conditions
+from mechscope.studies.humaneval.outcomes import check_program
+from mechscope.studies.humaneval.payload import pair_diff, run_task_group
+from mechscope.studies.humaneval.task_run import GenerationOptions
+from mechscope.studies.sandbox import run_program
 
 pytestmark = pytest.mark.slow
 

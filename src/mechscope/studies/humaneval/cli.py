@@ -43,8 +43,8 @@ def humaneval(
     opts: ModelOptions = ModelOptions(),
 ) -> None:
     """Generate, test and teacher-force HumanEval with and without a tool response."""
-    from mechscope.lens.study.config import StudyConfig
-    from mechscope.lens.study.run import TABLES, plan_study, run_study
+    from mechscope.studies.humaneval.config import StudyConfig
+    from mechscope.studies.humaneval.run import TABLES, plan_study, run_study
 
     if jobs < 1:
         raise InputError(f"expected at least one job, got {jobs}", field="--jobs")

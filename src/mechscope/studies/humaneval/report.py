@@ -5,8 +5,10 @@ from __future__ import annotations
 import pandas as pd
 
 from mechscope.lens.figures import attention_figure, sample_heatmap
-from mechscope.lens.study.conditions import TOOL
-from mechscope.lens.study.figures import (
+from mechscope.report import FigureBlock, TableBlock, TextBlock, register_section
+from mechscope.runs import RunDir, has_table, read_table
+from mechscope.studies.humaneval.conditions import TOOL
+from mechscope.studies.humaneval.figures import (
     MODE_LABEL,
     QUADRANT_TEXT,
     group_curves,
@@ -18,11 +20,9 @@ from mechscope.lens.study.figures import (
     variant_curves,
     variant_mass,
 )
-from mechscope.lens.study.outcomes import QUADRANTS
-from mechscope.lens.study.run import TABLES
-from mechscope.lens.study.task_run import MODES
-from mechscope.report import FigureBlock, TableBlock, TextBlock, register_section
-from mechscope.runs import RunDir, has_table, read_table
+from mechscope.studies.humaneval.outcomes import QUADRANTS
+from mechscope.studies.humaneval.run import TABLES
+from mechscope.studies.humaneval.task_run import MODES
 
 SETTINGS = ("model", "temperature", "top_p", "max_new_tokens", "gen_prefix", "timeout")
 
