@@ -116,6 +116,7 @@ def test_load_refuses_a_missing_or_other_result(tmp_path):
 
     with pytest.raises(InputError, match="no"):
         load_result(tmp_path, "absent", DiffResult)
+    assert not has_result(tmp_path, "absent") and not (tmp_path / "shards").exists()
     res = SuppressionResult("t", np.zeros((2, 2)), np.zeros((2, 2)), np.zeros((2, 5)))
     save_result(tmp_path, "supp", res)
     with pytest.raises(InputError, match="SuppressionResult"):

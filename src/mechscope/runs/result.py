@@ -28,7 +28,7 @@ import pandas as pd
 
 from mechscope.errors import InputError
 from mechscope.runs.rundir import RunDir, check_name
-from mechscope.runs.shards import ShardStore
+from mechscope.runs.shards import ShardStore, shard_stem
 
 #: The part of the run directory that holds saved results (``shards/results/``).
 R = TypeVar("R")
@@ -83,18 +83,23 @@ def save_result(run: RunDir | Path | str, name: str, result: Result) -> None:
     ShardStore(run, RESULTS_PART).write(name, {_TYPE_KEY: _type_name(type(result)), **payload})
 
 
+def _record_path(run: RunDir | Path | str, name: str) -> Path:
+    base = run.path if isinstance(run, RunDir) else Path(run)
+    return base / "shards" / RESULTS_PART / f"{shard_stem(check_name(name, field='result'))}.json"
+
+
 def has_result(run: RunDir | Path | str, name: str) -> bool:
-    """Whether a result ``name`` was saved in ``run``."""
-    return ShardStore(run, RESULTS_PART).done(check_name(name, field="result"))
+    """Whether a result ``name`` was saved in ``run`` (creates nothing)."""
+    return _record_path(run, name).is_file()
 
 
 def load_result(run: RunDir | Path | str, name: str, cls: type[R]) -> R:
     """The result saved as ``name``, rebuilt with ``cls.from_payload``; :class:`InputError`
     when there is none or it was saved from another type."""
-    store = ShardStore(run, RESULTS_PART)
-    if not store.done(check_name(name, field="result")):
-        raise InputError(f"a saved result {name!r} in {store.dir}; there is none", field=name)
-    payload = store.read(name)
+    if not has_result(run, name):
+        where = _record_path(run, name).parent
+        raise InputError(f"a saved result {name!r} in {where}; there is none", field=name)
+    payload = ShardStore(run, RESULTS_PART).read(name)
     saved = payload.pop(_TYPE_KEY, None)
     if saved != _type_name(cls):
         raise InputError(f"a {_type_name(cls)} in result {name!r}, it holds {saved}", field=name)
