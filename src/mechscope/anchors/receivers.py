@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -35,6 +36,7 @@ from mechscope.anchors.sentence_attention import sentence_attention
 from mechscope.anchors.trace_tokens import TraceTokens
 from mechscope.engine import Engine
 from mechscope.errors import InputError
+from mechscope.runs.result import get_arrays, put_arrays
 from mechscope.stats import SplitHalf, kurtosis_across, split_half_reliability
 
 
@@ -167,6 +169,45 @@ class ReceiverResult:
             for j, v in enumerate(values)
         ]
         return pd.DataFrame(rows, columns=["trace", "sentence", "receiver_score"])
+
+    def to_frame(self) -> pd.DataFrame:
+        """The main table: :meth:`heads_frame` (one row per head, receivers ranked)."""
+        return self.heads_frame()
+
+    def to_payload(self) -> dict[str, Any]:
+        """Arrays at the top level, the scores under ``scores.<i>`` (trace ids in JSON)."""
+        rel = self.reliability
+        payload: dict[str, Any] = {
+            "trace_ids": list(self.trace_ids),
+            "kurtosis": np.asarray(self.kurtosis),
+            "mean_kurtosis": np.asarray(self.mean_kurtosis),
+            "heads": [[int(layer), int(head)] for layer, head in self.heads],
+            "options": asdict(self.options),
+            "reliability": None
+            if rel is None
+            else {"reliability": float(rel.reliability), "mean_r": float(rel.mean_r)},
+        }
+        if rel is not None:
+            payload["reliability_split_r"] = np.asarray(rel.split_r)
+        put_arrays(payload, "scores", self.scores)
+        return payload
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> ReceiverResult:
+        rel = payload["reliability"]
+        opts = dict(payload["options"])
+        opts["exclude_layers"] = tuple(opts["exclude_layers"])
+        return cls(
+            trace_ids=list(payload["trace_ids"]),
+            kurtosis=np.asarray(payload["kurtosis"]),
+            mean_kurtosis=np.asarray(payload["mean_kurtosis"]),
+            heads=[(int(layer), int(head)) for layer, head in payload["heads"]],
+            scores=get_arrays(payload, "scores"),
+            reliability=None
+            if rel is None
+            else SplitHalf(rel["reliability"], rel["mean_r"], payload["reliability_split_r"]),
+            options=ReceiverOptions(**opts),
+        )
 
 
 def analyze_receivers(

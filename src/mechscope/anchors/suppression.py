@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -268,6 +268,29 @@ class SuppressionResult:
 
     def options_dict(self) -> dict:
         return asdict(self.options)
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "trace_id": self.trace_id,
+            "matrix": np.asarray(self.matrix),
+            "normalized": np.asarray(self.normalized),
+            "token_kl": np.asarray(self.token_kl),
+            "options": self.options_dict(),
+        }
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> SuppressionResult:
+        opts = dict(payload["options"])
+        for key in ("layers", "heads"):
+            if opts.get(key) is not None:
+                opts[key] = tuple(opts[key])
+        return cls(
+            trace_id=payload["trace_id"],
+            matrix=np.asarray(payload["matrix"]),
+            normalized=np.asarray(payload["normalized"]),
+            token_kl=np.asarray(payload["token_kl"]),
+            options=SuppressionOptions(**opts),
+        )
 
 
 def suppression_matrix(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -30,6 +31,12 @@ from mechscope.lens.candidates import (
 from mechscope.lens.candidates_modal import prepare_modal_candidates, sample_media
 from mechscope.models.loaded import LoadedModel
 from mechscope.runs import RunDir, ShardStore, run_sharded, write_table
+from mechscope.runs.result import (
+    frame_from_payload,
+    frame_to_payload,
+    get_payloads,
+    put_payloads,
+)
 
 PART = "lens_candidates"
 TABLE = "lens_candidates"
@@ -85,6 +92,27 @@ class CandidateResult:
                         }
                     )
         return pd.DataFrame(rows)
+
+    def to_payload(self) -> dict[str, Any]:
+        """The samples' shard payloads under ``samples.<i>.``, the curves as plain JSON."""
+        payload: dict[str, Any] = {
+            "label_a": self.label_a,
+            "label_b": self.label_b,
+            "curves": frame_to_payload(self.curves),
+            "multi_token": dict(self.multi_token),
+        }
+        put_payloads(payload, "samples", self.samples)
+        return payload
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> CandidateResult:
+        return cls(
+            label_a=payload["label_a"],
+            label_b=payload["label_b"],
+            samples=get_payloads(payload, "samples"),
+            curves=frame_from_payload(payload["curves"]),
+            multi_token={k: int(v) for k, v in payload["multi_token"].items()},
+        )
 
 
 def per_sample_curves(scores: np.ndarray, a: int, b: int) -> dict[str, np.ndarray]:

@@ -14,6 +14,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mechscope.runs.result import (
+    frame_from_payload,
+    frame_to_payload,
+    get_payloads,
+    put_payloads,
+)
+
 #: Metric axis of :attr:`SampleDiff.metrics`: NLL under A and B, ΔNLL = A - B, JS, KL both ways.
 METRICS = ("nll_a", "nll_b", "dnll", "js", "kl_ab", "kl_ba")
 
@@ -149,3 +156,20 @@ class DiffResult:
     def attention_frame(self) -> pd.DataFrame:
         frames = [s.attention_frame() for s in self.samples if s.attention]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    def to_payload(self) -> dict[str, Any]:
+        """Every sample's shard payload under ``samples.<i>.``, the tables as plain JSON."""
+        payload: dict[str, Any] = {
+            "contrast": list(self.contrast),
+            "tables": {k: frame_to_payload(v) for k, v in self.tables.items()},
+        }
+        put_payloads(payload, "samples", [s.to_payload() for s in self.samples])
+        return payload
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> DiffResult:
+        return cls(
+            contrast=(payload["contrast"][0], payload["contrast"][1]),
+            samples=[SampleDiff.from_payload(p) for p in get_payloads(payload, "samples")],
+            tables={k: frame_from_payload(v) for k, v in payload["tables"].items()},
+        )

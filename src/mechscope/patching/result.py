@@ -16,6 +16,7 @@ import pandas as pd
 
 from mechscope.errors import InputError
 from mechscope.patching.spec import METRICS
+from mechscope.runs.result import get_payloads, put_payloads
 
 
 @dataclass
@@ -154,6 +155,29 @@ class PatchingResult:
                 ]
             )
         return pd.concat([p.to_frame() for p in self.pairs], ignore_index=True)
+
+    def to_payload(self) -> dict[str, Any]:
+        """Every pair's :meth:`PairResult.to_payload` under ``pairs.<i>.`` (with its kept
+        logits, when there are any)."""
+        items = []
+        for p in self.pairs:
+            item = p.to_payload()
+            if p.logits is not None:
+                item["logits"] = np.asarray(p.logits)
+            items.append(item)
+        payload: dict[str, Any] = {"site": self.site, "granularity": self.granularity}
+        put_payloads(payload, "pairs", items)
+        return payload
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> PatchingResult:
+        pairs = []
+        for item in get_payloads(payload, "pairs"):
+            logits = item.pop("logits", None)
+            pair = PairResult.from_payload(item)
+            pair.logits = None if logits is None else np.asarray(logits)
+            pairs.append(pair)
+        return cls(pairs, payload["site"], payload["granularity"])
 
     def baselines(self) -> pd.DataFrame:
         """One row per pair and direction: the unpatched runs' numbers."""

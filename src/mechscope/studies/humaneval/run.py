@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -30,6 +31,12 @@ from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 from mechscope.progress import make_progress
 from mechscope.runs import RunDir, ShardStore, run_sharded, write_table
+from mechscope.runs.result import (
+    frame_from_payload,
+    frame_to_payload,
+    get_payloads,
+    put_payloads,
+)
 from mechscope.studies.humaneval.arms import PreparedTask, prepare_task
 from mechscope.studies.humaneval.conditions import task_conditions
 from mechscope.studies.humaneval.config import StudyConfig
@@ -83,6 +90,32 @@ class StudyResult:
     payloads: dict[str, dict]
     tests: dict[str, dict]
     tables: dict[str, pd.DataFrame]
+
+    def to_frame(self) -> pd.DataFrame:
+        """The main table: the outcomes, one row per task and arm."""
+        return self.tables["outcomes"]
+
+    def to_payload(self) -> dict[str, Any]:
+        """Both steps' shard payloads under ``payloads.<i>.`` / ``tests.<i>.`` (task ids in
+        JSON), the tables as plain JSON."""
+        payload: dict[str, Any] = {
+            "payload_ids": list(self.payloads),
+            "test_ids": list(self.tests),
+            "tables": {k: frame_to_payload(v) for k, v in self.tables.items()},
+        }
+        put_payloads(payload, "payloads", list(self.payloads.values()))
+        put_payloads(payload, "tests", list(self.tests.values()))
+        return payload
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> StudyResult:
+        return cls(
+            payloads=dict(
+                zip(payload["payload_ids"], get_payloads(payload, "payloads"), strict=True)
+            ),
+            tests=dict(zip(payload["test_ids"], get_payloads(payload, "tests"), strict=True)),
+            tables={k: frame_from_payload(v) for k, v in payload["tables"].items()},
+        )
 
 
 def load_problems(config: StudyConfig) -> dict[str, dict]:

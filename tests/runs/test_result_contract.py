@@ -1,0 +1,267 @@
+"""Every workflow's main result: ``to_frame``, and a payload that round-trips through a run
+directory (``save_result`` / ``load_result``) with equal frames and exactly equal arrays."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from mechscope.errors import InputError
+from mechscope.runs.result import (
+    RESULT_TYPES,
+    Result,
+    frame_from_payload,
+    frame_to_payload,
+    has_result,
+    load_result,
+    result_types,
+    save_result,
+)
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def _helpers(folder: str, name: str):
+    """A helper module of another test folder, loaded by path under a unique name."""
+    spec = importlib.util.spec_from_file_location(f"contract_{name}", TESTS / folder / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from mechscope.models import load_model
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield load_model("tiny:llama")
+    torch.set_num_threads(before)
+
+
+def _equal(a, b, path: str = "") -> None:
+    """Deep equality: arrays exactly (dtype included, NaN equal), frames with pandas."""
+    if isinstance(a, pd.DataFrame):
+        pd.testing.assert_frame_equal(a, b)
+    elif isinstance(a, np.ndarray | np.generic):
+        assert isinstance(b, np.ndarray | np.generic), path
+        assert a.dtype == b.dtype and a.shape == b.shape, path
+        np.testing.assert_array_equal(a, b, err_msg=path)
+    elif dataclasses.is_dataclass(a) and not isinstance(a, type):
+        assert type(a) is type(b), path
+        for f in dataclasses.fields(a):
+            _equal(getattr(a, f.name), getattr(b, f.name), f"{path}.{f.name}")
+    elif isinstance(a, dict):
+        assert list(a) == list(b), path
+        for key in a:
+            _equal(a[key], b[key], f"{path}[{key!r}]")
+    elif isinstance(a, list | tuple):
+        assert type(a) is type(b) and len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _equal(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) and np.isnan(a):
+        assert isinstance(b, float) and np.isnan(b), path
+    else:
+        assert a == b and type(a) is type(b), f"{path}: {a!r} != {b!r}"
+
+
+def _round_trip(run_path: Path, result: Result) -> Result:
+    assert isinstance(result, Result)
+    save_result(run_path, "main", result)
+    assert has_result(run_path, "main")
+    back = load_result(run_path, "main", type(result))
+    pd.testing.assert_frame_equal(back.to_frame(), result.to_frame())
+    _equal(result, back)
+    return back
+
+
+def test_every_registered_result_satisfies_the_protocol():
+    types = result_types()
+    assert len(types) == len(RESULT_TYPES)
+    for cls in types:
+        assert issubclass(cls, Result), cls
+        assert all(callable(getattr(cls, m)) for m in ("to_frame", "to_payload", "from_payload"))
+    assert not isinstance(pd.DataFrame(), Result)  # to_frame alone is not the contract
+
+
+def test_frames_round_trip_with_dtypes_and_index():
+    df = pd.DataFrame(
+        {
+            "i": np.arange(3, dtype=np.int32),
+            "x": [1.5, np.nan, -np.inf],
+            "f": np.array([1, 2, 3], dtype=np.float32),
+            "b": [True, False, True],
+            "s": ["a", None, "c"],
+            "c": pd.Categorical(["lo", "hi", "lo"], categories=["lo", "hi"], ordered=True),
+        },
+        index=[5, 6, 7],
+    )
+    pd.testing.assert_frame_equal(frame_from_payload(frame_to_payload(df)), df)
+    empty = pd.DataFrame({"a": pd.Series([], dtype=np.int64), "b": pd.Series([], dtype=str)})
+    pd.testing.assert_frame_equal(frame_from_payload(frame_to_payload(empty)), empty)
+
+
+def test_load_refuses_a_missing_or_other_result(tmp_path):
+    from mechscope.anchors.suppression import SuppressionResult
+    from mechscope.lens.results import DiffResult
+
+    with pytest.raises(InputError, match="no"):
+        load_result(tmp_path, "absent", DiffResult)
+    assert not has_result(tmp_path, "absent") and not (tmp_path / "shards").exists()
+    res = SuppressionResult("t", np.zeros((2, 2)), np.zeros((2, 2)), np.zeros((2, 5)))
+    save_result(tmp_path, "supp", res)
+    with pytest.raises(InputError, match="SuppressionResult"):
+        load_result(tmp_path, "supp", DiffResult)
+
+
+def test_lens_diff_result(tiny, tmp_path):
+    from mechscope.lens.diff_run import DiffConfig, run_diff
+    from mechscope.lens.samples import parse_sample
+
+    rec = _helpers("lens", "lens_helpers").sample_record
+    samples = []
+    for i in range(2):
+        r = rec(f"s{i}", group="G10" if i == 0 else "G01")
+        r["continuation"] = f"def f{i}(x):\n    return x + {i}\n"
+        samples.append(parse_sample(r, "t"))
+    config = DiffConfig(contrast=("a", "b"), n_resamples=20, n_bins=3)
+    from mechscope.runs import RunDir
+
+    result = run_diff(RunDir.create(tmp_path, "r", config), tiny, samples, config, progress=False)
+    assert result.samples[0].attention and result.tables
+    _round_trip(tmp_path / "out", result)
+
+
+def test_lens_candidate_result(tiny, tmp_path):
+    from mechscope.lens.candidates import CandidateSample
+    from mechscope.lens.candidates_run import CandidatesConfig, run_candidates
+    from mechscope.runs import RunDir
+
+    prompt = "She said, in a furious voice: I just won the lottery! The speaker sounds"
+    samples = [
+        CandidateSample.model_validate(
+            {
+                "id": sid,
+                "prompt": prompt,
+                "candidates": ["happy", "sad", "angry"],
+                "semantic_label": a,
+                "prosody_label": "angry",
+            }
+        )
+        for sid, a in (("e1", "happy"), ("e2", "sad"))
+    ]
+    run = RunDir.create(tmp_path, "c", {"t": 1})
+    with pytest.warns(UserWarning):
+        result = run_candidates(
+            run, tiny, samples, CandidatesConfig(n_resamples=20), progress=False
+        )
+    _round_trip(tmp_path / "out", result)
+
+
+def test_patching_result(tiny, tmp_path):
+    from mechscope.patching import PatchSpec, patch_pairs
+
+    ioi_like = _helpers("patching", "patching_reference").ioi_like
+    pairs = [ioi_like("p/0", "Mary", "John", "Mary", "store")]
+    spec = PatchSpec(site="z", granularity="span", attribution=True, spans=("S2",))
+    result = patch_pairs(tiny, pairs, spec, keep_logits=True, progress=False)
+    assert result.pairs[0].attribution is not None and result.pairs[0].logits is not None
+    _round_trip(tmp_path, result)
+
+
+def test_heads_result(tiny, tmp_path):
+    from mechscope.attribution.config import build_config
+    from mechscope.attribution.samples import HeadSample
+    from mechscope.attribution.workflow import run_heads
+    from mechscope.runs import RunDir
+
+    cfg = build_config(
+        paths=["joint", "per_layer"],
+        n_steps=4,
+        prune_points=2,
+        prune_samples=1,
+        prune_random=1,
+        prune_by=["joint"],
+        shapley_top=2,
+        shapley_permutations=2,
+    )
+    samples = [
+        HeadSample("s0", "story", "Once upon a time, there was a little girl", " named Lily"),
+        HeadSample("s/1", "code", "def add(a, b):\n    return", " a + b"),
+    ]
+    result = run_heads(RunDir.create(tmp_path, "h", cfg), tiny, samples, cfg)
+    assert result.pruning is not None and result.shapley is not None
+    frame = result.to_frame()
+    assert len(frame) == 2 * 2 * tiny.n_layers * tiny.n_heads
+    _round_trip(tmp_path / "out", result)
+
+
+@pytest.fixture(scope="module")
+def trace_tokens(tiny):
+    from mechscope.anchors.trace import Trace
+    from mechscope.anchors.trace_tokens import tokenize_trace
+
+    text = _helpers("anchors", "whitebox_helpers").TRACE_TEXT
+    return tokenize_trace(tiny.tokenizer, Trace.from_text("t0", text, "8"))
+
+
+def test_receiver_result(tiny, trace_tokens, tmp_path):
+    from mechscope.anchors.receivers import ReceiverOptions, analyze_receivers, trace_receivers
+    from mechscope.engine import Engine
+
+    one = trace_receivers(Engine.of(tiny), trace_tokens)
+    traces = [
+        dataclasses.replace(one, trace_id=tid, kurtosis=one.kurtosis + k)
+        for k, tid in enumerate(["t0", "math/1", "t2"])
+    ]
+    result = analyze_receivers(traces, ReceiverOptions(top_k=2, n_splits=5))
+    assert result.reliability is not None
+    _round_trip(tmp_path, result)
+
+
+def test_suppression_result(tiny, trace_tokens, tmp_path):
+    from mechscope.anchors.suppression import SuppressionOptions, suppression_matrix
+    from mechscope.engine import Engine
+
+    opts = SuppressionOptions(layers=(0,), first_tokens=4)
+    result = suppression_matrix(Engine.of(tiny), trace_tokens, opts)
+    _round_trip(tmp_path, result)
+
+
+def test_lens_study_result(tiny, tmp_path):
+    from mechscope.engine.generate import Completion
+    from mechscope.runs import RunDir
+    from mechscope.studies.humaneval import task_run
+    from mechscope.studies.humaneval.config import StudyConfig
+    from mechscope.studies.humaneval.run import run_study
+
+    helpers = _helpers("studies", "study_helpers")
+    problems = helpers.mini_problems()
+    config = StudyConfig(max_new_tokens=4, n_resamples=20, n_bins=3, first_k=4)
+
+    def decode(engine, prompts, options):  # every arm answers with the canonical solution
+        out = []
+        for prompt in prompts:
+            tid = next(t for t in problems if prompt.seeds[0] in _seeds(t))
+            out.append(Completion((1, 2, 3), helpers.solution(problems[tid]), "stop_string"))
+        return out
+
+    def _seeds(tid):
+        arms = ("assisted", "tests", "spec", "other_tests", "empty")
+        return {task_run.row_seed(config.seed, tid, arm) for arm in arms}
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(task_run, "complete", decode)
+        run = RunDir.create(tmp_path, "s", config)
+        result = run_study(run, tiny, config, problems=problems, progress=False, jobs=1)
+    assert set(result.payloads) == set(problems)
+    _round_trip(tmp_path / "out", result)
