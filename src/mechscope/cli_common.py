@@ -48,17 +48,6 @@ def open_run(
     return RunDir.for_model(out, config, lm.model, model_spec=model_spec, seed=seed)
 
 
-EXECUTOR_OPTION = typer.Option(
-    "inline",
-    "--executor",
-    help="inline | local | ray: where samples are computed (several processes fill one run).",
-)
-WORKERS_OPTION = typer.Option(2, "--workers", help="Processes besides this one (local, ray).")
-ADDRESS_OPTION = typer.Option(
-    None, "--address", help="Ray cluster address (default: a local cluster on 127.0.0.1)."
-)
-
-
 def finish(run: RunDir, *, report: bool = True) -> Path | None:
     """Mark ``run`` finished, then build its report (so that it says "finished"); the report's
     path, or ``None`` without one. An executor's worker leaves both to its command."""

@@ -12,16 +12,9 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from mechscope.cli_common import (
-    ADDRESS_OPTION,
-    EXECUTOR_OPTION,
-    OUT_HELP,
-    WORKERS_OPTION,
-    finish,
-    open_run,
-    workflow_app,
-)
+from mechscope.cli_common import OUT_HELP, finish, open_run, workflow_app
 from mechscope.errors import InputError
+from mechscope.executor_options import ExecutorOptions, executor_options
 from mechscope.model_options import ModelOptions, model_options
 
 app = workflow_app()
@@ -66,6 +59,7 @@ def _finish(run, report: bool) -> None:
 
 @app.command()
 @model_options
+@executor_options
 def resample(
     input: Path = typer.Argument(..., help=INPUT_HELP),
     out: Path = typer.Option(..., "--out", help=OUT_HELP),
@@ -88,9 +82,7 @@ def resample(
     rate_limit: float | None = typer.Option(
         None, "--rate-limit", help="Requests per second at most (--server)."
     ),
-    executor: str = EXECUTOR_OPTION,
-    workers: int = WORKERS_OPTION,
-    address: str | None = ADDRESS_OPTION,
+    ex: ExecutorOptions = ExecutorOptions(),
     opts: ModelOptions = ModelOptions(),
 ) -> None:
     """Rollouts from every chunk boundary of every trace (resumable per chunk; several
@@ -98,7 +90,6 @@ def resample(
     from mechscope.anchors.rollouts import RolloutSettings
     from mechscope.anchors.run_blackbox import resample_run
     from mechscope.anchors.sampler import EngineSampler
-    from mechscope.runs.executor import check_executor, workers_alongside
 
     settings = RolloutSettings(
         n=n,
@@ -109,7 +100,7 @@ def resample(
         seed=seed,
     )
     _check_server(server, concurrency, rate_limit)
-    check_executor(executor, workers, address)
+    ex.check()
     lm = opts.load()
     if server is not None:
         from mechscope.anchors.server_sampler import ServerSampler
@@ -125,7 +116,7 @@ def resample(
         sampler = EngineSampler(lm, slots=batch_size)
     run = _open_run(out, opts.model, lm)
     traces = _traces(run, input, lm, batch_size, trace_tokens, sampler)
-    with run.timed("anchors_resample"), workers_alongside(executor, workers, address):
+    with run.timed("anchors_resample"), ex.alongside():
         resample_run(run, sampler, traces, settings, max_chunks=max_chunks)
     console.print(f"{len(traces)} traces resampled; run 'mechscope anchors analyze --out {out}'")
     finish(run, report=False)

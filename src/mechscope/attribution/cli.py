@@ -8,16 +8,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from mechscope.cli_common import (
-    ADDRESS_OPTION,
-    EXECUTOR_OPTION,
-    OUT_HELP,
-    WORKERS_OPTION,
-    finish,
-    open_run,
-    workflow_app,
-)
+from mechscope.cli_common import OUT_HELP, finish, open_run, workflow_app
 from mechscope.errors import InputError
+from mechscope.executor_options import ExecutorOptions, executor_options
 from mechscope.model_options import ModelOptions, model_options
 
 app = workflow_app()
@@ -35,6 +28,7 @@ def _print_frame(df, title: str) -> None:
 
 @app.command()
 @model_options
+@executor_options
 def run(
     samples: Path | None = typer.Argument(
         None, help="JSONL: id, prompt, completion (and correct/wrong for logit_diff)."
@@ -62,15 +56,11 @@ def run(
     shapley_top: int = typer.Option(0, "--shapley-top", help="Shapley values for top-k heads."),
     n_draws: int = typer.Option(8, "--draws", help="Mask draws (diffusion objective)."),
     seed: int = typer.Option(0, "--seed"),
-    executor: str = EXECUTOR_OPTION,
-    workers: int = WORKERS_OPTION,
-    address: str | None = ADDRESS_OPTION,
+    ex: ExecutorOptions = ExecutorOptions(),
     opts: ModelOptions = ModelOptions(),
 ) -> None:
     """Integrated gradients over head gates, diagnostics and pruning checks."""
-    from mechscope.runs.executor import check_executor, workers_alongside
-
-    check_executor(executor, workers, address)
+    ex.check()
     from mechscope.attribution.config import build_config
     from mechscope.attribution.prepare import prepare
     from mechscope.attribution.samples import load_samples, mixed_prompt_set
@@ -105,7 +95,7 @@ def run(
             console.print(note)
     fs = prepare(lm, items, cfg)  # every check before anything is written
     run_dir = open_run(out, cfg.model_dump() | {"samples": source}, lm, opts.model, seed=seed)
-    with run_dir.timed("heads"), workers_alongside(executor, workers, address):
+    with run_dir.timed("heads"), ex.alongside():
         result = run_heads(run_dir, lm, items, cfg, fs=fs)
     from mechscope.attribution.report import (
         completeness_summary,

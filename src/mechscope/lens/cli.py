@@ -7,17 +7,9 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from mechscope.cli_common import (
-    ADDRESS_OPTION,
-    EXECUTOR_OPTION,
-    OUT_HELP,
-    WORKERS_OPTION,
-    finish,
-    open_run,
-    parse_list,
-    workflow_app,
-)
+from mechscope.cli_common import OUT_HELP, finish, open_run, parse_list, workflow_app
 from mechscope.errors import InputError
+from mechscope.executor_options import ExecutorOptions, executor_options
 from mechscope.model_options import ModelOptions, model_options
 
 app = workflow_app()
@@ -26,6 +18,7 @@ console = Console(stderr=True)
 
 @app.command()
 @model_options
+@executor_options
 def diff(
     input: Path = typer.Argument(..., help="JSONL of samples with named conditions."),
     contrast: str = typer.Option(..., "--contrast", help="Conditions to contrast, as A-B."),
@@ -47,17 +40,14 @@ def diff(
     chunk: int | None = typer.Option(None, "--chunk", help="Tokens per unembedding call."),
     resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples."),
     seed: int = typer.Option(0, "--seed"),
-    executor: str = EXECUTOR_OPTION,
-    workers: int = WORKERS_OPTION,
-    address: str | None = ADDRESS_OPTION,
+    ex: ExecutorOptions = ExecutorOptions(),
     opts: ModelOptions = ModelOptions(),
 ) -> None:
     """Per layer × token ΔNLL, JS and KL between two prompt conditions (teacher-forced)."""
     from mechscope.lens.diff_run import DiffConfig, parse_contrast, prepare_all, run_diff
     from mechscope.lens.samples import load_samples
-    from mechscope.runs.executor import check_executor, workers_alongside
 
-    check_executor(executor, workers, address)
+    ex.check()
 
     samples = load_samples(input)
     config = DiffConfig(
@@ -75,7 +65,7 @@ def diff(
     lm = opts.load()
     prepared = prepare_all(lm, samples, config)  # every check before anything is written
     run = open_run(out, config, lm, opts.model)
-    with run.timed("lens_diff"), workers_alongside(executor, workers, address):
+    with run.timed("lens_diff"), ex.alongside():
         result = run_diff(run, lm, samples, config, prepared=prepared)
     console.print(f"{len(result.samples)} samples analysed; tables in {run.tables_dir}")
     console.print(f"report: {finish(run)}")

@@ -8,17 +8,9 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from mechscope.cli_common import (
-    ADDRESS_OPTION,
-    EXECUTOR_OPTION,
-    OUT_HELP,
-    WORKERS_OPTION,
-    finish,
-    open_run,
-    parse_list,
-    workflow_app,
-)
+from mechscope.cli_common import OUT_HELP, finish, open_run, parse_list, workflow_app
 from mechscope.errors import InputError
+from mechscope.executor_options import ExecutorOptions, executor_options
 from mechscope.model_options import ModelOptions, model_options
 
 app = workflow_app()
@@ -44,6 +36,7 @@ def _spec(**kwargs):
 
 @app.command()
 @model_options
+@executor_options
 def run(
     pairs: Path | None = typer.Option(
         None,
@@ -84,17 +77,14 @@ def run(
         False, "--attribution/--no-attribution", help="Also run attribution patching and compare."
     ),
     seed: int = typer.Option(0, "--seed"),
-    executor: str = EXECUTOR_OPTION,
-    workers: int = WORKERS_OPTION,
-    address: str | None = ADDRESS_OPTION,
+    ex: ExecutorOptions = ExecutorOptions(),
     opts: ModelOptions = ModelOptions(),
 ) -> None:
     """Patch every layer × position / span / head and save tables, figures and a report."""
     from mechscope.patching.sources import load_pairs_jsonl, task_pairs
     from mechscope.patching.workflow import run_patching
-    from mechscope.runs.executor import check_executor, workers_alongside
 
-    check_executor(executor, workers, address)
+    ex.check()
 
     if (pairs is None) == (task is None):
         raise InputError("expected exactly one of --pairs FILE or --task NAME", field="pairs")
@@ -126,7 +116,7 @@ def run(
         **opts.config(),
     }
     rd = open_run(out, config, lm, opts.model, seed=seed)
-    with workers_alongside(executor, workers, address):
+    with ex.alongside():
         result = run_patching(rd, lm, data, spec)
     report = finish(rd)
     console.print(

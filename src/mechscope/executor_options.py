@@ -1,0 +1,86 @@
+"""The executor options of every sharded command, defined once (like the model options).
+
+``--executor inline|local|ray``, ``--workers N`` and ``--address A`` say which processes
+compute a command's samples (:mod:`mechscope.runs.executor`). A command declares
+``ex: ExecutorOptions`` and is decorated with :func:`executor_options`, which adds the
+options to its signature; it checks them with :meth:`ExecutorOptions.check` before any
+model work and computes inside ``with ex.alongside():``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import typer
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class ExecutorOptions:
+    """Where the samples are computed: this process only, local workers, or Ray."""
+
+    executor: str = "inline"
+    workers: int = 2
+    address: str | None = None
+
+    def check(self) -> None:
+        from mechscope.runs.executor import check_executor
+
+        check_executor(self.executor, self.workers, self.address)
+
+    @contextmanager
+    def alongside(self) -> Iterator[None]:
+        """The workers compute beside this process for the block."""
+        from mechscope.runs.executor import workers_alongside
+
+        with workers_alongside(self.executor, self.workers, self.address):
+            yield
+
+
+#: name -> (flag, type, help)
+OPTIONS: dict[str, tuple[str, Any, str]] = {
+    "executor": (
+        "--executor",
+        str,
+        "inline | local | ray: where samples are computed (several processes fill one run).",
+    ),
+    "workers": ("--workers", int, "Processes besides this one (local, ray)."),
+    "address": (
+        "--address",
+        str | None,
+        "Ray cluster address (default: a local cluster on 127.0.0.1).",
+    ),
+}
+
+
+def executor_options(fn: F) -> F:
+    """Give a typer command the executor options: ``fn`` declares ``ex: ExecutorOptions``
+    and receives them as one value."""
+    signature = inspect.signature(fn)
+    if "ex" not in signature.parameters:
+        raise TypeError(f"{fn.__name__} must take ex: ExecutorOptions")
+    own = [p for p in signature.parameters.values() if p.name != "ex"]
+
+    @functools.wraps(fn)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        ex = ExecutorOptions(**{name: kwargs.pop(name) for name in OPTIONS})
+        return fn(*args, ex=ex, **kwargs)
+
+    defaults = ExecutorOptions()
+    extra = [
+        inspect.Parameter(
+            name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=typer.Option(getattr(defaults, name), flag, help=text),
+            annotation=kind,
+        )
+        for name, (flag, kind, text) in OPTIONS.items()
+    ]
+    command.__signature__ = signature.replace(parameters=own + extra)  # type: ignore[attr-defined]
+    return command  # type: ignore[return-value]
