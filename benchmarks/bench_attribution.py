@@ -43,8 +43,8 @@ os.environ.setdefault("MECHSCOPE_PROGRESS", "0")
 import torch
 from captum.attr import IntegratedGradients
 
-from mechscope.attribution import GateFunction, joint_ig, nll_objective, per_layer_ig
-from mechscope.attribution.gatefn import frozen_parameters
+from mechscope.heads import GateFunction, joint_ig, nll_objective, per_layer_ig
+from mechscope.heads.gatefn import frozen_parameters
 from mechscope.models import DEFAULT_MODEL, load_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

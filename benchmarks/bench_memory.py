@@ -76,7 +76,7 @@ def workload(case: str, lm, n: int):
         spec = PatchSpec(site="resid_pre", granularity="position")
         return lambda: patch_pairs(lm, pairs, spec, progress=False)
     if case == "ig":
-        from mechscope.attribution import GateFunction, joint_ig, nll_objective
+        from mechscope.heads import GateFunction, joint_ig, nll_objective
 
         words = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
         text = " ".join(words[i % 10] for i in range(4 * n))

@@ -24,7 +24,7 @@ REFERENCE_SECONDS: dict[str, tuple[float, float]] = {
     "lens": (16.0, 47.0),
     "lens_study": (24.0, 192.0),
     "patching": (5.0, 23.0),
-    "attribution": (16.0, 66.0),
+    "heads": (16.0, 66.0),
     "anchors": (23.0, 133.0),
     "distill": (32.0, 170.0),
 }

@@ -64,8 +64,8 @@ WORKFLOWS: list[Workflow] = [
         help="Activation patching across layers, positions, spans.",
     ),
     Workflow(
-        "attribution",
-        "mechscope.attribution",
+        "heads",
+        "mechscope.heads",
         order=30,
         command="heads",
         help="Head importance by integrated gradients over gates.",

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PAGES = ("README.md", "docs/patching.md", "docs/attribution.md")
+PAGES = ("README.md", "docs/patching.md", "docs/heads.md")
 BLOCK = re.compile(r"^ *```python\n(.*?)^ *```", re.S | re.M)
 HEADING = re.compile(r"^#+ (.+)$", re.M)
 DEMO_MODEL = '"smollm2-135m"'

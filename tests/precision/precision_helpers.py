@@ -18,13 +18,13 @@ from mechscope.anchors import Trace
 from mechscope.anchors.receivers import ReceiverOptions, trace_receivers
 from mechscope.anchors.suppression import SuppressionOptions, suppression_matrix
 from mechscope.anchors.trace_tokens import TraceTokens, tokenize_trace
-from mechscope.attribution import GateFunction, joint_ig, nll_objective, per_layer_ig
 from mechscope.data.pairs import ContrastivePair, tokenize_pair
 from mechscope.data.spans import render
 from mechscope.distill.consistency import causal_effects
 from mechscope.distill.pairset import PairSet, build_pairset
 from mechscope.engine import Engine, forward
 from mechscope.engine.unembed import unembed
+from mechscope.heads import GateFunction, joint_ig, nll_objective, per_layer_ig
 from mechscope.lens.paired import PairedOptions, analyse_sample
 from mechscope.lens.prepare import prepare_sample
 from mechscope.lens.samples import LensSample

@@ -51,7 +51,7 @@ def fake_package(tmp_path, monkeypatch, isolated_sections):
 
 
 def test_missing_modules_are_skipped_and_present_ones_register(fake_package):
-    loaded = load_sections(("lens", "patching", "attribution"), package=fake_package)
+    loaded = load_sections(("lens", "patching", "heads"), package=fake_package)
     assert loaded == ["fakepkg.lens.report"]
     assert [s.key for s in registered_sections()] == ["fake-lens"]
 

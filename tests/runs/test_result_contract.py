@@ -179,9 +179,9 @@ def test_patching_result(tiny, tmp_path):
 
 
 def test_heads_result(tiny, tmp_path):
-    from mechscope.attribution.config import build_config
-    from mechscope.attribution.samples import HeadSample
-    from mechscope.attribution.workflow import run_heads
+    from mechscope.heads.config import build_config
+    from mechscope.heads.samples import HeadSample
+    from mechscope.heads.workflow import run_heads
     from mechscope.runs import RunDir
 
     cfg = build_config(

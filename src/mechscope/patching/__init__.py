@@ -2,7 +2,12 @@
 patching."""
 
 from mechscope.engine.unembed import logit_diff
-from mechscope.patching.attribution import Agreement, agreement, agreement_frame, top_k_overlap
+from mechscope.patching.attribution_patching import (
+    Agreement,
+    agreement,
+    agreement_frame,
+    top_k_overlap,
+)
 from mechscope.patching.metrics import Reference, normalized_effect, readout_metrics
 from mechscope.patching.prepare import PreparedPair, prepare_pair
 from mechscope.patching.result import PairResult, PatchingResult

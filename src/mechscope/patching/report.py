@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mechscope.patching.attribution import agreement_frame
+from mechscope.patching.attribution_patching import agreement_frame
 from mechscope.patching.figures import (
     attribution_scatter,
     head_heatmap,

@@ -17,7 +17,7 @@ from mechscope.engine import Engine
 from mechscope.engine.prefix import can_resume
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
-from mechscope.patching.attribution import agreement_frame, attribute_pair
+from mechscope.patching.attribution_patching import agreement_frame, attribute_pair
 from mechscope.patching.cache import read_caches
 from mechscope.patching.exact import new_result, sweep_heads, sweep_layers, sweep_pairs
 from mechscope.patching.memory import fit_group

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from mechscope.attribution.config import HeadsConfig
-from mechscope.attribution.samples import mixed_prompt_set
-from mechscope.attribution.workflow import run_heads
+from mechscope.heads.config import HeadsConfig
+from mechscope.heads.samples import mixed_prompt_set
+from mechscope.heads.workflow import run_heads
 from mechscope.models.loaded import LoadedModel
 from mechscope.runs import RunDir, write_table
 

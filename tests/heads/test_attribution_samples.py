@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from mechscope.attribution.samples import mixed_prompt_set, short_humaneval_prompt
 from mechscope.data.tokens import answer_token_ids, encode
 from mechscope.errors import InputError
+from mechscope.heads.samples import mixed_prompt_set, short_humaneval_prompt
 
 
 def test_short_humaneval_prompt() -> None:

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from mechscope.attribution.integrate import evaluate
-from mechscope.attribution.shapley import shapley_exact, shapley_sampled
 from mechscope.errors import InputError
+from mechscope.heads.integrate import evaluate
+from mechscope.heads.shapley import shapley_exact, shapley_sampled
 
 HEADS = [(0, 0), (0, 1), (1, 0), (1, 2)]
 

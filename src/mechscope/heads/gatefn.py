@@ -14,11 +14,11 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from mechscope.attribution.integrate import shared_layers
-from mechscope.attribution.memory import fit_gates, note_chunk
-from mechscope.attribution.objectives import Objective
 from mechscope.engine import Engine, Gate
 from mechscope.errors import InputError
+from mechscope.heads.integrate import shared_layers
+from mechscope.heads.memory import fit_gates, note_chunk
+from mechscope.heads.objectives import Objective
 from mechscope.models.loaded import LoadedModel
 
 
@@ -39,7 +39,7 @@ def frozen_parameters(lm: LoadedModel) -> Iterator[None]:
 
 def grad_rows(lm: LoadedModel, seq_len: int, rows_per_gate: int, logits_positions: int) -> int:
     """Gate vectors per chunk whose forward+backward fits the memory budget: a backward
-    keeps every layer's saved activations (:mod:`mechscope.attribution.memory`)."""
+    keeps every layer's saved activations (:mod:`mechscope.heads.memory`)."""
     return fit_gates(lm, seq_len, rows_per_gate, logits_positions).rows
 
 

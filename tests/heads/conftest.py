@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mechscope.attribution.gatefn import GateFunction
-from mechscope.attribution.objectives import nll_objective
+from mechscope.heads.gatefn import GateFunction
+from mechscope.heads.objectives import nll_objective
 from mechscope.models import load_model
 
 PROMPT = "When Mary and John went to the store, John gave a drink"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from mechscope.attribution.baselines import normalize_layers
-from mechscope.attribution.diagnostics import similarity_matrix
-from mechscope.attribution.figures import (
+from mechscope.heads.baselines import normalize_layers
+from mechscope.heads.diagnostics import similarity_matrix
+from mechscope.heads.figures import (
     agreement_figure,
     head_heatmap,
     pruning_figure,
@@ -156,7 +156,7 @@ def _pruning(run: RunDir) -> list:
     ]
 
 
-@register_section("attribution", "Head attribution: integrated gradients over head gates")
+@register_section("heads", "Head attribution: integrated gradients over head gates")
 def attribution_section(run: RunDir) -> list | None:
     if not has_arrays(run, "heads_attributions"):
         return None

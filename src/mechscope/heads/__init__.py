@@ -8,12 +8,12 @@ gradient × activation and Shapley baselines, and pruning curves tell whether a 
 about the data or only about the model.
 """
 
-from mechscope.attribution.baselines import gate_gradients, head_mask_importance, normalize_layers
-from mechscope.attribution.config import HeadsConfig, build_config
-from mechscope.attribution.diagnostics import agreement, sample_diagnostics, similarity_matrix
-from mechscope.attribution.diffusion import MaskedDiffusionLoss, diffusion_objective
-from mechscope.attribution.gatefn import GateFunction
-from mechscope.attribution.ig import (
+from mechscope.heads.baselines import gate_gradients, head_mask_importance, normalize_layers
+from mechscope.heads.config import HeadsConfig, build_config
+from mechscope.heads.diagnostics import agreement, sample_diagnostics, similarity_matrix
+from mechscope.heads.diffusion import MaskedDiffusionLoss, diffusion_objective
+from mechscope.heads.gatefn import GateFunction
+from mechscope.heads.ig import (
     HeadAttribution,
     head_ig,
     joint_ig,
@@ -21,26 +21,26 @@ from mechscope.attribution.ig import (
     random_threshold_ig,
     staggered_ig,
 )
-from mechscope.attribution.integrate import PathIntegrals, evaluate, gradients, integrate
-from mechscope.attribution.objectives import (
+from mechscope.heads.integrate import PathIntegrals, evaluate, gradients, integrate
+from mechscope.heads.objectives import (
     CompletionNLL,
     LogitDifference,
     logit_diff_objective,
     nll_objective,
 )
-from mechscope.attribution.paths import (
+from mechscope.heads.paths import (
     joint_path,
     layer_path,
     random_threshold_paths,
     staggered_path,
 )
-from mechscope.attribution.postprocess import aggregate, orient, postprocess
-from mechscope.attribution.prepare import build_objective, prepare
-from mechscope.attribution.pruning import pruning_auc, pruning_curves, pruning_orders
-from mechscope.attribution.quadrature import quadrature
-from mechscope.attribution.samples import HeadSample, load_samples, mixed_prompt_set
-from mechscope.attribution.shapley import ShapleyResult, shapley_exact, shapley_sampled
-from mechscope.attribution.workflow import HeadsResult, run_heads
+from mechscope.heads.postprocess import aggregate, orient, postprocess
+from mechscope.heads.prepare import build_objective, prepare
+from mechscope.heads.pruning import pruning_auc, pruning_curves, pruning_orders
+from mechscope.heads.quadrature import quadrature
+from mechscope.heads.samples import HeadSample, load_samples, mixed_prompt_set
+from mechscope.heads.shapley import ShapleyResult, shapley_exact, shapley_sampled
+from mechscope.heads.workflow import HeadsResult, run_heads
 
 __all__ = [
     "CompletionNLL",

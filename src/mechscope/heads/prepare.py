@@ -10,12 +10,12 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 
-from mechscope.attribution.config import HeadsConfig
-from mechscope.attribution.diffusion import diffusion_objective
-from mechscope.attribution.gatefn import GateFunction
-from mechscope.attribution.objectives import Objective, logit_diff_objective, nll_objective
-from mechscope.attribution.samples import HeadSample
 from mechscope.errors import InputError
+from mechscope.heads.config import HeadsConfig
+from mechscope.heads.diffusion import diffusion_objective
+from mechscope.heads.gatefn import GateFunction
+from mechscope.heads.objectives import Objective, logit_diff_objective, nll_objective
+from mechscope.heads.samples import HeadSample
 from mechscope.models.loaded import LoadedModel
 
 
@@ -46,7 +46,7 @@ def build_objective(lm: LoadedModel, sample: HeadSample, cfg: HeadsConfig) -> Ob
 
 
 def path_options(kind: str, cfg: HeadsConfig) -> dict:
-    """Keyword arguments of :func:`~mechscope.attribution.ig.head_ig` for one path family."""
+    """Keyword arguments of :func:`~mechscope.heads.ig.head_ig` for one path family."""
     refined = cfg.refine_paths is None or kind in cfg.refine_paths
     opts: dict = {
         "baseline": cfg.baseline,

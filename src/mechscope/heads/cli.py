@@ -61,10 +61,10 @@ def run(
 ) -> None:
     """Integrated gradients over head gates, diagnostics and pruning checks."""
     ex.check()
-    from mechscope.attribution.config import build_config
-    from mechscope.attribution.prepare import prepare
-    from mechscope.attribution.samples import load_samples, mixed_prompt_set
-    from mechscope.attribution.workflow import run_heads
+    from mechscope.heads.config import build_config
+    from mechscope.heads.prepare import prepare
+    from mechscope.heads.samples import load_samples, mixed_prompt_set
+    from mechscope.heads.workflow import run_heads
 
     cfg = build_config(
         objective=objective,
@@ -97,7 +97,7 @@ def run(
     run_dir = open_run(out, cfg.model_dump() | {"samples": source}, lm, opts.model, seed=seed)
     with run_dir.timed("heads"), ex.alongside():
         result = run_heads(run_dir, lm, items, cfg, fs=fs)
-    from mechscope.attribution.report import (
+    from mechscope.heads.report import (
         completeness_summary,
         completeness_warnings,
         diagnostics_table,
@@ -116,7 +116,7 @@ def diagnose(
     run_dir: Path = typer.Argument(..., help="A run directory with head attributions."),
 ) -> None:
     """Print the completeness and diagnostics tables of a finished run (no model loaded)."""
-    from mechscope.attribution.report import completeness_summary, diagnostics_table
+    from mechscope.heads.report import completeness_summary, diagnostics_table
     from mechscope.runs import RunDir, has_table, read_table
 
     run_ = RunDir.open(run_dir)

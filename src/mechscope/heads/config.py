@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from mechscope.attribution.ig import PATH_KINDS
-from mechscope.attribution.quadrature import check_method
+from mechscope.heads.ig import PATH_KINDS
+from mechscope.heads.quadrature import check_method
 
 ObjectiveKind = Literal["nll", "diffusion", "logit_diff"]
 

@@ -7,12 +7,12 @@ import pytest
 import torch
 from attribution_helpers import COMPLETION, PROMPT
 
-from mechscope.attribution.diffusion import MaskedDiffusionLoss, diffusion_objective
-from mechscope.attribution.gatefn import GateFunction
-from mechscope.attribution.ig import joint_ig
-from mechscope.attribution.objectives import CompletionNLL, logit_diff_objective, nll_objective
 from mechscope.engine import Engine
 from mechscope.errors import InputError
+from mechscope.heads.diffusion import MaskedDiffusionLoss, diffusion_objective
+from mechscope.heads.gatefn import GateFunction
+from mechscope.heads.ig import joint_ig
+from mechscope.heads.objectives import CompletionNLL, logit_diff_objective, nll_objective
 
 
 def _plain_logits(lm, ids: torch.Tensor) -> torch.Tensor:

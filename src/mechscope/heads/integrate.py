@@ -18,9 +18,9 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from mechscope.attribution.paths import GatePath
-from mechscope.attribution.quadrature import quadrature
 from mechscope.errors import InputError
+from mechscope.heads.paths import GatePath
+from mechscope.heads.quadrature import quadrature
 
 
 @runtime_checkable
@@ -78,7 +78,7 @@ def gradients(
     ``needed_from [rows]``: row ``r``'s gradient is wanted only in layers
     ``>= needed_from[r]`` (a path whose velocity is zero below that layer), and comes back
     as zeros below it. For a gate function that supports ``shared_below`` (a
-    :class:`~mechscope.attribution.gatefn.GateFunction`), rows are then grouped by that
+    :class:`~mechscope.heads.gatefn.GateFunction`), rows are then grouped by that
     layer and each chunk runs the layers below its lowest one once, for all its rows: the
     per-layer paths' steps cost about half a full forward and backward each.
     """

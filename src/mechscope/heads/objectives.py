@@ -19,7 +19,7 @@ from mechscope.errors import InputError
 
 
 class Objective(Protocol):
-    """What :class:`~mechscope.attribution.gatefn.GateFunction` needs from an objective."""
+    """What :class:`~mechscope.heads.gatefn.GateFunction` needs from an objective."""
 
     name: str
     sample_id: str

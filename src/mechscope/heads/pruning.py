@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mechscope.attribution.gatefn import GateFunction
 from mechscope.errors import InputError
+from mechscope.heads.gatefn import GateFunction
 from mechscope.progress import track
 from mechscope.stats import curve_ci
 

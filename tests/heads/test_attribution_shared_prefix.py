@@ -12,12 +12,12 @@ import pytest
 import torch
 from attribution_helpers import COMPLETION, PROMPT
 
-from mechscope.attribution.diffusion import diffusion_objective
-from mechscope.attribution.gatefn import GateFunction
-from mechscope.attribution.ig import joint_ig, per_layer_ig
-from mechscope.attribution.integrate import first_moving_layer, gradients, shared_layers
-from mechscope.attribution.objectives import nll_objective
 from mechscope.engine import Engine, Gate
+from mechscope.heads.diffusion import diffusion_objective
+from mechscope.heads.gatefn import GateFunction
+from mechscope.heads.ig import joint_ig, per_layer_ig
+from mechscope.heads.integrate import first_moving_layer, gradients, shared_layers
+from mechscope.heads.objectives import nll_objective
 
 ATOL = 1e-5  # fp32 forward/backward on the tiny models; batch-1 and batch-n matmuls may differ
 

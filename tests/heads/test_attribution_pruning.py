@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from mechscope.attribution.pruning import (
+from mechscope.errors import InputError
+from mechscope.heads.pruning import (
     curve_bands,
     keep_one_per_layer,
     pruning_auc,
@@ -14,7 +15,6 @@ from mechscope.attribution.pruning import (
     pruning_orders,
     removal_gates,
 )
-from mechscope.errors import InputError
 
 
 def test_orders_follow_importance() -> None:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mechscope.attribution.paths import (
+from mechscope.errors import InputError
+from mechscope.heads.paths import (
     RampPath,
     joint_path,
     layer_path,
     random_threshold_paths,
     staggered_path,
 )
-from mechscope.errors import InputError
 
 SHAPE = (4, 3)
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from mechscope.attribution.baselines import gate_gradients
-from mechscope.attribution.gatefn import GateFunction
-from mechscope.attribution.ig import joint_ig, per_layer_ig
-from mechscope.attribution.objectives import nll_objective
+from mechscope.heads.baselines import gate_gradients
+from mechscope.heads.gatefn import GateFunction
+from mechscope.heads.ig import joint_ig, per_layer_ig
+from mechscope.heads.objectives import nll_objective
 
 pytestmark = pytest.mark.slow
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mechscope.attribution.diagnostics import agreement, sample_diagnostics, similarity_matrix
-from mechscope.attribution.postprocess import aggregate, orient, postprocess
 from mechscope.errors import InputError
+from mechscope.heads.diagnostics import agreement, sample_diagnostics, similarity_matrix
+from mechscope.heads.postprocess import aggregate, orient, postprocess
 
 
 def _data(n=6, shape=(3, 4), seed=0) -> np.ndarray:

@@ -4,7 +4,7 @@ Each function returns a :class:`HeadAttribution`: one ``[layers, heads]`` vector
 completeness of every path segment behind it (one segment for the joint and staggered
 paths, one per layer for per-layer IG, one per sampled path for the random-threshold path).
 Extra keyword arguments ``rtol``, ``atol`` and ``max_steps`` turn on step doubling for the
-segments that miss completeness (:func:`~mechscope.attribution.integrate.integrate_refined`);
+segments that miss completeness (:func:`~mechscope.heads.integrate.integrate_refined`);
 ``completeness=False`` skips the forward at the paths' ends that completeness needs.
 """
 
@@ -17,14 +17,14 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from mechscope.attribution.integrate import GateFn, PathIntegrals, integrate_refined
-from mechscope.attribution.paths import (
+from mechscope.errors import InputError
+from mechscope.heads.integrate import GateFn, PathIntegrals, integrate_refined
+from mechscope.heads.paths import (
     joint_path,
     layer_path,
     random_threshold_paths,
     staggered_path,
 )
-from mechscope.errors import InputError
 
 PathKind = Literal["joint", "per_layer", "staggered", "random"]
 PATH_KINDS: tuple[str, ...] = ("joint", "per_layer", "staggered", "random")

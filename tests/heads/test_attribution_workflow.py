@@ -9,14 +9,14 @@ import pytest
 from attribution_helpers import COMPLETION, PROMPT
 from typer.testing import CliRunner
 
-from mechscope.attribution.cli import app
-from mechscope.attribution.config import build_config
-from mechscope.attribution.ig import joint_ig, per_layer_ig
-from mechscope.attribution.prepare import prepare
-from mechscope.attribution.report import attribution_section, completeness_summary
-from mechscope.attribution.samples import HeadSample, load_samples
-from mechscope.attribution.workflow import run_heads
 from mechscope.errors import InputError
+from mechscope.heads.cli import app
+from mechscope.heads.config import build_config
+from mechscope.heads.ig import joint_ig, per_layer_ig
+from mechscope.heads.prepare import prepare
+from mechscope.heads.report import attribution_section, completeness_summary
+from mechscope.heads.samples import HeadSample, load_samples
+from mechscope.heads.workflow import run_heads
 from mechscope.report import FigureBlock, TableBlock
 from mechscope.runs import RunDir, read_arrays, read_table
 

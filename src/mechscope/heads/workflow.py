@@ -15,17 +15,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mechscope.attribution.baselines import gate_gradients, head_mask_importance
-from mechscope.attribution.config import HeadsConfig
-from mechscope.attribution.diagnostics import agreement, sample_diagnostics
-from mechscope.attribution.gatefn import GateFunction
-from mechscope.attribution.ig import HeadAttribution, head_ig
-from mechscope.attribution.postprocess import aggregate
-from mechscope.attribution.prepare import path_options, prepare
-from mechscope.attribution.pruning import curve_bands, pruning_auc, pruning_curves, pruning_orders
-from mechscope.attribution.samples import HeadSample
-from mechscope.attribution.shapley import shapley_sampled
 from mechscope.errors import InputError
+from mechscope.heads.baselines import gate_gradients, head_mask_importance
+from mechscope.heads.config import HeadsConfig
+from mechscope.heads.diagnostics import agreement, sample_diagnostics
+from mechscope.heads.gatefn import GateFunction
+from mechscope.heads.ig import HeadAttribution, head_ig
+from mechscope.heads.postprocess import aggregate
+from mechscope.heads.prepare import path_options, prepare
+from mechscope.heads.pruning import curve_bands, pruning_auc, pruning_curves, pruning_orders
+from mechscope.heads.samples import HeadSample
+from mechscope.heads.shapley import shapley_sampled
 from mechscope.models.loaded import LoadedModel
 from mechscope.runs import RunDir, ShardStore, run_sharded, write_arrays, write_table
 from mechscope.runs.content_key import content_key

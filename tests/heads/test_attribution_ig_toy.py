@@ -6,16 +6,16 @@ import numpy as np
 import pytest
 import torch
 
-from mechscope.attribution.ig import (
+from mechscope.errors import InputError
+from mechscope.heads.ig import (
     head_ig,
     joint_ig,
     per_layer_ig,
     random_threshold_ig,
     staggered_ig,
 )
-from mechscope.attribution.integrate import evaluate, integrate
-from mechscope.attribution.paths import RampPath
-from mechscope.errors import InputError
+from mechscope.heads.integrate import evaluate, integrate
+from mechscope.heads.paths import RampPath
 
 
 def _toy_joint_ig(toy, b: float) -> np.ndarray:

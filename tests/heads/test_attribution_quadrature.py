@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from captum.attr._utils.approximation_methods import approximation_parameters
 
-from mechscope.attribution.quadrature import METHODS, quadrature
 from mechscope.errors import InputError
+from mechscope.heads.quadrature import METHODS, quadrature
 
 CAPTUM = {
     "riemann_left": "riemann_left",

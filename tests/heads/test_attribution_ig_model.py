@@ -8,12 +8,12 @@ import torch
 from attribution_helpers import COMPLETION, PROMPT
 from captum.attr import IntegratedGradients
 
-from mechscope.attribution.baselines import gate_gradients, head_mask_importance
-from mechscope.attribution.gatefn import GateFunction
-from mechscope.attribution.ig import joint_ig, per_layer_ig, random_threshold_ig, staggered_ig
-from mechscope.attribution.objectives import nll_objective
-from mechscope.attribution.shapley import shapley_exact
 from mechscope.engine import Engine, Read, Site
+from mechscope.heads.baselines import gate_gradients, head_mask_importance
+from mechscope.heads.gatefn import GateFunction
+from mechscope.heads.ig import joint_ig, per_layer_ig, random_threshold_ig, staggered_ig
+from mechscope.heads.objectives import nll_objective
+from mechscope.heads.shapley import shapley_exact
 from mechscope.models import load_model
 
 

@@ -17,8 +17,8 @@ from typing import Literal
 import numpy as np
 import torch
 
-from mechscope.attribution.integrate import GateFn, gradients
 from mechscope.errors import InputError
+from mechscope.heads.integrate import GateFn, gradients
 from mechscope.progress import track
 
 

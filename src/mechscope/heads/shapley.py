@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mechscope.attribution.integrate import GateFn, evaluate
-from mechscope.attribution.paths import check_baseline
 from mechscope.errors import InputError
+from mechscope.heads.integrate import GateFn, evaluate
+from mechscope.heads.paths import check_baseline
 
 Head = tuple[int, int]
 
