@@ -17,7 +17,6 @@ before any request, so a crash loses only the requests in flight and a rerun mak
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -27,17 +26,15 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import httpx
 import tenacity
 
+from mechscope.anchors.rollout_cache import Rollout, RolloutCache
 from mechscope.anchors.sampler import _check_generation_args, rollout_seed
 from mechscope.errors import InputError, MechscopeError
-from mechscope.runs.atomic import atomic_write_json
 
 ProgressFn = Callable[[int, int], None]
 """``progress(done, total)``: called once per rollout of a call, cached ones included."""
@@ -56,65 +53,6 @@ class _Retryable(Exception):
     def __init__(self, message: str, retry_after: float | None = None):
         super().__init__(message)
         self.retry_after = retry_after
-
-
-@dataclass(frozen=True)
-class _Rollout:
-    """Everything that decides a rollout's text, hence its cache key."""
-
-    model: str
-    prompt: str
-    temperature: float
-    top_p: float
-    max_tokens: int
-    seed: int
-
-    @cached_property
-    def key(self) -> str:
-        """sha256 of the fields, normalised so ``temperature=0`` and ``0.0`` share a key."""
-        fields = {
-            "model": self.model,
-            "prompt": self.prompt,
-            "temperature": float(self.temperature),
-            "top_p": float(self.top_p),
-            "max_tokens": int(self.max_tokens),
-            "seed": int(self.seed),
-        }
-        text = json.dumps(fields, sort_keys=True, ensure_ascii=False)
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-class _RolloutCache:
-    """One JSON file per rollout, named by its key; a missing or unreadable file is a miss."""
-
-    def __init__(self, directory: Path | None):
-        self.directory = Path(directory) if directory is not None else None
-
-    def get(self, rollout: _Rollout) -> str | None:
-        if self.directory is None:
-            return None
-        try:
-            record = json.loads((self.directory / f"{rollout.key}.json").read_text("utf-8"))
-        except (OSError, ValueError):
-            return None
-        text = record.get("text") if isinstance(record, dict) else None
-        return text if isinstance(text, str) else None
-
-    def put(self, rollout: _Rollout, text: str, finish_reason: str | None) -> None:
-        if self.directory is None:
-            return
-        prompt_hash = hashlib.sha256(rollout.prompt.encode("utf-8")).hexdigest()
-        record = {
-            "model": rollout.model,
-            "prompt_sha256": prompt_hash,  # the prompt itself is long and kept by the run
-            "temperature": rollout.temperature,
-            "top_p": rollout.top_p,
-            "max_tokens": rollout.max_tokens,
-            "seed": rollout.seed,
-            "text": text,
-            "finish_reason": finish_reason,
-        }
-        atomic_write_json(self.directory / f"{rollout.key}.json", record)
 
 
 class _RateLimiter:
@@ -203,7 +141,7 @@ class ServerSampler:
         self.progress = progress
         self.n_requests = self.n_cached = 0
         self._count_lock = threading.Lock()
-        self._cache = _RolloutCache(Path(cache_dir) if cache_dir is not None else None)
+        self._cache = RolloutCache(Path(cache_dir) if cache_dir is not None else None)
         self._limiter = _RateLimiter(rate_limit)
         self._jitter = random.Random()  # its own: jitter must not move the global RNG
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
@@ -243,14 +181,14 @@ class ServerSampler:
         model = self.model if prompts else ""
         grid = [
             [
-                _Rollout(model, p, temperature, top_p, max_new_tokens, rollout_seed(seed, k))
+                Rollout(model, p, temperature, top_p, max_new_tokens, rollout_seed(seed, k))
                 for k in range(n)
             ]
             for p in prompts
         ]
         uses = Counter(r.key for row in grid for r in row)  # a prompt twice: one request
         texts: dict[str, str] = {}
-        missing: dict[str, _Rollout] = {}
+        missing: dict[str, Rollout] = {}
         for r in (r for row in grid for r in row):
             if r.key in texts or r.key in missing:
                 continue
@@ -281,7 +219,7 @@ class ServerSampler:
 
     # -- requests ---------------------------------------------------------------------------
 
-    def _request_all(self, rollouts: list[_Rollout]) -> Iterator[tuple[str, str]]:
+    def _request_all(self, rollouts: list[Rollout]) -> Iterator[tuple[str, str]]:
         """Yield ``(key, text)`` as rollouts finish, each cached first; on the first error,
         cancel what has not started and raise it."""
         if not rollouts:
@@ -300,7 +238,7 @@ class ServerSampler:
             raise
         pool.shutdown(wait=True)
 
-    def _complete(self, rollout: _Rollout) -> tuple[str, str]:
+    def _complete(self, rollout: Rollout) -> tuple[str, str]:
         body = {
             "model": rollout.model,
             "prompt": rollout.prompt,
