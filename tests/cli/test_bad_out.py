@@ -122,12 +122,12 @@ def test_refusal_after_the_run_directory_was_made_leaves_nothing(tmp_path, capsy
 
 
 def test_out_of_range_heads_refused_before_any_pass(tmp_path, capsys, monkeypatch):
-    from mechscope.patching import workflow
+    from mechscope.patching import run as driver
 
     def no_pass(*_a, **_k):
         raise AssertionError("a sweep ran before the heads were checked")
 
-    monkeypatch.setattr(workflow, "patch_group", no_pass)
+    monkeypatch.setattr(driver, "patch_group", no_pass)
     path = write_pair(tmp_path)
     out = tmp_path / "runs" / "h"
     argv = ["patch", "run", "--pairs", str(path), "-m", "tiny:llama", "--site", "z"]

@@ -15,8 +15,8 @@ from mechscope.heads.config import build_config
 from mechscope.heads.ig import joint_ig, per_layer_ig
 from mechscope.heads.prepare import prepare
 from mechscope.heads.report import attribution_section, completeness_summary
+from mechscope.heads.run import run_heads
 from mechscope.heads.samples import HeadSample, load_samples
-from mechscope.heads.workflow import run_heads
 from mechscope.report import FigureBlock, TableBlock
 from mechscope.runs import RunDir, read_arrays, read_table
 

@@ -14,7 +14,7 @@ from modal_helpers import hf_forward, noise_wav, processed
 
 from mechscope.data.modal_prompt import render_prompt
 from mechscope.models import load_model
-from mechscope.patching.workflow import patch_pair
+from mechscope.patching.run import patch_pair
 
 pytestmark = [
     pytest.mark.gpu,

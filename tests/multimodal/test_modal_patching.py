@@ -13,11 +13,11 @@ from PIL import Image
 
 from mechscope.data.modal_prompt import pad_media, render_prompt
 from mechscope.errors import InputError, UnsupportedInterventionError
+from mechscope.patching.config import PatchSpec
 from mechscope.patching.exact import pool_positions
 from mechscope.patching.modal import prepare_modal_pair
-from mechscope.patching.sources import load_pairs_jsonl
-from mechscope.patching.spec import PatchSpec
-from mechscope.patching.workflow import patch_pair
+from mechscope.patching.run import patch_pair
+from mechscope.patching.samples import load_pairs_jsonl
 
 PROMPT = "{%s} The emotion of the speaker is"
 WORDS = [" neutral", " happy", " sad", " angry", " surprised"]

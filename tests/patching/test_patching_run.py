@@ -19,7 +19,7 @@ from mechscope.patching.figures import (
     position_heatmap,
 )
 from mechscope.patching.report import load_result, patching_section
-from mechscope.patching.sources import load_pairs_jsonl
+from mechscope.patching.samples import load_pairs_jsonl
 from mechscope.report import FigureBlock
 from mechscope.runs import RunDir, read_table
 from mechscope.stats import curve_ci

@@ -9,7 +9,8 @@ import pytest
 from patching_reference import ioi_like
 
 from mechscope.models import load_model
-from mechscope.patching import PatchSpec, run_patching, workflow
+from mechscope.patching import PatchSpec, run_patching
+from mechscope.patching import run as driver
 from mechscope.runs import RunDir, ShardStore
 
 
@@ -22,9 +23,9 @@ def spy(monkeypatch) -> tuple[list[str], list[str]]:
     """(pairs handed to a forward, shards written) during the calls that follow."""
     computed: list[str] = []
     written: list[str] = []
-    real_group, real_write = workflow.patch_group, ShardStore.write
+    real_group, real_write = driver.patch_group, ShardStore.write
     monkeypatch.setattr(
-        workflow,
+        driver,
         "patch_group",
         lambda lm_, g, s: computed.extend(p.id for p in g) or real_group(lm_, g, s),
     )
@@ -76,7 +77,7 @@ def test_a_group_cut_short_is_rerun_whole_and_matches_exactly(lm, tmp_path, monk
         ioi_like(f"p{i}", io, s, io, "store")
         for i, (io, s) in enumerate([("Mary", "John"), ("John", "Mary"), ("Mary", "John")])
     ]
-    monkeypatch.setattr(workflow, "group_size", lambda *_a: 3)
+    monkeypatch.setattr(driver, "group_size", lambda *_a: 3)
     whole = run_patching(RunDir.create(tmp_path, "whole", config), lm, pairs, spec)
     run = RunDir.create(tmp_path, "cut", config)
     run_patching(run, lm, pairs, spec)

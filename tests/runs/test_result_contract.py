@@ -180,8 +180,8 @@ def test_patching_result(tiny, tmp_path):
 
 def test_heads_result(tiny, tmp_path):
     from mechscope.heads.config import build_config
+    from mechscope.heads.run import run_heads
     from mechscope.heads.samples import HeadSample
-    from mechscope.heads.workflow import run_heads
     from mechscope.runs import RunDir
 
     cfg = build_config(

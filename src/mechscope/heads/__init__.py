@@ -38,9 +38,10 @@ from mechscope.heads.postprocess import aggregate, orient, postprocess
 from mechscope.heads.prepare import build_objective, prepare
 from mechscope.heads.pruning import pruning_auc, pruning_curves, pruning_orders
 from mechscope.heads.quadrature import quadrature
+from mechscope.heads.result import HeadsResult
+from mechscope.heads.run import run_heads
 from mechscope.heads.samples import HeadSample, load_samples, mixed_prompt_set
 from mechscope.heads.shapley import ShapleyResult, shapley_exact, shapley_sampled
-from mechscope.heads.workflow import HeadsResult, run_heads
 
 __all__ = [
     "CompletionNLL",

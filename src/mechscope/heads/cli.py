@@ -63,8 +63,8 @@ def run(
     ex.check()
     from mechscope.heads.config import build_config
     from mechscope.heads.prepare import prepare
+    from mechscope.heads.run import run_heads
     from mechscope.heads.samples import load_samples, mixed_prompt_set
-    from mechscope.heads.workflow import run_heads
 
     cfg = build_config(
         objective=objective,

@@ -15,8 +15,8 @@ from __future__ import annotations
 import pandas as pd
 
 from mechscope.heads.config import HeadsConfig
+from mechscope.heads.run import run_heads
 from mechscope.heads.samples import mixed_prompt_set
-from mechscope.heads.workflow import run_heads
 from mechscope.models.loaded import LoadedModel
 from mechscope.runs import RunDir, write_table
 

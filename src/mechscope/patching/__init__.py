@@ -8,11 +8,11 @@ from mechscope.patching.attribution_patching import (
     agreement_frame,
     top_k_overlap,
 )
+from mechscope.patching.config import ATTRIBUTION_METRICS, METRICS, PATCH_SITES, PatchSpec
 from mechscope.patching.metrics import Reference, normalized_effect, readout_metrics
 from mechscope.patching.prepare import PreparedPair, prepare_pair
 from mechscope.patching.result import PairResult, PatchingResult
-from mechscope.patching.spec import ATTRIBUTION_METRICS, METRICS, PATCH_SITES, PatchSpec
-from mechscope.patching.workflow import patch_pair, patch_pairs, run_patching
+from mechscope.patching.run import patch_pair, patch_pairs, run_patching
 
 __all__ = [
     "ATTRIBUTION_METRICS",

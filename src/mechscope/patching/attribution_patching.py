@@ -17,11 +17,11 @@ import torch
 
 from mechscope.engine import Engine, Read, Site
 from mechscope.patching.cache import RunCache
+from mechscope.patching.config import PatchSpec
 from mechscope.patching.exact import aligned_values, reference, unit_positions
 from mechscope.patching.metrics import scalar_metric
 from mechscope.patching.prepare import PreparedPair, units
 from mechscope.patching.result import PairResult, PatchingResult
-from mechscope.patching.spec import PatchSpec
 from mechscope.stats import pearson
 
 

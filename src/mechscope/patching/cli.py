@@ -24,7 +24,7 @@ def main() -> None:
 
 
 def _spec(**kwargs):
-    from mechscope.patching.spec import PatchSpec
+    from mechscope.patching.config import PatchSpec
 
     try:
         return PatchSpec(**kwargs)
@@ -81,8 +81,8 @@ def run(
     opts: ModelOptions = ModelOptions(),
 ) -> None:
     """Patch every layer × position / span / head and save tables, figures and a report."""
-    from mechscope.patching.sources import load_pairs_jsonl, task_pairs
-    from mechscope.patching.workflow import run_patching
+    from mechscope.patching.run import run_patching
+    from mechscope.patching.samples import load_pairs_jsonl, task_pairs
 
     ex.check()
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 from mechscope.data.ioi import generate_ioi
 from mechscope.data.ioi_pools import TEMPLATES
 from mechscope.models.loaded import LoadedModel
-from mechscope.patching.spec import PatchSpec
-from mechscope.patching.workflow import run_patching
+from mechscope.patching.config import PatchSpec
+from mechscope.patching.run import run_patching
 from mechscope.runs import RunDir
 
 N_PAIRS, N_PAIRS_QUICK = 12, 4

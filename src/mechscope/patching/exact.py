@@ -26,11 +26,11 @@ from mechscope.engine.prefix import KVCache, Resume
 from mechscope.engine.unembed import logit_diff
 from mechscope.errors import SiteError
 from mechscope.patching.cache import RunCache
+from mechscope.patching.config import PatchSpec
 from mechscope.patching.memory import held_bytes, plan_sweep
 from mechscope.patching.metrics import Reference, normalized_effect, readout_metrics
 from mechscope.patching.prepare import PreparedPair, units
 from mechscope.patching.result import PairResult
-from mechscope.patching.spec import PatchSpec
 
 
 def sweep_layers(eng: Engine, spec: PatchSpec) -> list[int]:

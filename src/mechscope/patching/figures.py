@@ -14,8 +14,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from mechscope.errors import InputError
+from mechscope.patching.config import PER_HEAD_SITES
 from mechscope.patching.result import PatchingResult
-from mechscope.patching.spec import PER_HEAD_SITES
 from mechscope.report import Figure, Series, curves, heatmap, scatter
 from mechscope.stats import curve_ci
 

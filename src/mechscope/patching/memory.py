@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 from mechscope.engine.memory_model import FP32, Dims, Fit, Pass, fit_rows, note, pass_bytes
 from mechscope.models.loaded import LoadedModel
+from mechscope.patching.config import PatchSpec
 from mechscope.patching.plan import plan_chunks
-from mechscope.patching.spec import PatchSpec
 
 #: fp32 ``[rows, vocab]`` tensors :func:`~mechscope.patching.metrics.readout_metrics` holds
 #: at once beyond its input, at its peak inside ``js_from_logp``: the log-softmax, the two

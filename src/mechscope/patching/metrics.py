@@ -46,7 +46,7 @@ class Reference:
 
 
 def readout_metrics(logits: torch.Tensor, ref: Reference) -> dict[str, torch.Tensor]:
-    """Every per-variant metric of :data:`~mechscope.patching.spec.METRICS` except the
+    """Every per-variant metric of :data:`~mechscope.patching.config.METRICS` except the
     normalised effect (which needs the clean and corrupt runs): each ``[rows]`` fp32.
 
     ``kl_to_base`` is KL(patched ‖ base) and ``js_to_base`` the Jensen-Shannon divergence,

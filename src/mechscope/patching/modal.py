@@ -24,9 +24,9 @@ from mechscope.data.modal_prompt import (
 from mechscope.data.tokens import answer_token_ids
 from mechscope.errors import InputError, UnsupportedInterventionError
 from mechscope.models.loaded import LoadedModel
+from mechscope.patching.config import Direction, PatchSpec
 from mechscope.patching.modal_pairs import ModalPair, ModalSide
 from mechscope.patching.prepare import PreparedPair, check_grid, truncate_ranges
-from mechscope.patching.spec import Direction, PatchSpec
 
 
 def _encode(lm: LoadedModel, side: ModalSide, media: Any, pid: str) -> ModalPrompt:

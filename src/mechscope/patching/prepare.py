@@ -13,7 +13,7 @@ from typing import Any
 from mechscope.data.pairs import ContrastivePair, tokenize_pair
 from mechscope.data.tokens import Encoding, answer_token_ids, encode
 from mechscope.errors import InputError
-from mechscope.patching.spec import Direction, PatchSpec
+from mechscope.patching.config import Direction, PatchSpec
 
 TokenRange = tuple[int, int]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mechscope.patching.attribution_patching import agreement_frame
+from mechscope.patching.config import PER_HEAD_SITES
 from mechscope.patching.figures import (
     attribution_scatter,
     head_heatmap,
@@ -10,7 +11,6 @@ from mechscope.patching.figures import (
     position_heatmap,
 )
 from mechscope.patching.result import PatchingResult, from_shard_payload
-from mechscope.patching.spec import PER_HEAD_SITES
 from mechscope.report import (
     Block,
     FigureBlock,

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from mechscope.errors import InputError
-from mechscope.patching.spec import METRICS
+from mechscope.patching.config import METRICS
 from mechscope.runs.result import get_payloads, put_payloads
 
 

@@ -43,7 +43,7 @@ RESULT_TYPES = (
     "mechscope.lens.candidates_run:CandidateResult",
     "mechscope.studies.humaneval.run:StudyResult",
     "mechscope.patching.result:PatchingResult",
-    "mechscope.heads.workflow:HeadsResult",
+    "mechscope.heads.result:HeadsResult",
     "mechscope.anchors.receivers:ReceiverResult",
     "mechscope.anchors.suppression:SuppressionResult",
 )

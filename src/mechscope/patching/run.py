@@ -19,6 +19,7 @@ from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 from mechscope.patching.attribution_patching import agreement_frame, attribute_pair
 from mechscope.patching.cache import read_caches
+from mechscope.patching.config import PatchSpec
 from mechscope.patching.exact import new_result, sweep_heads, sweep_layers, sweep_pairs
 from mechscope.patching.memory import fit_group
 from mechscope.patching.modal import prepare_any, prompt_length
@@ -29,7 +30,6 @@ from mechscope.patching.result import (
     from_shard_payload,
     shard_payload,
 )
-from mechscope.patching.spec import PatchSpec
 from mechscope.progress import make_progress, track
 from mechscope.runs import RunDir, ShardStore, write_table
 from mechscope.runs.content_key import content_key

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -24,96 +22,12 @@ from mechscope.heads.ig import HeadAttribution, head_ig
 from mechscope.heads.postprocess import aggregate
 from mechscope.heads.prepare import path_options, prepare
 from mechscope.heads.pruning import curve_bands, pruning_auc, pruning_curves, pruning_orders
+from mechscope.heads.result import HeadsResult
 from mechscope.heads.samples import HeadSample
 from mechscope.heads.shapley import shapley_sampled
 from mechscope.models.loaded import LoadedModel
 from mechscope.runs import RunDir, ShardStore, run_sharded, write_arrays, write_table
 from mechscope.runs.content_key import content_key
-from mechscope.runs.result import (
-    frame_from_payload,
-    frame_to_payload,
-    get_arrays,
-    optional_frame,
-    optional_frame_back,
-    put_arrays,
-)
-
-
-@dataclass
-class HeadsResult:
-    """What :func:`run_heads` computed (also saved in the run directory)."""
-
-    sample_ids: list[str]
-    tasks: list[str]
-    attributions: dict[str, np.ndarray]  # path -> [n, layers, heads] raw IG
-    completeness: pd.DataFrame
-    diagnostics: pd.DataFrame
-    higher_is_better: bool
-    gradients: np.ndarray | None = None  # [n, layers, heads] gate gradients at α = 1
-    importance: dict[str, np.ndarray] = field(default_factory=dict)  # [layers, heads]
-    pruning: pd.DataFrame | None = None
-    pruning_auc: pd.DataFrame | None = None
-    shapley: pd.DataFrame | None = None
-
-    def to_frame(self) -> pd.DataFrame:
-        """Long format of the raw IG: one row per (path, sample, layer, head)."""
-        frames = []
-        ids = np.asarray(self.sample_ids, dtype=object)
-        tasks = np.asarray(self.tasks, dtype=object)
-        for path, attr in self.attributions.items():
-            n, n_l, n_h = attr.shape
-            i, layer, head = np.meshgrid(
-                np.arange(n), np.arange(n_l), np.arange(n_h), indexing="ij"
-            )
-            frames.append(
-                pd.DataFrame(
-                    {
-                        "path": path,
-                        "sample_id": ids[i.ravel()],
-                        "task": tasks[i.ravel()],
-                        "layer": layer.ravel(),
-                        "head": head.ravel(),
-                        "attribution": attr.reshape(-1).astype(np.float64),
-                    }
-                )
-            )
-        columns = ["path", "sample_id", "task", "layer", "head", "attribution"]
-        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
-
-    def to_payload(self) -> dict[str, Any]:
-        """Arrays under ``attributions.<i>`` / ``importance.<i>`` (names in JSON), tables as
-        plain JSON."""
-        payload: dict[str, Any] = {
-            "sample_ids": list(self.sample_ids),
-            "tasks": list(self.tasks),
-            "higher_is_better": bool(self.higher_is_better),
-            "completeness": frame_to_payload(self.completeness),
-            "diagnostics": frame_to_payload(self.diagnostics),
-            "pruning": optional_frame(self.pruning),
-            "pruning_auc": optional_frame(self.pruning_auc),
-            "shapley": optional_frame(self.shapley),
-            "gradients": None if self.gradients is None else np.asarray(self.gradients),
-        }
-        put_arrays(payload, "attributions", self.attributions)
-        put_arrays(payload, "importance", self.importance)
-        return payload
-
-    @classmethod
-    def from_payload(cls, payload: dict[str, Any]) -> HeadsResult:
-        grads = payload["gradients"]
-        return cls(
-            sample_ids=list(payload["sample_ids"]),
-            tasks=list(payload["tasks"]),
-            attributions=get_arrays(payload, "attributions"),
-            completeness=frame_from_payload(payload["completeness"]),
-            diagnostics=frame_from_payload(payload["diagnostics"]),
-            higher_is_better=bool(payload["higher_is_better"]),
-            gradients=None if grads is None else np.asarray(grads),
-            importance=get_arrays(payload, "importance"),
-            pruning=optional_frame_back(payload["pruning"]),
-            pruning_auc=optional_frame_back(payload["pruning_auc"]),
-            shapley=optional_frame_back(payload["shapley"]),
-        )
 
 
 def _payload(res: HeadAttribution, seconds: float) -> dict:
