@@ -124,11 +124,13 @@ class RunDir:
             run._update_manifest(lambda m: _mark_resumed(m))
             run.resumed = True
             return run
-        if path.exists() and any(path.iterdir()):
+        if path.exists() and any(path.iterdir()) and not _interrupted_creation(path):
             raise InputError(
                 f"an empty folder or a run directory at {path}; it has files but no manifest",
                 field="name",
             )
+        if path.exists():
+            remove_stale_temp_files(path)  # of the creation that was killed
         top = path
         while not top.parent.exists():
             top = top.parent
@@ -281,6 +283,21 @@ class RunDir:
 
     def __fspath__(self) -> str:
         return str(self.path)
+
+
+def _interrupted_creation(path: Path) -> bool:
+    """Whether ``path`` holds only what :meth:`RunDir.create` writes before the manifest
+    (the config, the empty subfolders, temporary files of writers that are gone): a
+    creation killed before it finished, which a new creation may complete."""
+    for p in path.iterdir():
+        if p.is_file() and (p.name == CONFIG_FILE or is_temp_name(p.name)):
+            if is_temp_name(p.name) and temp_writer_alive(p.name):
+                return False
+            continue
+        if p.is_dir() and p.name in SUBDIRS and not any(p.iterdir()):
+            continue
+        return False
+    return True
 
 
 def remove_stale_temp_files(path: Path) -> list[Path]:
