@@ -41,7 +41,7 @@ _TYPE_KEY = "_result_type"
 RESULT_TYPES = (
     "mechscope.lens.results:DiffResult",
     "mechscope.lens.candidates_run:CandidateResult",
-    "mechscope.studies.humaneval.run:StudyResult",
+    "mechscope.studies.humaneval.result:StudyResult",
     "mechscope.patching.result:PatchingResult",
     "mechscope.heads.result:HeadsResult",
     "mechscope.anchors.receivers:ReceiverResult",

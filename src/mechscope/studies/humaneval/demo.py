@@ -15,7 +15,8 @@ from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 from mechscope.runs import RunDir
 from mechscope.studies.humaneval.config import StudyConfig
-from mechscope.studies.humaneval.run import plan_study, run_study
+from mechscope.studies.humaneval.run import run_study
+from mechscope.studies.humaneval.samples import plan_study
 
 N_TASKS, N_TASKS_QUICK = 8, 1
 

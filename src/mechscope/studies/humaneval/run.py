@@ -12,36 +12,28 @@ Steps, each with its own shards and progress bar:
 3. tables (no model): outcomes, pass rates, quadrants, lens curves per (variant, mode),
    controls (:mod:`mechscope.studies.humaneval.tables`), written as Parquet for the report.
 
-Every task is prepared and checked before any model work or any file is written; tasks
-whose longest prompt does not fit the model's context are skipped and listed.
+Every task is prepared and checked before any model work or any file is written
+(:mod:`mechscope.studies.humaneval.samples`); the result is
+:class:`~mechscope.studies.humaneval.result.StudyResult`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any
 
 import pandas as pd
 
-from mechscope.data.humaneval import load_humaneval_problems
 from mechscope.engine import Engine
-from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 from mechscope.progress import make_progress
 from mechscope.runs import RunDir, ShardStore, run_sharded, write_table
-from mechscope.runs.result import (
-    frame_from_payload,
-    frame_to_payload,
-    get_payloads,
-    put_payloads,
-)
-from mechscope.studies.humaneval.arms import PreparedTask, prepare_task
-from mechscope.studies.humaneval.conditions import task_conditions
+from mechscope.studies.humaneval.arms import PreparedTask
 from mechscope.studies.humaneval.config import StudyConfig
 from mechscope.studies.humaneval.execute import execute_task
 from mechscope.studies.humaneval.payload import task_payload
+from mechscope.studies.humaneval.result import StudyResult
+from mechscope.studies.humaneval.samples import StudyPlan, plan_study
 from mechscope.studies.humaneval.tables import (
     head_frame,
     lens_frames,
@@ -73,92 +65,6 @@ TABLES = {
     "settings": "lens_study_settings",
     "mode_gap": "lens_study_mode_gap",
 }
-
-
-@dataclass
-class StudyPlan:
-    """The checked tasks of a run and the ones skipped (with why)."""
-
-    tasks: list[PreparedTask]
-    skipped: list[dict] = field(default_factory=list)
-
-
-@dataclass
-class StudyResult:
-    """Shard payloads of both steps and the tables written to the run directory."""
-
-    payloads: dict[str, dict]
-    tests: dict[str, dict]
-    tables: dict[str, pd.DataFrame]
-
-    def to_frame(self) -> pd.DataFrame:
-        """The main table: the outcomes, one row per task and arm."""
-        return self.tables["outcomes"]
-
-    def to_payload(self) -> dict[str, Any]:
-        """Both steps' shard payloads under ``payloads.<i>.`` / ``tests.<i>.`` (task ids in
-        JSON), the tables as plain JSON."""
-        payload: dict[str, Any] = {
-            "payload_ids": list(self.payloads),
-            "test_ids": list(self.tests),
-            "tables": {k: frame_to_payload(v) for k, v in self.tables.items()},
-        }
-        put_payloads(payload, "payloads", list(self.payloads.values()))
-        put_payloads(payload, "tests", list(self.tests.values()))
-        return payload
-
-    @classmethod
-    def from_payload(cls, payload: dict[str, Any]) -> StudyResult:
-        return cls(
-            payloads=dict(
-                zip(payload["payload_ids"], get_payloads(payload, "payloads"), strict=True)
-            ),
-            tests=dict(zip(payload["test_ids"], get_payloads(payload, "tests"), strict=True)),
-            tables={k: frame_from_payload(v) for k, v in payload["tables"].items()},
-        )
-
-
-def load_problems(config: StudyConfig) -> dict[str, dict]:
-    return load_humaneval_problems(config.problems)
-
-
-def plan_study(
-    lm: LoadedModel,
-    config: StudyConfig,
-    *,
-    limit: int | None = None,
-    problems: Mapping[str, dict] | None = None,
-) -> StudyPlan:
-    """Select, build, tokenise and check every task (no model work, no files)."""
-    if limit is not None and limit < 1:
-        raise InputError(f"expected a positive limit, got {limit}", field="limit")
-    problems = dict(problems) if problems is not None else load_problems(config)
-    ids = list(problems)[:limit]
-    samples = task_conditions(
-        problems,
-        ids,
-        lm.tokenizer,
-        variants=config.variants,
-        tool_role=config.tool_role,
-        seed=config.seed,
-    )
-    plan = StudyPlan([])
-    for tid in ids:
-        task = prepare_task(lm, tid, problems[tid], samples[tid], config.gen_prefix)
-        longest = max(task.length, *(len(a.gen_ids) + 1 for a in task.arms.values()))
-        if lm.max_context is not None and longest > lm.max_context:
-            plan.skipped.append(
-                {"task": tid, "reason": f"{longest} tokens > context {lm.max_context}"}
-            )
-            continue
-        plan.tasks.append(task)
-    if not plan.tasks:
-        raise InputError(
-            f"expected at least one task that fits the model's context ({lm.max_context} "
-            f"tokens); all {len(ids)} selected tasks are longer",
-            field="limit",
-        )
-    return plan
 
 
 def run_model_step(
