@@ -106,11 +106,11 @@ def child(args: argparse.Namespace) -> dict:
     from mechscope.engine import Engine
     from mechscope.lens import divergence
     from mechscope.lens.divergence import paired_stats
-    from mechscope.lens.logit_lens import chunk_tokens
     from mechscope.lens.paired import PairedOptions, analyse_sample, forward_condition
     from mechscope.lens.positions import as_run
     from mechscope.lens.prepare import prepare_sample
     from mechscope.lens.readout import readout_workers
+    from mechscope.lens.readout_memory import chunk_tokens
     from mechscope.models import DEFAULT_MODEL, load_model
 
     torch.set_num_threads(args.threads)

@@ -12,7 +12,7 @@ from mechscope.lens.aggregate import (
     attention_curves,
     metric_curves,
 )
-from mechscope.lens.results import METRICS, SampleDiff
+from mechscope.lens.result import METRICS, SampleDiff
 from mechscope.stats import progress_bin_counts
 
 L = 4

@@ -7,8 +7,10 @@ import pytest
 from lens_helpers import reference_lens_logprobs
 
 from mechscope.errors import InputError
+from mechscope.lens.candidate_curves import per_sample_curves
 from mechscope.lens.candidates import CandidateSample, candidate_scores, prepare_candidates
-from mechscope.lens.candidates_run import CandidatesConfig, per_sample_curves, run_candidates
+from mechscope.lens.config import CandidatesConfig
+from mechscope.lens.run import run_candidates
 from mechscope.runs import RunDir, read_table
 
 PROMPT = "She said, in a furious voice: I just won the lottery! The speaker sounds"

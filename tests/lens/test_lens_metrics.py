@@ -13,7 +13,7 @@ from lens_helpers import reference_lens_logprobs, sample_record
 from scipy.spatial.distance import jensenshannon
 from scipy.special import rel_entr
 
-from mechscope.lens.logit_lens import paired_stats
+from mechscope.lens.divergence import paired_stats
 from mechscope.lens.paired import PairedOptions, analyse_sample
 from mechscope.lens.prepare import prepare_sample
 from mechscope.lens.samples import parse_sample

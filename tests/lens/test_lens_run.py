@@ -7,8 +7,9 @@ import pytest
 from lens_helpers import sample_record
 
 from mechscope.errors import InputError
-from mechscope.lens.diff_run import TABLES, DiffConfig, parse_contrast, run_diff
+from mechscope.lens.config import DiffConfig, parse_contrast
 from mechscope.lens.report import lens_section
+from mechscope.lens.run import TABLES, run_diff
 from mechscope.lens.samples import parse_sample
 from mechscope.report import FigureBlock
 from mechscope.runs import RunDir, ShardStore, read_table

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 from lens_helpers import sample_record
 
-from mechscope.lens.diff_run import TABLES, DiffConfig, run_diff
+from mechscope.lens.config import DiffConfig
+from mechscope.lens.run import TABLES, run_diff
 from mechscope.lens.samples import parse_sample
 from mechscope.runs import RunDir, read_table
 
@@ -21,14 +22,14 @@ def samples(edit: bool = False):
 
 
 def test_edited_sample_is_recomputed_and_tables_match_a_fresh_run(tiny, tmp_path, monkeypatch):
-    from mechscope.lens import diff_run
+    from mechscope.lens import run as lens_run
 
     config = DiffConfig(contrast=("a", "b"), n_resamples=50, n_bins=4)
     run_diff(RunDir.create(tmp_path, "r", config), tiny, samples(), config, progress=False)
     analysed: list[str] = []
-    real = diff_run.analyse_sample
+    real = lens_run.analyse_sample
     monkeypatch.setattr(
-        diff_run, "analyse_sample", lambda e, p, o: analysed.append(p.id) or real(e, p, o)
+        lens_run, "analyse_sample", lambda e, p, o: analysed.append(p.id) or real(e, p, o)
     )
     run = RunDir.create(tmp_path, "r", config)
     resumed = run_diff(run, tiny, samples(edit=True)[:2], config, progress=False)  # s2 removed

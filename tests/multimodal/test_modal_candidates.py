@@ -15,7 +15,8 @@ from mechscope.data.modal_prompt import render_prompt
 from mechscope.errors import InputError
 from mechscope.lens.candidates import candidate_scores
 from mechscope.lens.candidates_modal import load_samples
-from mechscope.lens.candidates_run import CandidatesConfig, run_candidates, select_and_prepare
+from mechscope.lens.config import CandidatesConfig
+from mechscope.lens.run import run_candidates, select_and_prepare
 from mechscope.runs import RunDir, read_table
 
 WORDS = ["neutral", "happy", "sad", "angry", "surprised"]

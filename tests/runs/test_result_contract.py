@@ -112,7 +112,7 @@ def test_frames_round_trip_with_dtypes_and_index():
 
 def test_load_refuses_a_missing_or_other_result(tmp_path):
     from mechscope.anchors.suppression import SuppressionResult
-    from mechscope.lens.results import DiffResult
+    from mechscope.lens.result import DiffResult
 
     with pytest.raises(InputError, match="no"):
         load_result(tmp_path, "absent", DiffResult)
@@ -124,7 +124,8 @@ def test_load_refuses_a_missing_or_other_result(tmp_path):
 
 
 def test_lens_diff_result(tiny, tmp_path):
-    from mechscope.lens.diff_run import DiffConfig, run_diff
+    from mechscope.lens.config import DiffConfig
+    from mechscope.lens.run import run_diff
     from mechscope.lens.samples import parse_sample
 
     rec = _helpers("lens", "lens_helpers").sample_record
@@ -143,7 +144,8 @@ def test_lens_diff_result(tiny, tmp_path):
 
 def test_lens_candidate_result(tiny, tmp_path):
     from mechscope.lens.candidates import CandidateSample
-    from mechscope.lens.candidates_run import CandidatesConfig, run_candidates
+    from mechscope.lens.config import CandidatesConfig
+    from mechscope.lens.run import run_candidates
     from mechscope.runs import RunDir
 
     prompt = "She said, in a furious voice: I just won the lottery! The speaker sounds"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mechscope.lens.aggregate import AggregateOptions, ci_rows
-from mechscope.lens.results import METRICS, SampleDiff
+from mechscope.lens.result import METRICS, SampleDiff
 from mechscope.studies.humaneval.tables import control_rows, tool_mass
 
 #: Means of float32 inputs computed in two orders.

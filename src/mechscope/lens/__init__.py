@@ -6,13 +6,13 @@ JS and KL per layer × token through the logit lens, attention mass on named seg
 """
 
 from mechscope.lens.candidates import CandidateSample, candidate_scores, load_candidate_samples
-from mechscope.lens.candidates_run import CandidateResult, CandidatesConfig, run_candidates
-from mechscope.lens.diff_run import DiffConfig, aggregate, parse_contrast, prepare_all, run_diff
-from mechscope.lens.logit_lens import lens_logprobs, paired_stats
+from mechscope.lens.config import CandidatesConfig, DiffConfig, parse_contrast
+from mechscope.lens.divergence import paired_stats
 from mechscope.lens.paired import PairedOptions, analyse_sample
 from mechscope.lens.prepare import PreparedSample, prepare_sample, prepare_samples
-from mechscope.lens.readout import readout_layers
-from mechscope.lens.results import METRICS, DiffResult, SampleDiff
+from mechscope.lens.readout import lens_logprobs, readout_layers
+from mechscope.lens.result import METRICS, CandidateResult, DiffResult, SampleDiff
+from mechscope.lens.run import aggregate, prepare_all, run_candidates, run_diff
 from mechscope.lens.samples import Condition, LensSample, load_samples, parse_sample
 
 __all__ = [

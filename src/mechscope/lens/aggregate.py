@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from mechscope.lens.results import METRICS, SampleDiff
+from mechscope.lens.result import METRICS, SampleDiff
 from mechscope.lens.tokens import TOKEN_CLASSES, anchor_pattern, anchor_token
 from mechscope.stats import (
     anchor_align,

@@ -27,8 +27,8 @@ from mechscope.data.modal_prompt import extend_tokens, stack_inputs
 from mechscope.data.tokens import answer_token_ids, encode
 from mechscope.engine import Engine, Read, Site
 from mechscope.errors import InputError
-from mechscope.lens.logit_lens import lens_logprobs
 from mechscope.lens.paired import unembed_device
+from mechscope.lens.readout import lens_logprobs
 from mechscope.models.loaded import LoadedModel
 
 Policy = Literal["first", "sum"]

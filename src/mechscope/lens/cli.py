@@ -44,7 +44,8 @@ def diff(
     opts: ModelOptions = ModelOptions(),
 ) -> None:
     """Per layer × token ΔNLL, JS and KL between two prompt conditions (teacher-forced)."""
-    from mechscope.lens.diff_run import DiffConfig, parse_contrast, prepare_all, run_diff
+    from mechscope.lens.config import DiffConfig, parse_contrast
+    from mechscope.lens.run import prepare_all, run_diff
     from mechscope.lens.samples import load_samples
 
     ex.check()
@@ -91,7 +92,8 @@ def candidates(
 ) -> None:
     """Candidate-restricted logit lens: win-rates and margins per layer."""
     from mechscope.lens.candidates_modal import load_samples
-    from mechscope.lens.candidates_run import CandidatesConfig, run_candidates, select_and_prepare
+    from mechscope.lens.config import CandidatesConfig
+    from mechscope.lens.run import run_candidates, select_and_prepare
 
     if policy not in ("first", "sum"):
         raise InputError(f"expected 'first' or 'sum', got {policy!r}", field="--policy")

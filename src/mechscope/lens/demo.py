@@ -24,8 +24,8 @@ from typing import Any
 from mechscope.data.conflict import load_conflict_samples
 from mechscope.data.humaneval import CODE_OPEN, build_humaneval_samples
 from mechscope.lens.candidates import CandidateSample
-from mechscope.lens.candidates_run import CandidatesConfig, run_candidates
-from mechscope.lens.diff_run import DiffConfig, run_diff
+from mechscope.lens.config import CandidatesConfig, DiffConfig
+from mechscope.lens.run import run_candidates, run_diff
 from mechscope.lens.samples import LensSample
 from mechscope.models.loaded import LoadedModel
 from mechscope.runs import RunDir

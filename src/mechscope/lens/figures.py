@@ -1,5 +1,10 @@
 """Figures of the lens workflows: functions of saved tables, never of a model.
 
+The tables are the frames of a :class:`~mechscope.lens.result.DiffResult` (its
+``to_frame()`` and its ``tables``) and the candidate curves that
+:func:`~mechscope.lens.run.run_candidates` writes (``CandidateResult.curves`` with the
+label fields), as the report reads them back from a run directory.
+
 Layer heatmaps put the last layer at the top (the model's output), so reading upward
 follows the forward pass.
 """

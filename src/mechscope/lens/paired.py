@@ -26,7 +26,7 @@ from mechscope.lens.positions import (
 from mechscope.lens.prepare import PreparedSample, TokenizedCondition
 from mechscope.lens.readout import readout_layers, readout_workers
 from mechscope.lens.readout_memory import readout_chunk
-from mechscope.lens.results import SampleDiff
+from mechscope.lens.result import SampleDiff
 from mechscope.lens.tokens import code_token_classes, semantic_mask
 from mechscope.models.loaded import LoadedModel
 

@@ -1,6 +1,17 @@
-"""The per-layer readout of the paired analysis: unembedding + divergences over all layers.
+"""Per-layer readouts through the model's own final norm and unembedding.
 
-The work is ``layers × ⌈tokens / chunk⌉`` independent tasks (unembed one chunk of one layer
+:func:`lens_logprobs` reads full log-probabilities at a few positions (the candidate
+readout). :func:`readout_layers` is the readout of the paired analysis: for every layer and
+continuation token, the NLL of the true token under both conditions plus JS and both KLs
+between their next-token distributions. A dense ``[layers × tokens × vocab]`` tensor would
+need > 12 GB for a 2,048-token continuation on a 30-layer, 49k-vocabulary model, so the
+work is done one layer at a time, in token chunks (:mod:`mechscope.lens.readout_memory`
+sizes them): the unembedding runs on a chunk of both conditions at once (one matrix product
+large enough to run at full speed), and the divergences
+(:mod:`mechscope.lens.divergence`) on cache-sized blocks of its output. Everything after
+the unembedding is fp32 and in log space.
+
+That is ``layers × ⌈tokens / chunk⌉`` independent tasks (unembed one chunk of one layer
 for both conditions, then :func:`~mechscope.lens.divergence.paired_stats`). On CPU they run
 on a pool of single-threaded workers rather than one task at a time with every thread
 inside each operation: the divergence kernel works on cache-sized blocks, each a short
@@ -22,6 +33,16 @@ from mechscope.lens.divergence import Kernel, paired_stats
 
 #: Most workers of the CPU pool (each holds one chunk of logits and its own block temps).
 MAX_WORKERS = 8
+
+
+@torch.inference_mode()
+def lens_logprobs(engine: Engine, h: torch.Tensor, *, chunk: int = 64) -> torch.Tensor:
+    """Log-probabilities of every vocabulary item read from ``h [n, d_model]``: ``[n, vocab]``
+    fp32, unembedded ``chunk`` rows at a time (for readouts at a few positions)."""
+    parts = [
+        torch.log_softmax(engine.unembed(h[i : i + chunk]), dim=-1) for i in range(0, len(h), chunk)
+    ]
+    return torch.cat(parts)  # [n, V]
 
 
 def readout_workers(device: torch.device | str, threads: int | None = None) -> int:

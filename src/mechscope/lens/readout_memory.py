@@ -11,9 +11,11 @@ with a head that is not fp32, also one vocabulary chunk of the unembedding cast 
 
 The chunk is what the budget sizes: the tokens whose logits fit in what the budget leaves
 beside the hidden states, in every worker at once. On the CPU it is also capped where a
-bigger product stops running faster (:data:`~mechscope.lens.logit_lens.CHUNK_BYTES`): the
-cap keeps the logits out of the allocator's fresh-mapping path; elsewhere (a GPU) the budget
-alone decides, so a 128k vocabulary is not read out 64 tokens at a time.
+bigger product stops running faster (:data:`CHUNK_BYTES`): the cap keeps the logits out of
+the allocator's fresh-mapping path; elsewhere (a GPU) the budget alone decides, so a 128k
+vocabulary is not read out 64 tokens at a time. Without a cap the chunk would be dense
+``[layers × tokens × vocab]`` at worst: > 12 GB for a 2,048-token continuation on a
+30-layer, 49k-vocabulary model.
 """
 
 from __future__ import annotations
@@ -22,12 +24,24 @@ import torch
 
 from mechscope.engine.memory_model import FP32, Dims, Fit, Pass, fit_rows, note, pass_bytes
 from mechscope.engine.unembed import UNEMBED_CHUNK_BYTES, head_is_fp32
-from mechscope.lens.logit_lens import CHUNK_BYTES, MIN_CHUNK_TOKENS, chunk_tokens
 from mechscope.models.loaded import LoadedModel
 
+#: Bytes of fp32 logits per unembedding call (both conditions). 24 MB keeps the output out
+#: of the allocator's fresh-mapping path (page faults on every call above ~32 MB) while the
+#: product still has enough rows to run at the speed of a large one.
+CHUNK_BYTES = 24 * 2**20
+#: Fewest tokens per unembedding call (below this the product is bound by reading the
+#: output embedding, not by arithmetic).
+MIN_CHUNK_TOKENS = 64
 #: fp32 ``[tokens, 2, d_model]`` tensors of a chunk besides its logits: the stacked hidden
 #: rows and the final norm's temporaries (square, normalised, scaled).
 NORM_TEMPS = 4
+
+
+def chunk_tokens(vocab: int, n_tokens: int, chunk: int | None = None) -> int:
+    """Tokens per unembedding call: ``chunk`` if given, else sized by :data:`CHUNK_BYTES`."""
+    size = chunk or max(MIN_CHUNK_TOKENS, CHUNK_BYTES // (2 * vocab * 4))
+    return max(1, min(size, n_tokens))
 
 
 def hidden_bytes(lm: LoadedModel, n_tokens: int) -> int:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from mechscope.lens.candidates_run import CURVES as CANDIDATE_CURVES
-from mechscope.lens.diff_run import TABLES
 from mechscope.lens.figures import (
     aligned_heatmap,
     attention_figure,
@@ -11,6 +9,7 @@ from mechscope.lens.figures import (
     metric_curves_figure,
     sample_heatmap,
 )
+from mechscope.lens.run import CANDIDATES_CURVES, TABLES
 from mechscope.report import FigureBlock, TableBlock, TextBlock, register_section
 from mechscope.runs import RunDir, has_table, read_table
 
@@ -85,9 +84,9 @@ def diff_blocks(run: RunDir) -> list:
 
 
 def candidate_blocks(run: RunDir) -> list:
-    if not has_table(run, CANDIDATE_CURVES):
+    if not has_table(run, CANDIDATES_CURVES):
         return []
-    table = read_table(run, CANDIDATE_CURVES)
+    table = read_table(run, CANDIDATES_CURVES)
     blocks: list = [
         TextBlock(
             "**Candidate readout.** At the last prompt token each layer is read through the logit "

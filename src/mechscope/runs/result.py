@@ -39,8 +39,8 @@ _TYPE_KEY = "_result_type"
 #: Every workflow's main result type, as ``module:class`` (imported on demand by
 #: :func:`result_types`, so this module does not import the workflows).
 RESULT_TYPES = (
-    "mechscope.lens.results:DiffResult",
-    "mechscope.lens.candidates_run:CandidateResult",
+    "mechscope.lens.result:DiffResult",
+    "mechscope.lens.result:CandidateResult",
     "mechscope.studies.humaneval.result:StudyResult",
     "mechscope.patching.result:PatchingResult",
     "mechscope.heads.result:HeadsResult",

@@ -24,7 +24,7 @@ import torch
 
 from mechscope.engine import Engine
 from mechscope.lens.attention_mass import segment_names
-from mechscope.lens.results import SampleDiff
+from mechscope.lens.result import SampleDiff
 from mechscope.lens.tokens import code_token_classes, semantic_mask
 from mechscope.studies.humaneval.arms import ASSISTED, PreparedTask
 from mechscope.studies.humaneval.conditions import TOOL

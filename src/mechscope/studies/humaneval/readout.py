@@ -30,7 +30,7 @@ def shared_pair_readout(
     chunk_tokens: int | None = None,
 ) -> torch.Tensor:
     """``[pairs, 6, layers, T]`` fp32: NLL under A, under B, ΔNLL = A − B, JS, KL(A‖B),
-    KL(B‖A) — the metric order of :data:`mechscope.lens.results.METRICS`."""
+    KL(B‖A) — the metric order of :data:`mechscope.lens.result.METRICS`."""
     lm = engine.lm
     n_layers, n = int(hidden[0].shape[0]), int(hidden[0].shape[1])
     used = sorted({i for pair in pairs for i in pair})

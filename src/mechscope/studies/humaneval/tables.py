@@ -23,7 +23,7 @@ from mechscope.lens.aggregate import (
     metric_curves,
     per_sample_layer_means,
 )
-from mechscope.lens.results import SampleDiff
+from mechscope.lens.result import SampleDiff
 from mechscope.stats.proportions import mcnemar_exact, pass_rate
 from mechscope.studies.humaneval.arms import ASSISTED
 from mechscope.studies.humaneval.conditions import TOOL

@@ -1,9 +1,10 @@
-"""Typed results of the lens workflows, with ``to_frame()`` in long format.
+"""What the lens drivers return: :class:`DiffResult` and :class:`CandidateResult`.
 
-:class:`SampleDiff` is one sample of the paired analysis (named dimensions: metric ×
-layer × token, and condition → layer × head × token × segment for attention). It round-trips
-through a run directory shard (:meth:`to_payload` / :meth:`from_payload`), so a resumed run
-aggregates exactly what an uninterrupted one would.
+Both implement :class:`mechscope.runs.result.Result` (``to_frame()`` in long format, a
+payload that round-trips). :class:`SampleDiff` is one sample of the paired analysis (named
+dimensions: metric × layer × token, and condition → layer × head × token × segment for
+attention). It round-trips through a run directory shard (:meth:`to_payload` /
+:meth:`from_payload`), so a resumed run aggregates exactly what an uninterrupted one would.
 """
 
 from __future__ import annotations
@@ -172,4 +173,59 @@ class DiffResult:
             contrast=(payload["contrast"][0], payload["contrast"][1]),
             samples=[SampleDiff.from_payload(p) for p in get_payloads(payload, "samples")],
             tables={k: frame_from_payload(v) for k, v in payload["tables"].items()},
+        )
+
+
+@dataclass
+class CandidateResult:
+    """Scores ``[sample][layer, K]`` and the per-layer curves."""
+
+    label_a: str
+    label_b: str
+    samples: list[dict]
+    curves: pd.DataFrame = field(default_factory=pd.DataFrame)
+    multi_token: dict[str, int] = field(default_factory=dict)
+
+    def to_frame(self) -> pd.DataFrame:
+        """Long format: one row per (sample, layer, candidate)."""
+        rows = []
+        for s in self.samples:
+            scores = np.asarray(s["scores"], dtype=np.float64)  # [L, K]
+            restricted = scores - np.logaddexp.reduce(scores, axis=1, keepdims=True)
+            for layer in range(scores.shape[0]):
+                for k, cand in enumerate(s["candidates"]):
+                    rows.append(
+                        {
+                            "sample": s["sample_id"],
+                            "group": s["group"],
+                            "layer": layer,
+                            "candidate": cand,
+                            "score": scores[layer, k],
+                            "restricted_logp": restricted[layer, k],
+                            "is_label_a": k == s["label_a"],
+                            "is_label_b": k == s["label_b"],
+                            "conflict": s["label_a"] != s["label_b"],
+                        }
+                    )
+        return pd.DataFrame(rows)
+
+    def to_payload(self) -> dict[str, Any]:
+        """The samples' shard payloads under ``samples.<i>.``, the curves as plain JSON."""
+        payload: dict[str, Any] = {
+            "label_a": self.label_a,
+            "label_b": self.label_b,
+            "curves": frame_to_payload(self.curves),
+            "multi_token": dict(self.multi_token),
+        }
+        put_payloads(payload, "samples", self.samples)
+        return payload
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> CandidateResult:
+        return cls(
+            label_a=payload["label_a"],
+            label_b=payload["label_b"],
+            samples=get_payloads(payload, "samples"),
+            curves=frame_from_payload(payload["curves"]),
+            multi_token={k: int(v) for k, v in payload["multi_token"].items()},
         )
