@@ -57,7 +57,7 @@ def build_sample(tokenizer, n_tokens: int):
     problems = load_humaneval_problems()
     text = ""
     for task in problems.values():
-        text += task["prompt"] + task["canonical_solution"] + "\n\n"
+        text += task.prompt + task.solution + "\n\n"
         if len(tokenizer(text, add_special_tokens=False).input_ids) > n_tokens + 16:
             break
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)

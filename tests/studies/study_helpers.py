@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 
-def _problem(i: int, name: str, args: str, body: str, test: str) -> dict:
-    return {
-        "task_id": f"Mini/{i}",
-        "prompt": f'def {name}({args}):\n    """{name.replace("_", " ")}."""\n',
-        "canonical_solution": body,
-        "test": test,
-        "entry_point": name,
-    }
+from mechscope.data.code import CodeProblem
 
 
-def mini_problems() -> dict[str, dict]:
+def _problem(i: int, name: str, args: str, body: str, test: str) -> CodeProblem:
+    return CodeProblem(
+        id=f"Mini/{i}",
+        prompt=f'def {name}({args}):\n    """{name.replace("_", " ")}."""\n',
+        solution=body,
+        test=test,
+        entry_point=name,
+    )
+
+
+def mini_problems() -> dict[str, CodeProblem]:
     """Four tasks with real tests: canonical solutions pass them."""
     items = [
         _problem(
@@ -45,25 +49,25 @@ def mini_problems() -> dict[str, dict]:
             "def check(f):\n    assert f(2)\n    assert not f(3)\n",
         ),
     ]
-    return {p["task_id"]: p for p in items}
+    return {p.id: p for p in items}
 
 
-def more_mini_problems(copies: int = 2) -> dict[str, dict]:
+def more_mini_problems(copies: int = 2) -> dict[str, CodeProblem]:
     """``copies`` × the four mini problems, under distinct task ids (``Mini/0`` …)."""
     base = list(mini_problems().values())
     out = {}
     for k in range(copies):
         for p in base:
-            tid = f"Mini/{k * len(base) + int(p['task_id'].split('/')[1])}"
-            out[tid] = {**p, "task_id": tid}
+            tid = f"Mini/{k * len(base) + int(p.id.split('/')[1])}"
+            out[tid] = replace(p, id=tid)
     return out
 
 
-def solution(problem: dict) -> str:
+def solution(problem: CodeProblem) -> str:
     """The canonical solution written as a whole function (the ``code`` generation mode)."""
-    return problem["prompt"].splitlines()[0] + "\n" + problem["canonical_solution"]
+    return problem.prompt.splitlines()[0] + "\n" + problem.solution
 
 
-def wrong(problem: dict) -> str:
+def wrong(problem: CodeProblem) -> str:
     """A whole function that fails the task's tests."""
-    return problem["prompt"].splitlines()[0] + "\n    return 'wrong'\n"
+    return problem.prompt.splitlines()[0] + "\n    return 'wrong'\n"

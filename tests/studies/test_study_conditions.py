@@ -31,8 +31,8 @@ def test_each_variant_swaps_only_the_tool_response(tiny):
     for tid, per in out.items():
         assert list(per) == list(VARIANTS)
         p = problems[tid]
-        assert _tool_text(per["tests"]) == p["test"]
-        assert _tool_text(per["spec"]) == p["prompt"]
+        assert _tool_text(per["tests"]) == p.test
+        assert _tool_text(per["spec"]) == p.prompt
         assert TOOL not in per["empty"].conditions["agentic"].segments
         assert (
             per["other_tests"].metadata["tests_from"]
@@ -42,7 +42,7 @@ def test_each_variant_swaps_only_the_tool_response(tiny):
         for sample in per.values():
             # The assisted prompt, the continuation and the tool call never change.
             assert sample.conditions["assisted"] == first.conditions["assisted"]
-            assert sample.continuation == p["canonical_solution"]
+            assert sample.continuation == p.solution
             assert (
                 sample.conditions["agentic"].messages[:2]
                 == first.conditions["agentic"].messages[:2]
@@ -58,9 +58,9 @@ def test_other_tests_have_the_real_tests_token_count(tiny):
     out = task_conditions(problems, ids, tiny.tokenizer, variants=("tests", "other_tests"))
     for tid in ids:
         real, fake = out[tid]["tests"], out[tid]["other_tests"]
-        n = token_count(tiny.tokenizer, problems[tid]["test"])
+        n = token_count(tiny.tokenizer, problems[tid].test)
         assert token_count(tiny.tokenizer, _tool_text(fake)) == n
-        assert _tool_text(fake) != problems[tid]["test"]
+        assert _tool_text(fake) != problems[tid].test
         counts = [
             len(prepare_sample(s, tiny.tokenizer, ("agentic", "assisted"), max_context=None)
                 .conditions["agentic"].segments[TOOL])
@@ -90,10 +90,10 @@ def test_other_tests_do_not_depend_on_the_selected_tasks(tiny):
 
 def test_length_matching_joins_several_tasks_when_one_is_too_short(tiny):
     problems = mini_problems()
-    n = 3 * max(token_count(tiny.tokenizer, p["test"]) for p in problems.values())
+    n = 3 * max(token_count(tiny.tokenizer, p.test) for p in problems.values())
     with pytest.raises(InputError, match="reach"):
         length_matched_tests(problems, "Mini/0", n, tiny.tokenizer, seed=0)
-    n = token_count(tiny.tokenizer, problems["Mini/1"]["test"]) + 5
+    n = token_count(tiny.tokenizer, problems["Mini/1"].test) + 5
     text, used = length_matched_tests(problems, "Mini/0", n, tiny.tokenizer, seed=0)
     assert len(used) >= 2 and "Mini/0" not in used
     assert token_count(tiny.tokenizer, text) == n

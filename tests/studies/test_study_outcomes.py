@@ -1,4 +1,4 @@
-"""Quadrants, the pass-rate and quadrant tables, the HumanEval check program."""
+"""Quadrants, the pass-rate and quadrant tables, the HumanEval test program."""
 
 from __future__ import annotations
 
@@ -6,11 +6,7 @@ import numpy as np
 import pandas as pd
 from study_helpers import mini_problems
 
-from mechscope.studies.humaneval.outcomes import (
-    QUADRANTS,
-    check_program,
-    quadrant,
-)
+from mechscope.studies.humaneval.outcomes import QUADRANTS, quadrant
 from mechscope.studies.humaneval.tables import pass_rate_frame, quadrant_frames
 from mechscope.studies.sandbox import run_program
 
@@ -46,12 +42,12 @@ def test_quadrant_and_rate_tables_count_what_they_should():
     assert rates.loc["tests", "passed"] == int(g.sum()) and rates.loc["tests", "n"] == 40
 
 
-def test_check_program_runs_the_tests_on_the_completion():
+def test_test_program_runs_the_tests_on_the_completion():
     p = mini_problems()["Mini/2"]
-    assert run_program(check_program(p, p["canonical_solution"], "prompt")).passed
-    whole = "def first(xs):\n" + p["canonical_solution"]
-    assert run_program(check_program(p, whole, "code")).passed  # redefines the stub
-    wrong = run_program(check_program(p, "    return xs[-1]\n", "prompt"))
+    assert run_program(p.test_program(p.solution, redefines=False)).passed
+    whole = "def first(xs):\n" + p.solution
+    assert run_program(p.test_program(whole, redefines=True)).passed  # redefines the stub
+    wrong = run_program(p.test_program("    return xs[-1]\n", redefines=False))
     assert not wrong.passed and wrong.reason == "assertion"
-    stub_only = run_program(check_program(p, "", "code"))
+    stub_only = run_program(p.test_program("", redefines=True))
     assert not stub_only.passed  # the docstring stub returns None

@@ -9,7 +9,6 @@ import torch
 from mechscope.data.humaneval import load_humaneval_problems
 from mechscope.studies.humaneval.arms import ASSISTED, prepare_task
 from mechscope.studies.humaneval.conditions import TOOL, task_conditions
-from mechscope.studies.humaneval.outcomes import check_program
 from mechscope.studies.humaneval.payload import pair_diff, run_task_group
 from mechscope.studies.humaneval.task_run import GenerationOptions
 from mechscope.studies.sandbox import run_program
@@ -38,7 +37,7 @@ def test_the_sandbox_passes_every_canonical_solution():
     failed = {
         tid: r.reason
         for tid, p in problems.items()
-        if not (r := run_program(check_program(p, p["canonical_solution"], "prompt"))).passed
+        if not (r := run_program(p.test_program(p.solution, redefines=False))).passed
     }
     assert failed == {}
 

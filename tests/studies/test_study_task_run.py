@@ -107,4 +107,4 @@ def test_generation_prompt_shares_the_teacher_forced_prefix(tiny):
             shared = common_prefix(arm.gen_ids, cond.ids)
             assert shared >= len(arm.gen_ids) - 1  # at most the boundary token differs
             text = tiny.tokenizer.decode(arm.gen_ids)
-            assert text.endswith("```python\n" if mode == "code" else problems["Mini/0"]["prompt"])
+            assert text.endswith("```python\n" if mode == "code" else problems["Mini/0"].prompt)

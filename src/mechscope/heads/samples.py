@@ -133,10 +133,10 @@ def _humaneval() -> list[HeadSample]:
 
     out = []
     for tid, p in load_humaneval_problems().items():
-        lines = [ln for ln in p["canonical_solution"].splitlines() if ln.strip()]
+        lines = [ln for ln in p.solution.splitlines() if ln.strip()]
         if lines:
             sid = "humaneval-" + tid.split("/")[-1]
-            prompt = short_humaneval_prompt(p["prompt"], p["entry_point"])
+            prompt = short_humaneval_prompt(p.prompt, p.entry_point)
             # the newline goes with the completion: tokenizers merge "\n" with indentation
             out.append(HeadSample(sid, "humaneval", prompt, "\n" + lines[0]))
     return out

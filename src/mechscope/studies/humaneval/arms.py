@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from mechscope.data.code import CodeProblem
 from mechscope.data.tokens import encode
 from mechscope.errors import InputError
 from mechscope.lens.prepare import PreparedSample, TokenizedCondition, prepare_sample
@@ -42,7 +43,7 @@ class PreparedTask:
     """A task's lens samples (one per variant, contrast agentic − assisted) and its arms."""
 
     task_id: str
-    problem: dict
+    problem: CodeProblem
     samples: dict[str, PreparedSample]  # variant -> prepared sample
     arms: dict[str, Arm]  # "assisted", then the variants in order
 
@@ -72,14 +73,14 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def generation_ids(
-    lm: LoadedModel, cond: TokenizedCondition, problem: dict, mode: str, sample: str
+    lm: LoadedModel, cond: TokenizedCondition, problem: CodeProblem, mode: str, sample: str
 ) -> list[int]:
     """The generation prompt's ids (see module docstring)."""
     if mode == "prompt":
         return list(cond.ids[: cond.cont_start])
     if mode != "code":
         raise InputError(f"expected one of {', '.join(GEN_PREFIXES)}, got {mode!r}", field="gen")
-    prompt = problem["prompt"]
+    prompt = problem.prompt
     if not cond.text.endswith(prompt):
         raise InputError(
             "expected the prefix to end with the task's prompt", sample=sample, field="prompt"
@@ -91,7 +92,7 @@ def generation_ids(
 def prepare_task(
     lm: LoadedModel,
     task_id: str,
-    problem: dict,
+    problem: CodeProblem,
     samples: Mapping[str, LensSample],
     gen_prefix: str = "code",
 ) -> PreparedTask:

@@ -23,6 +23,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mechscope.data.code import CodeProblem
 from mechscope.data.humaneval import build_humaneval_samples
 from mechscope.errors import InputError
 from mechscope.lens.samples import LensSample
@@ -39,7 +40,7 @@ def token_count(tokenizer: Any, text: str) -> int:
 
 
 def length_matched_tests(
-    problems: Mapping[str, dict],
+    problems: Mapping[str, CodeProblem],
     task_id: str,
     n_tokens: int,
     tokenizer: Any,
@@ -60,7 +61,7 @@ def length_matched_tests(
     for other in others:
         if len(ids) >= n_tokens:
             break
-        piece = (SEPARATOR if ids else "") + problems[other]["test"]
+        piece = (SEPARATOR if ids else "") + problems[other].test
         ids += tokenizer(piece, add_special_tokens=False)["input_ids"]
         used.append(other)
     if len(ids) < n_tokens:
@@ -100,7 +101,7 @@ def _replace_tool_content(record: dict, content: str) -> None:
 
 
 def task_conditions(
-    problems: Mapping[str, dict],
+    problems: Mapping[str, CodeProblem],
     task_ids: Sequence[str],
     tokenizer: Any,
     *,
@@ -131,11 +132,11 @@ def task_conditions(
             meta = rec["metadata"]
             meta["tool_content"] = variant
             if variant == "spec":
-                _replace_tool_content(rec, p["prompt"])
+                _replace_tool_content(rec, p.prompt)
             elif variant == "empty":
                 _replace_tool_content(rec, "")
             elif variant == "other_tests":
-                n = token_count(tokenizer, p["test"])
+                n = token_count(tokenizer, p.test)
                 text, used = length_matched_tests(problems, tid, n, tokenizer, seed)
                 _replace_tool_content(rec, text)
                 meta["tests_from"] = used

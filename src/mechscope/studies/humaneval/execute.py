@@ -12,21 +12,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
-from mechscope.studies.humaneval.outcomes import check_program
+from mechscope.data.code import CodeProblem
 from mechscope.studies.sandbox import Limits, run_program
 
 CANONICAL = "canonical"
 
 
 def execute_task(
-    payload: Mapping, problem: dict, gen_prefix: str, limits: Limits, jobs: int = 1
+    payload: Mapping, problem: CodeProblem, gen_prefix: str, limits: Limits, jobs: int = 1
 ) -> dict:
-    """Test every arm's completion (and the canonical solution) of one task."""
+    """Test every arm's completion (and the canonical solution) of one task. With the
+    ``"code"`` generation prompt a completion is a whole function that redefines the stub."""
+    redefines = gen_prefix == "code"
     programs = {
-        arm: check_program(problem, payload["completions"][arm], gen_prefix)
+        arm: problem.test_program(payload["completions"][arm], redefines=redefines)
         for arm in payload["arms"]
     }
-    programs[CANONICAL] = check_program(problem, problem["canonical_solution"], "prompt")
+    programs[CANONICAL] = problem.test_program(problem.solution, redefines=False)
     names = list(programs)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         results = list(pool.map(lambda a: run_program(programs[a], limits), names))

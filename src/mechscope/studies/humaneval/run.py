@@ -24,6 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import pandas as pd
 
+from mechscope.data.code import CodeProblem
 from mechscope.engine import Engine
 from mechscope.models.loaded import LoadedModel
 from mechscope.progress import make_progress
@@ -118,7 +119,7 @@ def run_study(
     plan: StudyPlan | None = None,
     limit: int | None = None,
     jobs: int = 2,
-    problems: Mapping[str, dict] | None = None,
+    problems: Mapping[str, CodeProblem] | None = None,
     progress: bool = True,
 ) -> StudyResult:
     """All steps into ``run`` (finished shards are reused), then the tables."""

