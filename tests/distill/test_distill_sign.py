@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from mechscope.distill.config import parse_study_config
-from mechscope.distill.study import run_study
+from mechscope.distill.run import run_study
 from mechscope.models import LoadedModel
 from mechscope.runs import read_table
 
