@@ -45,13 +45,15 @@ def _load(config: str, sets: list[str] | None, quick: bool):
 @app.command()
 @executor_options
 def run(
-    config: Annotated[str, typer.Argument(help="YAML config file or built-in name (cpu_study)")],
-    root: Annotated[Path, typer.Option(help="Folder for study run directories")] = Path("runs"),
-    set_: Annotated[list[str] | None, typer.Option("--set", help="Override KEY=VALUE")] = None,
-    quick: Annotated[bool, typer.Option(help="1 seed, few steps, small data")] = False,
+    config: str = typer.Argument(..., help="YAML config file or built-in name (cpu_study)"),
+    root: Path = typer.Option(Path("runs"), "--root", help="Folder for study run directories"),
+    set_: list[str] | None = typer.Option(None, "--set", help="Override KEY=VALUE"),
+    quick: bool = typer.Option(False, "--quick/--no-quick", help="1 seed, few steps, small data"),
     ex: ExecutorOptions = ExecutorOptions(),
 ) -> None:
     """Run the grid students × tasks × methods × seeds (resumes an interrupted study)."""
+    # options as defaults, not Annotated hints: executor_options rewrites the signature,
+    # and string hints would not be resolved there
     from mechscope.distill.run import run_study
     from mechscope.distill.summarize import summarize_study
     from mechscope.runs.executor import is_worker
