@@ -110,7 +110,6 @@ def test_sign_on_the_demo_model(tmp_path):
         "seeds": [0],
         "checkpoints": {"k": 4, "min_effect": 0.1},
         "eval": {"batch_size": 16, "purity": False},
-        "executor": "local",
     }
     result = run_sign_study(smollm, tmp_path, raw)
     check_plus_one(result["same"])

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -137,6 +138,7 @@ def run_study(
     worker) once all are done. A worker leaves closing the study to its command.
     """
     ex = ex if ex is not None else ExecutorOptions()
+    ex.check()
     validate_study(cfg, teacher.tokenizer if teacher is not None else None)
     study = open_study(cfg, root)
     if teacher is None:
@@ -155,14 +157,13 @@ def run_study(
         if on_trial is not None:
             on_trial(trial, df)
 
+    def done(trial: Trial) -> bool:
+        return is_finished_dir(study.path / "trials" / trial.name)
+
+    if all(done(t) for t in trials):  # no worker loads a teacher for a finished study
+        ex = replace(ex, workers=0)
     with study.timed("trials"), shared_cores(ex), ex.alongside():
-        claimed_loop(
-            ShardStore(study, PART),
-            trials,
-            lambda t: t.name,
-            lambda t: is_finished_dir(study.path / "trials" / t.name),
-            one,
-        )
+        claimed_loop(ShardStore(study, PART), trials, lambda t: t.name, done, one)
     rows = []
     for trial in trials:  # every worker has ended: the trials' folders are settled
         df = read_trial(cfg, trial, study.path, close=not is_worker())
