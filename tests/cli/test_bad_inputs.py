@@ -48,7 +48,6 @@ STUDY = {
     "tasks": [{"name": "ioi", "n_train": 8, "n_test": 4, "n_ood": 0}],
     "methods": ["standard_kd"],
     "seeds": [0],
-    "executor": "local",
 }
 
 

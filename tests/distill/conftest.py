@@ -53,7 +53,6 @@ def tiny_raw(**over: Any) -> dict[str, Any]:
         "checkpoints": {"k": 3},
         "train": {"steps": 4, "batch_size": 4, "checkpoint_every": 2},
         "eval": {"batch_size": 8, "purity": False},
-        "executor": "local",
     }
     raw.update(over)
     return raw

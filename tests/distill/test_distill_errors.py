@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from mechscope.distill import study as study_mod
+from mechscope.distill import run as run_mod
 from mechscope.distill import trial as trial_mod
 from mechscope.distill.config import load_study_config, parse_study_config
-from mechscope.distill.study import run_study
+from mechscope.distill.run import run_study
 from mechscope.errors import InputError
 
 
@@ -19,8 +19,8 @@ def no_training(monkeypatch):
         raise AssertionError("training started")
 
     monkeypatch.setattr(trial_mod, "train", boom)
-    monkeypatch.setattr(study_mod, "prepare_teacher_task", boom)
-    monkeypatch.setattr(study_mod, "load_model", boom)
+    monkeypatch.setattr(run_mod, "prepare_teacher_task", boom)
+    monkeypatch.setattr(run_mod, "load_model", boom)
 
 
 def _one_line(err: pytest.ExceptionInfo) -> str:

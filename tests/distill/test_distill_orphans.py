@@ -2,11 +2,10 @@
 
 A worker holds its own teacher and student (about 1.5 GB on SmolLM2); each orphan of a
 killed run kept that memory until it was found by hand. The study runs in a child process
-on two workers with enough steps not to finish; once both workers are inside a trial the child is
-killed with SIGKILL, and within 5 s every process it started must be gone. (A worker
-killed while still starting, before it runs any of mechscope's code, ends as soon as it
-gets there: it finds its parent gone.)
-"""
+with two local workers (``--executor local --workers 2``) and enough steps not to finish;
+once two of its processes are inside a trial the child is killed with SIGKILL, and within
+5 s every process it started must be gone. (A worker is tied to its parent before it
+starts Python, so one killed while still starting ends too.)"""
 
 from __future__ import annotations
 
@@ -54,14 +53,14 @@ def alive(pid: int) -> bool:
 
 
 def test_kill_9_leaves_no_worker(tmp_path, tiny_raw):
-    raw = tiny_raw(students=[tiny_raw()["students"][0]], workers=2)
+    raw = tiny_raw(students=[tiny_raw()["students"][0]])
     raw["train"] = {**raw["train"], "steps": 100_000, "checkpoint_every": 100_000}
     config = tmp_path / "study.yaml"
     config.write_text(yaml.safe_dump(raw))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "MECHSCOPE_PROGRESS": "0"}
     cmd = [str(Path(sys.executable).parent / "mechscope"), "distill", "run", str(config)]
     proc = subprocess.Popen(
-        [*cmd, "--root", str(tmp_path / "runs")],
+        [*cmd, "--root", str(tmp_path / "runs"), "--executor", "local", "--workers", "2"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -70,7 +69,7 @@ def test_kill_9_leaves_no_worker(tmp_path, tiny_raw):
     trials = tmp_path / "runs" / raw["name"] / "trials"
     try:
         deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:  # both workers inside their trials
+        while time.monotonic() < deadline:  # two processes inside their trials
             started |= descendants(proc.pid)
             if trials.is_dir() and len(list(trials.iterdir())) >= 2:
                 break

@@ -8,18 +8,22 @@ from types import SimpleNamespace
 
 import pytest
 
+from mechscope.distill.config import parse_study_config
 from mechscope.distill.demo import demo_config, quick_overrides
-from mechscope.distill.study import resolve_executor
 from mechscope.distill.trainer import WandbLogger
 from mechscope.errors import InputError
+from mechscope.executor_options import ExecutorOptions
 
 
-def test_executor_guard_without_ray(monkeypatch):
+def test_executor_guard_without_ray(monkeypatch, tiny_raw):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(InputError, match="ray"):
-        resolve_executor("ray")
-    assert resolve_executor("auto") == "local"
-    assert resolve_executor("local") == "local"
+        ExecutorOptions("ray").check()
+    ExecutorOptions("local").check()
+    for field in ("executor", "workers"):  # command-line options now: refused in one line
+        with pytest.raises(InputError, match=f"--{field}") as err:
+            parse_study_config(tiny_raw(**{field: "local" if field == "executor" else 2}))
+        assert "\n" not in str(err.value)
 
 
 def test_wandb_guard(monkeypatch):
@@ -39,7 +43,7 @@ def test_demo_config_is_one_seed_of_the_cpu_study():
     study = load_study_config(builtin_config_path("cpu_study"))
     smollm = SimpleNamespace(spec="smollm2-135m", n_layers=30, d_model=576)
     full = demo_config(smollm, quick=False)
-    assert full.seeds == study.seeds[:1] and full.workers == 2
+    assert full.seeds == study.seeds[:1]
     assert full.methods == [m for m in study.methods if m in DEMO_METHODS]
     assert full.methods == ["untrained", "standard_kd", "rcid"]
     assert [s.model_dump() for s in full.students] == [s.model_dump() for s in study.students]

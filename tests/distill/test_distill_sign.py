@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from mechscope.distill.config import parse_study_config
-from mechscope.distill.study import run_study
+from mechscope.distill.run import run_study
 from mechscope.models import LoadedModel
 from mechscope.runs import read_table
 
@@ -110,7 +110,6 @@ def test_sign_on_the_demo_model(tmp_path):
         "seeds": [0],
         "checkpoints": {"k": 4, "min_effect": 0.1},
         "eval": {"batch_size": 16, "purity": False},
-        "executor": "local",
     }
     result = run_sign_study(smollm, tmp_path, raw)
     check_plus_one(result["same"])

@@ -15,7 +15,7 @@ from mechscope.cli_errors import run_app
 from mechscope.distill.cli import app
 from mechscope.distill.config import load_study_config
 from mechscope.distill.report import distill_section
-from mechscope.distill.study import expand_trials, run_study
+from mechscope.distill.run import expand_trials, run_study
 from mechscope.distill.summarize import format_summary, summarize_study, summary_table
 from mechscope.runs import RunDir
 
@@ -176,7 +176,7 @@ def test_summary_orders_methods_as_in_the_note():
 
 
 def test_method_bars_show_mean_and_interval_over_seeds():
-    from mechscope.distill.summary_figures import method_bars
+    from mechscope.distill.figures import method_bars
 
     rng = np.random.default_rng(0)
     df = pd.DataFrame(

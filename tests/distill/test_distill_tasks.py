@@ -10,7 +10,7 @@ import torch
 
 from mechscope.distill.config import TaskSpec
 from mechscope.distill.pairset import PairSet, build_pairset
-from mechscope.distill.tasks import build_task, check_task
+from mechscope.distill.samples import build_task, check_task
 from mechscope.errors import InputError
 
 

@@ -207,6 +207,19 @@ def test_heads_result(tiny, tmp_path):
     _round_trip(tmp_path / "out", result)
 
 
+def test_distill_result(tiny, tmp_path):
+    from mechscope.distill.config import parse_study_config
+    from mechscope.distill.run import run_study
+
+    tiny_raw = _helpers("distill", "conftest").tiny_raw
+    raw = tiny_raw(methods=["untrained", "standard_kd"], students=[tiny_raw()["students"][0]])
+    result = run_study(parse_study_config(raw), tmp_path / "study", teacher=tiny)
+    frame = result.to_frame()
+    assert list(frame["method"]) == ["untrained", "standard_kd"]  # one row per trial
+    assert result.path is not None and (result.path / "trials").is_dir()
+    _round_trip(tmp_path / "out", result)
+
+
 @pytest.fixture(scope="module")
 def trace_tokens(tiny):
     from mechscope.anchors.trace import Trace

@@ -4,8 +4,8 @@ Python API (imported lazily, so reading results does not import torch)::
 
     from mechscope.distill import load_study_config, run_study, summarize_study
     cfg = load_study_config("src/mechscope/distill/configs/cpu_study.yaml")
-    study = run_study(cfg, "runs")
-    summary, markdown = summarize_study(study.path)
+    result = run_study(cfg, "runs")  # a DistillResult: one metrics row per trial
+    summary, markdown = summarize_study(result.path)
 
 Building blocks: :func:`select_checkpoints`, :func:`procrustes_align`, :func:`linear_cka`,
 :class:`RCIDLoss` and the baselines, :func:`causal_effects` / :func:`causal_consistency`,
@@ -24,8 +24,8 @@ _EXPORTS = {
     "StudentSpec": "config",
     "load_study_config": "config",
     "parse_study_config": "config",
-    "build_task": "tasks",
-    "TASKS": "tasks",
+    "build_task": "samples",
+    "TASKS": "samples",
     "PairSet": "pairset",
     "build_pairset": "pairset",
     "Checkpoint": "checkpoints",
@@ -59,9 +59,10 @@ _EXPORTS = {
     "Trial": "trial",
     "run_trial": "trial",
     "evaluate_student": "trial",
-    "run_study": "study",
-    "expand_trials": "study",
-    "validate_study": "study",
+    "run_study": "run",
+    "expand_trials": "run",
+    "validate_study": "run",
+    "DistillResult": "result",
     "summarize_study": "summarize",
     "summary_table": "summarize",
     "mean_ci": "intervals",

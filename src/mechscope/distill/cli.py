@@ -13,6 +13,7 @@ from rich.table import Table
 
 from mechscope.cli_common import workflow_app
 from mechscope.errors import InputError
+from mechscope.executor_options import ExecutorOptions, executor_options
 from mechscope.model_options import ModelOptions, model_options
 
 app = workflow_app(help="RCID distillation: keep the teacher's causal mechanism.")
@@ -42,30 +43,37 @@ def _load(config: str, sets: list[str] | None, quick: bool):
 
 
 @app.command()
+@executor_options
 def run(
-    config: Annotated[str, typer.Argument(help="YAML config file or built-in name (cpu_study)")],
-    root: Annotated[Path, typer.Option(help="Folder for study run directories")] = Path("runs"),
-    executor: Annotated[str | None, typer.Option(help="auto, local or ray")] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="Override KEY=VALUE")] = None,
-    quick: Annotated[bool, typer.Option(help="1 seed, few steps, small data")] = False,
+    config: str = typer.Argument(..., help="YAML config file or built-in name (cpu_study)"),
+    root: Path = typer.Option(Path("runs"), "--root", help="Folder for study run directories"),
+    set_: list[str] | None = typer.Option(None, "--set", help="Override KEY=VALUE"),
+    quick: bool = typer.Option(False, "--quick/--no-quick", help="1 seed, few steps, small data"),
+    ex: ExecutorOptions = ExecutorOptions(),
 ) -> None:
     """Run the grid students × tasks × methods × seeds (resumes an interrupted study)."""
-    from mechscope.distill.study import run_study
+    # options as defaults, not Annotated hints: executor_options rewrites the signature,
+    # and string hints would not be resolved there
+    from mechscope.distill.run import run_study
     from mechscope.distill.summarize import summarize_study
+    from mechscope.runs.executor import is_worker
 
+    ex.check()
     cfg = _load(config, set_, quick)
-    study = run_study(
+    result = run_study(
         cfg,
         root,
-        executor=executor,
+        ex=ex,
         on_trial=lambda t, df: console.print(
             f"[green]done[/] {t.name}: accuracy {df['accuracy'].iloc[0]:.3f}, "
             f"consistency {df['consistency'].iloc[0]:.3f}"
         ),
     )
-    _, table = summarize_study(study.path)
+    if is_worker():  # the command that started this worker summarizes
+        return
+    _, table = summarize_study(result.path)
     console.print(table)
-    console.print(f"study: {study.path}")
+    console.print(f"study: {result.path}")
 
 
 @app.command()
@@ -74,7 +82,7 @@ def check(
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override KEY=VALUE")] = None,
 ) -> None:
     """Validate a config (tasks, data files, models, tokenizers) without training."""
-    from mechscope.distill.study import expand_trials, validate_study
+    from mechscope.distill.run import expand_trials, validate_study
 
     cfg = _load(config, set_, False)
     validate_study(cfg)

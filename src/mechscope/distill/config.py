@@ -132,8 +132,6 @@ class StudyConfig(_Strict):
     loss: LossSpec = LossSpec()
     train: TrainSpec = TrainSpec()
     eval: EvalSpec = EvalSpec()
-    executor: Literal["auto", "local", "ray"] = "auto"
-    workers: int = Field(1, ge=1)  # local executor: trials run in this many processes
     teacher_only: bool = False  # only the teacher's side (checkpoints, purity): no training
 
     @field_validator("methods")
@@ -143,6 +141,11 @@ class StudyConfig(_Strict):
             if m not in METHODS:
                 raise ValueError(f"unknown method {m!r}; expected one of {', '.join(METHODS)}")
         return value
+
+
+#: Fields of older configs that are command-line options now (:mod:`mechscope.executor_options`):
+#: a config naming one is refused in one line that says which option replaces it.
+COMMAND_LINE_FIELDS = {"executor": "--executor", "workers": "--workers"}
 
 
 def _first_error(exc: ValidationError) -> tuple[str, str]:
@@ -156,6 +159,14 @@ def parse_study_config(raw: dict[str, Any], source: str = "config") -> StudyConf
     """Validate a config dict; the first problem becomes a one-line :class:`InputError`."""
     if not isinstance(raw, dict):
         raise InputError("expected a YAML mapping at the top level", sample=source)
+    for key, flag in COMMAND_LINE_FIELDS.items():
+        if key in raw:
+            raise InputError(
+                f"expected no {key!r} in a study config: where trials run is the command "
+                f"line's {flag} (mechscope distill run CONFIG --executor local --workers N)",
+                sample=source,
+                field=key,
+            )
     try:
         return StudyConfig.model_validate(raw)
     except ValidationError as exc:

@@ -1,7 +1,9 @@
 """The distill part of ``mechscope demo``: one seed of the CPU study.
 
 Both modes take the shipped ``cpu_study`` config (a layer subset of the teacher, IOI) with
-the demo's model as teacher and the study's first seed, on two worker processes:
+the demo's model as teacher and the study's first seed, on two processes (this one and one
+worker of ``--executor local``: the demo writes its config beside the study, and the worker
+runs ``mechscope distill run`` on it):
 
 - full: the study's data sizes and steps, with the three methods its question needs
   (``untrained``, the reference; ``standard_kd``, outputs only; ``rcid``), so the demo's
@@ -19,14 +21,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
+
 from mechscope.distill.config import StudyConfig, builtin_config_path, load_study_config
-from mechscope.distill.study import run_study
+from mechscope.distill.run import run_study
 from mechscope.distill.summarize import summarize_study
+from mechscope.executor_options import ExecutorOptions
 from mechscope.models import LoadedModel
 from mechscope.runs import RunDir, atomic_write_text
+from mechscope.runs.executor import ARGV
 
 DEMO_METHODS = ("untrained", "standard_kd", "rcid")
 QUICK_STEPS = 4
+#: Worker processes beside the demo's own: two processes, one per core of a small machine.
+DEMO_WORKERS = 1
 QUICK_SIZES = {"n_train": 16, "n_test": 16, "n_ood": 8}  # pairs kept per task (at most)
 
 
@@ -57,8 +65,6 @@ def demo_config(lm: LoadedModel, quick: bool) -> StudyConfig:
         description="RCID demo: one seed of the CPU study" + (", quick" if quick else ""),
         teacher=lm.spec,
         seeds=base.seeds[:1],
-        workers=2,
-        executor="local",
     )
     if not quick:
         raw["methods"] = [m for m in raw["methods"] if m in DEMO_METHODS]
@@ -74,6 +80,15 @@ def demo_config(lm: LoadedModel, quick: bool) -> StudyConfig:
 def demo(run: RunDir, lm: LoadedModel, quick: bool) -> None:
     """Run the demo study under ``run/distill`` and write its summary into ``run``."""
     cfg = demo_config(lm, quick)
-    study = run_study(cfg, run.path / "distill", executor="local", teacher=lm)
-    _, table = summarize_study(study.path, out=run)
+    root = run.path / "distill"
+    config = root / f"{cfg.name}.yaml"
+    root.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(config, yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    token = ARGV.set(["distill", "run", str(config), "--root", str(root)])  # what workers run
+    try:
+        ex = ExecutorOptions("local", DEMO_WORKERS)
+        result = run_study(cfg, root, ex=ex, teacher=lm)
+    finally:
+        ARGV.reset(token)
+    _, table = summarize_study(result.path, out=run)
     atomic_write_text(run.path / "distill_summary.md", table + "\n")

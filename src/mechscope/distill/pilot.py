@@ -28,7 +28,7 @@ from mechscope.distill.config import TaskSpec
 from mechscope.distill.consistency import causal_effects
 from mechscope.distill.evaluate import task_accuracy
 from mechscope.distill.pairset import build_pairset
-from mechscope.distill.tasks import build_task
+from mechscope.distill.samples import build_task
 from mechscope.engine import Engine
 from mechscope.models import LoadedModel
 

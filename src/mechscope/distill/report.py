@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from mechscope.distill.figures import summary_figures
 from mechscope.distill.intervals import format_contrasts
+from mechscope.distill.result import DistillResult
 from mechscope.distill.summarize import format_summary
-from mechscope.distill.summary_figures import summary_figures
 from mechscope.report import FigureBlock, TableBlock, TextBlock, register_section
 from mechscope.runs import RunDir, has_table, read_table
 
@@ -60,8 +61,8 @@ def distill_section(run: RunDir) -> list:
         blocks.append(TextBlock(CONTRASTS))
         blocks.append(TextBlock(format_contrasts(read_table(run, "distill_contrasts"))))
     if has_table(run, "distill_trials"):
-        trials = read_table(run, "distill_trials")
-        for stem, fig in summary_figures(trials).items():
+        result = DistillResult(read_table(run, "distill_trials"))
+        for stem, fig in summary_figures(result).items():
             blocks.append(FigureBlock(fig, name=f"distill-{stem}"))
     for name, caption in TABLE_CAPTIONS.items():
         if has_table(run, name):

@@ -187,7 +187,8 @@ def summarize_study(study: Path | str, out: RunDir | None = None) -> tuple[pd.Da
     Returns the summary table and its Markdown rendering (the summary with the teacher's
     rows, then the seed-paired method differences).
     """
-    from mechscope.distill.summary_figures import summary_figures
+    from mechscope.distill.figures import summary_figures
+    from mechscope.distill.result import DistillResult
 
     study = Path(study)
     out = out if out is not None else RunDir.open(study)
@@ -213,7 +214,7 @@ def summarize_study(study: Path | str, out: RunDir | None = None) -> tuple[pd.Da
     per_ckpt = checkpoint_consistency(study)
     if not per_ckpt.empty:
         write_table(out, "distill_checkpoint_consistency", per_ckpt)
-    for stem, fig in summary_figures(trials).items():
+    for stem, fig in summary_figures(DistillResult(trials, study)).items():
         fig.save_static(out.figures_dir, f"distill-{stem}")
     text = format_summary(summary, teacher if not teacher.empty else None)
     if not contrasts.empty:

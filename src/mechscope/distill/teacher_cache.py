@@ -34,8 +34,8 @@ from mechscope.distill.evaluate import accuracy, perplexity
 from mechscope.distill.heldout import load_passages
 from mechscope.distill.pairset import PairSet
 from mechscope.distill.purity import information_purity
+from mechscope.distill.samples import build_task
 from mechscope.distill.screen import EffectScreen
-from mechscope.distill.tasks import build_task
 from mechscope.distill.teacher_reads import filter_by_teacher, train_reads
 from mechscope.engine import Engine
 from mechscope.errors import InputError

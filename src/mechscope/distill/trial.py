@@ -134,6 +134,20 @@ def is_finished_dir(folder: Path) -> bool:
     return folder.is_dir() and has_table(folder, "metrics")
 
 
+def read_trial(cfg: StudyConfig, trial: Trial, root: Path, *, close: bool = True) -> pd.DataFrame:
+    """The one-row metrics table of a finished trial (loads no model).
+
+    With ``close``, a trial killed between its last table and its closing is closed now
+    (checkpoint dropped, run marked finished); without, nothing is written, so a worker can
+    read while others still close their trials.
+    """
+    folder = Path(root) / "trials" / trial.name
+    if close:
+        run = RunDir.open(folder)
+        _close(run, cfg)
+    return read_table(folder, "metrics")
+
+
 def _close(run: RunDir, cfg: StudyConfig) -> None:
     """Drop the training checkpoint (unless kept) and mark the run finished."""
     if not cfg.train.keep_checkpoint:

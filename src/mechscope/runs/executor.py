@@ -9,11 +9,13 @@ as Ray tasks (``--address`` of a running cluster, or ``local`` for one started h
 127.0.0.1), and this process computes alongside them, waits for every sample, then writes
 the tables and the report once. A worker that dies mid-sample loses nothing: its claim is
 taken over (by this process, or by Ray's retry of the task), and every sample is written
-once. On a cluster the run directory must be on storage every node sees.
+once; a local worker ends with the command that started it (:mod:`mechscope.runs.lifetime`).
+On a cluster the run directory must be on storage every node sees.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mechscope.errors import InputError
+from mechscope.runs.lifetime import die_with_parent
 
 EXECUTORS = ("inline", "local", "ray")
 WORKER_ENV = "MECHSCOPE_WORKER"
@@ -132,9 +135,12 @@ def start_workers(executor: str, workers: int, address: str | None) -> Workers:
         argv = sys.argv[1:]
     cmd = [sys.executable, "-m", "mechscope.cli", *worker_argv(argv)]
     env = {**os.environ, WORKER_ENV: "1", "MECHSCOPE_PROGRESS": "0"}
-    if executor == "local":
+    if executor == "local":  # a worker ends with this process, even on kill -9
+        bind = functools.partial(die_with_parent, os.getpid())
         procs = [
-            subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            subprocess.Popen(
+                cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=bind
+            )
             for _ in range(workers)
         ]
         return Workers(local=procs)

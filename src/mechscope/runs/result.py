@@ -44,6 +44,7 @@ RESULT_TYPES = (
     "mechscope.studies.humaneval.result:StudyResult",
     "mechscope.patching.result:PatchingResult",
     "mechscope.heads.result:HeadsResult",
+    "mechscope.distill.result:DistillResult",
     "mechscope.anchors.receivers:ReceiverResult",
     "mechscope.anchors.suppression:SuppressionResult",
 )

@@ -1,6 +1,7 @@
 """The study's figures: per-method bars with 95 % intervals over seeds, and per-trial scatters.
 
-Functions of the trials table only (never a model), so ``mechscope report`` rebuilds them.
+Functions of the study's result (its trials table, never a model), so ``mechscope report``
+rebuilds them from the ``distill_trials`` table.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from mechscope.distill.config import METHODS
+from mechscope.distill.result import DistillResult
 from mechscope.distill.summarize import summary_table
 from mechscope.report import Figure, Series, bars, scatter
 
@@ -46,9 +48,10 @@ def method_bars(summary: pd.DataFrame, metric: str, title: str, y_title: str) ->
     )
 
 
-def summary_figures(trials: pd.DataFrame) -> dict[str, Figure]:
+def summary_figures(result: DistillResult) -> dict[str, Figure]:
     """Per-method bars of accuracy and consistency; consistency vs accuracy and vs OOD
     degradation, one point per trial."""
+    trials = result.trials
     summary = summary_table(trials)
     text = trials["trial"].astype(str).tolist()
     groups = trials["method"].astype(str).tolist()
