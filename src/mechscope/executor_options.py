@@ -1,7 +1,8 @@
 """The executor options of every sharded command, defined once (like the model options).
 
-``--executor inline|local|ray``, ``--workers N`` and ``--address A`` say which processes
-compute a command's samples (:mod:`mechscope.runs.executor`). A command declares
+``--executor inline|local|ray``, ``--workers N``, ``--address A`` and ``--worker-gpus G``
+say which processes compute a command's samples, and on which GPUs
+(:mod:`mechscope.runs.executor`). A command declares
 ``ex: ExecutorOptions`` and is decorated with :func:`executor_options`, which adds the
 options to its signature; it checks them with :meth:`ExecutorOptions.check` before any
 model work and computes inside ``with ex.alongside():``.
@@ -28,18 +29,19 @@ class ExecutorOptions:
     executor: str = "inline"
     workers: int = 2
     address: str | None = None
+    worker_gpus: float = 0.0
 
     def check(self) -> None:
         from mechscope.runs.executor import check_executor
 
-        check_executor(self.executor, self.workers, self.address)
+        check_executor(self.executor, self.workers, self.address, self.worker_gpus)
 
     @contextmanager
     def alongside(self) -> Iterator[None]:
         """The workers compute beside this process for the block."""
         from mechscope.runs.executor import workers_alongside
 
-        with workers_alongside(self.executor, self.workers, self.address):
+        with workers_alongside(self.executor, self.workers, self.address, self.worker_gpus):
             yield
 
 
@@ -55,6 +57,11 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
         "--address",
         str | None,
         "Ray cluster address (default: a local cluster on 127.0.0.1).",
+    ),
+    "worker_gpus": (
+        "--worker-gpus",
+        float,
+        "GPUs per worker: local 1 (its own GPU), ray any (fractions share one).",
     ),
 }
 

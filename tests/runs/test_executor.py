@@ -23,7 +23,7 @@ import pytest
 from mechscope.cli import app
 from mechscope.cli_errors import run_app
 from mechscope.errors import InputError
-from mechscope.runs.executor import check_executor, worker_argv
+from mechscope.runs.executor import check_executor, local_gpu, worker_argv
 
 PLACES = ["store", "park", "school", "market", "house", "garden", "city", "river"]
 
@@ -105,6 +105,24 @@ def test_worker_command_line_runs_inline():
     assert worker_argv(argv) == ["patch", "run", "--out", "x", "--executor", "inline"]
 
 
+def test_worker_gpu_options_are_stripped_and_checked():
+    argv = ["heads", "run", "s.jsonl", "--worker-gpus", "1", "--executor", "local"]
+    assert worker_argv(argv) == ["heads", "run", "s.jsonl", "--executor", "inline"]
+    with pytest.raises(InputError, match="only with --executor local or ray"):
+        check_executor("inline", 2, None, 1)
+    with pytest.raises(InputError, match="fractions and several need ray"):
+        check_executor("local", 2, None, 0.5)
+    with pytest.raises(InputError, match=">= 0 GPUs"):
+        check_executor("ray", 2, None, -1)
+
+
+def test_local_workers_get_their_own_gpu_round_robin():
+    gpus = ["0", "1", "2"]  # this process uses the first; workers the next ones
+    seen = [local_gpu(i, 1, gpus)["CUDA_VISIBLE_DEVICES"] for i in range(4)]
+    assert seen == ["1", "2", "0", "1"]
+    assert local_gpu(0, 0, gpus) == {} and local_gpu(0, 1, []) == {}
+
+
 def test_bad_executor_options_are_input_errors():
     with pytest.raises(InputError, match="one of inline, local, ray"):
         check_executor("threads", 2, None)
@@ -160,3 +178,17 @@ def test_a_killed_worker_loses_nothing_and_duplicates_nothing(tmp_path, monkeypa
     _same_tables(tmp_path / "inline", tmp_path / "killed")
     assert len(list(shards.glob("*.json"))) == len(PLACES)  # each pair written once
     assert not list(shards.glob("*.claim"))
+
+
+@pytest.mark.slow
+def test_ray_workers_asking_for_gpus_a_cluster_lacks_are_refused(tmp_path, monkeypatch, capsys):
+    ray = pytest.importorskip("ray")
+    monkeypatch.chdir(tmp_path)
+    argv = [*COMMANDS["heads run"](tmp_path), "--model", "tiny:llama", "--out", "gpus"]
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            run_app(app, [*argv, "--executor", "ray", "--worker-gpus", "1"])
+    finally:
+        ray.shutdown()
+    assert exit_.value.code == 2
+    assert "GPUs per worker, it has 0" in capsys.readouterr().err

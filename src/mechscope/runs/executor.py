@@ -32,7 +32,7 @@ EXECUTORS = ("inline", "local", "ray")
 WORKER_ENV = "MECHSCOPE_WORKER"
 #: The command line being run (set by :func:`mechscope.cli_errors.run_app`).
 ARGV: ContextVar[list[str] | None] = ContextVar("mechscope_argv", default=None)
-_OPTIONS = ("--executor", "--workers", "--address")
+_OPTIONS = ("--executor", "--workers", "--address", "--worker-gpus")
 
 
 def is_worker() -> bool:
@@ -41,12 +41,23 @@ def is_worker() -> bool:
     return os.environ.get(WORKER_ENV) == "1"
 
 
-def check_executor(executor: str, workers: int, address: str | None) -> None:
+def check_executor(
+    executor: str, workers: int, address: str | None, worker_gpus: float = 0.0
+) -> None:
     """The executor options, before any model work or run directory."""
     if executor not in EXECUTORS:
         raise InputError(f"one of {', '.join(EXECUTORS)}, got {executor!r}", field="--executor")
     if workers < 0:
         raise InputError(f">= 0 worker processes, got {workers}", field="--workers")
+    if worker_gpus < 0:
+        raise InputError(f">= 0 GPUs per worker, got {worker_gpus}", field="--worker-gpus")
+    if worker_gpus and executor == "inline":
+        raise InputError("--worker-gpus only with --executor local or ray", field="--worker-gpus")
+    if worker_gpus and executor == "local" and worker_gpus != 1:
+        raise InputError(
+            f"1 GPU per local worker (fractions and several need ray), got {worker_gpus}",
+            field="--worker-gpus",
+        )
     if executor == "ray":
         import importlib.util
 
@@ -112,11 +123,13 @@ class Workers:
 
 
 @contextmanager
-def workers_alongside(executor: str, workers: int, address: str | None) -> Iterator[None]:
+def workers_alongside(
+    executor: str, workers: int, address: str | None, worker_gpus: float = 0.0
+) -> Iterator[None]:
     """Workers of ``executor`` computing alongside this process for the block: started on
     entry, waited for on a normal exit (a line per failed worker, whose samples were taken
     over), stopped when the block raises."""
-    pool = start_workers(executor, workers, address)
+    pool = start_workers(executor, workers, address, worker_gpus)
     try:
         yield
     except BaseException:
@@ -126,8 +139,17 @@ def workers_alongside(executor: str, workers: int, address: str | None) -> Itera
         print(line, file=sys.stderr, flush=True)
 
 
-def start_workers(executor: str, workers: int, address: str | None) -> Workers:
-    """Start ``workers`` copies of the running command on its run directory."""
+def start_workers(
+    executor: str, workers: int, address: str | None, worker_gpus: float = 0.0
+) -> Workers:
+    """Start ``workers`` copies of the running command on its run directory.
+
+    ``worker_gpus``: the GPUs each worker gets. A local worker gets one of this machine's
+    GPUs by ``CUDA_VISIBLE_DEVICES`` (:func:`local_gpu`: the next one after this process's,
+    round robin); a Ray task asks Ray for that many (fractions share a GPU) and runs its
+    command on the devices Ray assigned. Without it every process sees every GPU and uses
+    the first.
+    """
     if executor == "inline" or workers == 0:
         return Workers()
     argv = ARGV.get()
@@ -139,15 +161,43 @@ def start_workers(executor: str, workers: int, address: str | None) -> Workers:
         bind = functools.partial(die_with_parent, os.getpid())
         procs = [
             subprocess.Popen(
-                cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=bind
+                cmd,
+                env=env | local_gpu(i, worker_gpus),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                preexec_fn=bind,
             )
-            for _ in range(workers)
+            for i in range(workers)
         ]
         return Workers(local=procs)
-    return Workers(ray_refs=_start_ray(cmd, env, workers, address))
+    return Workers(ray_refs=_start_ray(cmd, env, workers, address, worker_gpus))
 
 
-def _start_ray(cmd: list[str], env: dict[str, str], workers: int, address: str | None):
+def local_gpu(worker: int, worker_gpus: float, visible: Sequence[str] | None = None) -> dict:
+    """The environment that gives local worker ``worker`` its own GPU: the
+    ``(worker + 1)``-th of the visible devices, round robin (this process uses the first);
+    nothing without ``worker_gpus`` or without a GPU."""
+    if not worker_gpus:
+        return {}
+    if visible is None:
+        visible = _visible_gpus()
+    if not visible:
+        return {}
+    return {"CUDA_VISIBLE_DEVICES": visible[(worker + 1) % len(visible)]}
+
+
+def _visible_gpus() -> list[str]:
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [d.strip() for d in listed.split(",") if d.strip()]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def _start_ray(
+    cmd: list[str], env: dict[str, str], workers: int, address: str | None, worker_gpus: float
+):
     import ray
 
     if not ray.is_initialized():
@@ -161,8 +211,18 @@ def _start_ray(cmd: list[str], env: dict[str, str], workers: int, address: str |
         else:
             ray.init(address=address, log_to_driver=False)
 
-    @ray.remote(num_cpus=1, max_retries=2, retry_exceptions=True)
+    have = ray.cluster_resources().get("GPU", 0.0)
+    if worker_gpus > have:  # the tasks would wait for GPUs forever
+        raise InputError(
+            f"a cluster with >= {worker_gpus:g} GPUs per worker, it has {have:g}",
+            field="--worker-gpus",
+        )
+
+    @ray.remote(num_cpus=1, num_gpus=worker_gpus, max_retries=2, retry_exceptions=True)
     def run_worker(cmd: list[str], env: dict[str, str], cwd: str) -> None:
+        assigned = os.environ.get("CUDA_VISIBLE_DEVICES")  # set by Ray for num_gpus > 0
+        if worker_gpus and assigned is not None:
+            env = {**env, "CUDA_VISIBLE_DEVICES": assigned}
         subprocess.run(cmd, env=env, cwd=cwd, check=True, capture_output=True)
 
     return [run_worker.remote(cmd, env, os.getcwd()) for _ in range(workers)]
