@@ -44,8 +44,9 @@ RESULT_TYPES = (
     "mechscope.studies.humaneval.run:StudyResult",
     "mechscope.patching.result:PatchingResult",
     "mechscope.heads.result:HeadsResult",
-    "mechscope.anchors.receivers:ReceiverResult",
-    "mechscope.anchors.suppression:SuppressionResult",
+    "mechscope.anchors.result:ResamplingResult",
+    "mechscope.anchors.result:ReceiverResult",
+    "mechscope.anchors.result:SuppressionResult",
 )
 
 
