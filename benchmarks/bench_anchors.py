@@ -73,7 +73,8 @@ def forty_sentence_trace(n: int):
 
 
 def run_mechscope(eng, tokens, rows_per_chunk):
-    from mechscope.anchors.suppression import SuppressionOptions, suppression_matrix
+    from mechscope.anchors.config import SuppressionOptions
+    from mechscope.anchors.suppression import suppression_matrix
 
     opts = SuppressionOptions(rows_per_chunk=rows_per_chunk)
     start, cpu = time.perf_counter(), time.process_time()
@@ -90,7 +91,8 @@ def sdpa_copy(lm):
 
 def run_loop(lm, tokens, model=None):
     """One unbatched forward per sentence with a 4-D mask (the published loop)."""
-    from mechscope.anchors.suppression import SuppressionOptions, sentence_matrix_from_kl
+    from mechscope.anchors.config import SuppressionOptions
+    from mechscope.anchors.suppression import sentence_matrix_from_kl
 
     model = model if model is not None else sdpa_copy(lm)
     ids, seq = tokens.input_ids, tokens.seq_len

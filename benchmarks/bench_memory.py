@@ -89,7 +89,8 @@ def workload(case: str, lm, n: int):
     if case == "suppression":
         from bench_anchors import forty_sentence_trace
 
-        from mechscope.anchors.suppression import SuppressionOptions, suppression_matrix
+        from mechscope.anchors.config import SuppressionOptions
+        from mechscope.anchors.suppression import suppression_matrix
         from mechscope.anchors.trace_tokens import tokenize_trace
 
         tokens = tokenize_trace(lm.tokenizer, forty_sentence_trace(n))

@@ -10,9 +10,9 @@ import pytest
 from anchors_helpers import folder_id, load_json, reference_folders
 from scipy.stats import entropy
 
+from mechscope.anchors.config import KLOptions
 from mechscope.anchors.distributions import (
     NO_ANSWER,
-    KLOptions,
     accuracy,
     answer_counts,
     answer_kl,

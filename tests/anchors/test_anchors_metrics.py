@@ -12,8 +12,8 @@ import math
 import numpy as np
 import pytest
 
-from mechscope.anchors.distributions import KLOptions
-from mechscope.anchors.metrics import MetricOptions, chunk_metrics, metrics_frame
+from mechscope.anchors.config import KLOptions, MetricOptions
+from mechscope.anchors.metrics import chunk_metrics, metrics_frame
 from mechscope.anchors.rollouts import Rollout
 from mechscope.anchors.sentence_matrix import sentence_matrix
 from mechscope.errors import InputError

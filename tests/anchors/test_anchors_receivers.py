@@ -10,8 +10,8 @@ import torch
 from scipy import stats
 from whitebox_helpers import eager_copy, tiny_setup
 
+from mechscope.anchors.config import ReceiverOptions
 from mechscope.anchors.receivers import (
-    ReceiverOptions,
     TraceReceivers,
     analyze_receivers,
     head_kurtosis,

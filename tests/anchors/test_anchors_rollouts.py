@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from anchors_helpers import REFERENCE
 
+from mechscope.anchors.config import RolloutSettings
 from mechscope.anchors.rollouts import (
     Rollout,
-    RolloutSettings,
     make_rollout,
     resample_trace,
     shard_id,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mechscope.anchors.rollouts import RolloutSettings, resample_trace
+from mechscope.anchors.config import RolloutSettings
+from mechscope.anchors.rollouts import resample_trace
 from mechscope.anchors.sampler import EngineSampler, Sampler
 from mechscope.anchors.trace import Trace
 from mechscope.errors import InputError

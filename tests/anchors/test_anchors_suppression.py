@@ -9,8 +9,8 @@ import pytest
 import torch
 from whitebox_helpers import eager_copy, masked_logits, tiny_setup
 
+from mechscope.anchors.config import SuppressionOptions
 from mechscope.anchors.suppression import (
-    SuppressionOptions,
     position_kl,
     row_normalized,
     sentence_matrix_from_kl,

@@ -10,22 +10,15 @@ from typer.testing import CliRunner
 from whitebox_helpers import TRACE_TEXT, tiny_setup
 
 from mechscope.anchors.cli import app
-from mechscope.anchors.problems import (
+from mechscope.anchors.config import ReceiverOptions, RolloutSettings, SuppressionOptions
+from mechscope.anchors.run import analyze_run, receivers_run, resample_run, suppression_run
+from mechscope.anchors.samples import (
     close_reasoning,
     cut_after_answer,
     parse_inputs,
     reasoning_prompt,
 )
-from mechscope.anchors.receivers import ReceiverOptions
-from mechscope.anchors.rollouts import RolloutSettings
-from mechscope.anchors.run_blackbox import (
-    analyze_run,
-    load_traces,
-    resample_run,
-    save_traces,
-)
-from mechscope.anchors.run_whitebox import receivers_run, suppression_run
-from mechscope.anchors.suppression import SuppressionOptions
+from mechscope.anchors.saved_traces import load_traces, save_traces
 from mechscope.errors import InputError
 from mechscope.report import build_report
 from mechscope.runs import RunDir, read_table
@@ -91,7 +84,7 @@ def test_blackbox_run_counts_no_answer_and_resumes(tmp_path, tiny, word_embedder
     assert sampler.calls == 4  # positions 0..3
     resample_run(run, sampler, [trace], settings, max_chunks=3)
     assert sampler.calls == 4  # finished positions are read back
-    table = analyze_run(run, [trace], embedder=word_embedder)
+    table = analyze_run(run, [trace], embedder=word_embedder).to_frame()
     assert table["chunk_index"].tolist() == [0, 1, 2]
     assert table["n_rollouts"].tolist() == [3, 3, 3]
     assert (table["n_no_answer"] == 1).all()  # one unanswered rollout per position, counted
@@ -127,7 +120,7 @@ def test_whitebox_runs_resume_and_report(tmp_path, tiny, monkeypatch):
     table = read_table(run, "anchors_suppression")
     assert len(table) == int(np.sum(~np.isnan(supp[0].matrix)))
 
-    import mechscope.anchors.run_whitebox as rw
+    import mechscope.anchors.run as rw
 
     def boom(*args, **kwargs):
         raise AssertionError("recomputed a finished trace")
@@ -193,7 +186,7 @@ def test_demo_quick_on_tiny_model(tmp_path):
 
 @pytest.mark.parametrize("which", ["receivers", "suppression"])
 def test_a_trace_too_long_is_refused_before_any_pass(tmp_path, tiny, monkeypatch, which):
-    from mechscope.anchors import run_whitebox
+    from mechscope.anchors import run as run_module
     from mechscope.anchors.trace import Trace
 
     lm, _, trace, _ = tiny
@@ -203,8 +196,8 @@ def test_a_trace_too_long_is_refused_before_any_pass(tmp_path, tiny, monkeypatch
     def no_pass(*_a, **_k):
         raise AssertionError("a trace was analysed before every trace was checked")
 
-    monkeypatch.setattr(run_whitebox, "trace_receivers", no_pass)
-    monkeypatch.setattr(run_whitebox, "suppression_matrix", no_pass)
+    monkeypatch.setattr(run_module, "trace_receivers", no_pass)
+    monkeypatch.setattr(run_module, "suppression_matrix", no_pass)
     run = RunDir.create(tmp_path, which, {"t": 1})
     with pytest.raises(InputError, match="the model's context"):
         if which == "receivers":
@@ -214,16 +207,16 @@ def test_a_trace_too_long_is_refused_before_any_pass(tmp_path, tiny, monkeypatch
 
 
 def test_an_edited_trace_is_analysed_again(tmp_path, tiny, monkeypatch):
-    from mechscope.anchors import run_whitebox
+    from mechscope.anchors import run as run_module
     from mechscope.anchors.trace import Trace
 
     lm, _, trace, _ = tiny
     run = RunDir.create(tmp_path, "edit", {"t": 1})
     suppression_run(run, lm, [trace], SuppressionOptions())
     calls: list[int] = []
-    real = run_whitebox.suppression_matrix
+    real = run_module.suppression_matrix
     monkeypatch.setattr(
-        run_whitebox,
+        run_module,
         "suppression_matrix",
         lambda eng, tokens, opts: calls.append(tokens.seq_len) or real(eng, tokens, opts),
     )

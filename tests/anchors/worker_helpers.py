@@ -7,7 +7,7 @@ import signal
 import time
 from pathlib import Path
 
-from mechscope.anchors.rollouts import RolloutSettings
+from mechscope.anchors.config import RolloutSettings
 from mechscope.anchors.trace import Trace
 
 TEXT = (
@@ -47,7 +47,7 @@ def _wait_for(ready: Path, n: int) -> None:
 def worker(model: str, run_path: str, die_at: int | None = None, together: int = 1) -> list[int]:
     """Resample the story trace into ``run_path``; returns the positions this process
     sampled (free rollouts, by prefix). ``together``: wait for that many workers."""
-    from mechscope.anchors.run_blackbox import resample_run
+    from mechscope.anchors.run import resample_run
     from mechscope.anchors.sampler import EngineSampler
     from mechscope.models import load_model
     from mechscope.runs import RunDir

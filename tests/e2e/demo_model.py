@@ -22,7 +22,7 @@ import transformers
 from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast
 
-from mechscope.anchors.problems import (
+from mechscope.anchors.samples import (
     EXAMPLE_CLOSE,
     _asset,
     demo_problems,

@@ -111,7 +111,7 @@ def test_frames_round_trip_with_dtypes_and_index():
 
 
 def test_load_refuses_a_missing_or_other_result(tmp_path):
-    from mechscope.anchors.suppression import SuppressionResult
+    from mechscope.anchors.result import SuppressionResult
     from mechscope.lens.result import DiffResult
 
     with pytest.raises(InputError, match="no"):
@@ -229,8 +229,34 @@ def trace_tokens(tiny):
     return tokenize_trace(tiny.tokenizer, Trace.from_text("t0", text, "8"))
 
 
+def test_resampling_result(tmp_path):
+    from mechscope.anchors.config import RolloutSettings
+    from mechscope.anchors.run import analyze_run, resample_run
+    from mechscope.anchors.trace import Trace
+    from mechscope.runs import RunDir
+
+    anchors = _helpers("anchors", "anchors_helpers")
+    text = _helpers("anchors", "whitebox_helpers").TRACE_TEXT
+    traces = [Trace.from_text(tid, text, "8") for tid in ("t0", "t1")]
+
+    class Scripted:  # a correct, a wrong and an unanswered continuation, in turn
+        texts = ("So \\boxed{8}. Done.", "Maybe \\boxed{9}. Done.", "I am not sure.")
+
+        def generate(self, prompts, *, n, temperature, top_p, max_new_tokens, seed):
+            return [[self.texts[(seed + k) % 3] for k in range(n)] for _ in prompts]
+
+    run = RunDir.create(tmp_path, "a", {"t": 1})
+    settings = RolloutSettings(n=3, n_forced=2, max_new_tokens=8)
+    resample_run(run, Scripted(), traces, settings, max_chunks=3)
+    result = analyze_run(run, traces, embedder=anchors.WordEmbedder())
+    assert set(result.matrices) == {"t0", "t1"} and len(result.chunks) == 6
+    assert result.chunks["resampling_importance_kl"].notna().any()
+    _round_trip(tmp_path / "out", result)
+
+
 def test_receiver_result(tiny, trace_tokens, tmp_path):
-    from mechscope.anchors.receivers import ReceiverOptions, analyze_receivers, trace_receivers
+    from mechscope.anchors.config import ReceiverOptions
+    from mechscope.anchors.receivers import analyze_receivers, trace_receivers
     from mechscope.engine import Engine
 
     one = trace_receivers(Engine.of(tiny), trace_tokens)
@@ -244,7 +270,8 @@ def test_receiver_result(tiny, trace_tokens, tmp_path):
 
 
 def test_suppression_result(tiny, trace_tokens, tmp_path):
-    from mechscope.anchors.suppression import SuppressionOptions, suppression_matrix
+    from mechscope.anchors.config import SuppressionOptions
+    from mechscope.anchors.suppression import suppression_matrix
     from mechscope.engine import Engine
 
     opts = SuppressionOptions(layers=(0,), first_tokens=4)

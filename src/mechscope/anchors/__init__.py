@@ -23,9 +23,9 @@ from mechscope.anchors.chunking import (
     reasoning_region,
     split_into_chunks,
 )
+from mechscope.anchors.config import KLOptions, MetricOptions, RolloutSettings
 from mechscope.anchors.distributions import (
     NO_ANSWER,
-    KLOptions,
     accuracy,
     answer_counts,
     answer_kl,
@@ -36,14 +36,12 @@ from mechscope.anchors.embeddings import Embedder, MiniLMEmbedder, embed_unique,
 from mechscope.anchors.llm_labeler import LLMLabeler
 from mechscope.anchors.metrics import (
     ChunkMetrics,
-    MetricOptions,
     chunk_metrics,
     metrics_frame,
     overdeterminedness,
 )
 from mechscope.anchors.rollouts import (
     Rollout,
-    RolloutSettings,
     TraceRollouts,
     make_rollout,
     resample_trace,

@@ -26,9 +26,10 @@ INPUT_HELP = "JSON/JSONL of traces (id, text, gold) or problems (id, question, g
 def _traces(run, input: Path | None, lm, batch_size: int, trace_tokens: int, sampler=None):
     """Traces from INPUT (problems solved greedily by ``sampler``, default the local model,
     saved in the run) or from the run."""
-    from mechscope.anchors.problems import load_inputs
-    from mechscope.anchors.run_blackbox import base_traces, load_traces, save_traces
+    from mechscope.anchors.run import base_traces
     from mechscope.anchors.sampler import EngineSampler
+    from mechscope.anchors.samples import load_inputs
+    from mechscope.anchors.saved_traces import load_traces, save_traces
 
     if input is None:
         return load_traces(run)
@@ -87,8 +88,8 @@ def resample(
 ) -> None:
     """Rollouts from every chunk boundary of every trace (resumable per chunk; several
     commands on one --out share the work, each position sampled once)."""
-    from mechscope.anchors.rollouts import RolloutSettings
-    from mechscope.anchors.run_blackbox import resample_run
+    from mechscope.anchors.config import RolloutSettings
+    from mechscope.anchors.run import resample_run
     from mechscope.anchors.sampler import EngineSampler
 
     settings = RolloutSettings(
@@ -143,10 +144,10 @@ def analyze(
     report: bool = REPORT_OPTION,
 ) -> None:
     """Chunk metrics, categories and the resampling sentence matrix from stored rollouts."""
-    from mechscope.anchors.distributions import KLOptions
+    from mechscope.anchors.config import KLOptions, MetricOptions
     from mechscope.anchors.embeddings import MiniLMEmbedder
-    from mechscope.anchors.metrics import MetricOptions
-    from mechscope.anchors.run_blackbox import analyze_run, load_traces
+    from mechscope.anchors.run import analyze_run
+    from mechscope.anchors.saved_traces import load_traces
     from mechscope.runs import RunDir
 
     if embedder not in ("minilm", "none"):
@@ -157,12 +158,13 @@ def analyze(
     )
     run = RunDir.open(out)
     with run.timed("anchors_analyze"):
-        table = analyze_run(
+        result = analyze_run(
             run,
             load_traces(run),
             embedder=MiniLMEmbedder() if embedder == "minilm" else None,
             options=options,
         )
+    table = result.to_frame()
     console.print(f"{len(table)} chunks analysed ({int(table['n_no_answer'].sum())} no-answer)")
     _finish(run, report)
 
@@ -183,8 +185,8 @@ def receivers(
     opts: ModelOptions = ModelOptions(),
 ) -> None:
     """Receiver heads (kurtosis of vertical attention scores), scores and head ablation."""
-    from mechscope.anchors.receivers import ReceiverOptions
-    from mechscope.anchors.run_whitebox import receivers_run
+    from mechscope.anchors.config import ReceiverOptions
+    from mechscope.anchors.run import receivers_run
 
     options = ReceiverOptions(
         proximity=proximity,
@@ -217,8 +219,8 @@ def suppress(
     opts: ModelOptions = ModelOptions(),
 ) -> None:
     """Attention suppression: sentence × sentence matrix of mean log KL."""
-    from mechscope.anchors.run_whitebox import suppression_run
-    from mechscope.anchors.suppression import SuppressionOptions
+    from mechscope.anchors.config import SuppressionOptions
+    from mechscope.anchors.run import suppression_run
 
     options = SuppressionOptions(
         epsilon=epsilon,

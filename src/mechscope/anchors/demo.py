@@ -15,15 +15,19 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
+from mechscope.anchors.config import ReceiverOptions, RolloutSettings, SuppressionOptions
 from mechscope.anchors.embeddings import Embedder, MiniLMEmbedder, minilm_path
-from mechscope.anchors.problems import demo_problems, reasoning_prompt
-from mechscope.anchors.receivers import ReceiverOptions
-from mechscope.anchors.report import SETTINGS_TABLE
-from mechscope.anchors.rollouts import RolloutSettings
-from mechscope.anchors.run_blackbox import analyze_run, base_traces, resample_run, save_traces
-from mechscope.anchors.run_whitebox import receivers_run, suppression_run
+from mechscope.anchors.run import (
+    analyze_run,
+    base_traces,
+    receivers_run,
+    resample_run,
+    suppression_run,
+)
 from mechscope.anchors.sampler import EngineSampler
-from mechscope.anchors.suppression import SuppressionOptions
+from mechscope.anchors.samples import demo_problems, reasoning_prompt
+from mechscope.anchors.saved_traces import save_traces
+from mechscope.anchors.tables import SETTINGS_TABLE
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 from mechscope.runs import RunDir, write_table

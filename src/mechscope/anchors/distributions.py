@@ -23,34 +23,14 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
 from mechscope.anchors.answers import normalize_answer
+from mechscope.anchors.config import KLOptions
 from mechscope.anchors.rollouts import Rollout
-from mechscope.errors import InputError
 
 NO_ANSWER = "<no answer>"
-
-
-@dataclass(frozen=True)
-class KLOptions:
-    """How two rollout sets are compared (see the module docstring)."""
-
-    alpha: float = 1.0
-    weighting: Literal["unsmoothed", "smoothed"] = "unsmoothed"
-    distribution: Literal["answers", "correctness"] = "answers"
-    count_no_answer: bool = False
-
-    def __post_init__(self) -> None:
-        if not self.alpha > 0:
-            raise InputError(f"alpha > 0, got {self.alpha}", field="alpha")
-        if self.weighting not in ("unsmoothed", "smoothed"):
-            raise InputError(f"weighting 'unsmoothed' or 'smoothed', got {self.weighting!r}")
-        if self.distribution not in ("answers", "correctness"):
-            raise InputError(f"distribution 'answers' or 'correctness', got {self.distribution!r}")
 
 
 def usable(rollouts: Iterable[Rollout], count_no_answer: bool) -> list[Rollout]:

@@ -1,10 +1,17 @@
-"""Figures of the anchors workflow: functions of saved tables, never of a model."""
+"""Figures of the anchors workflow: functions of results or of their saved tables, never of
+a model.
+
+Each entry point takes a result (:class:`ResamplingResult`, :class:`ReceiverResult`,
+:class:`SuppressionResult`) or its main table as the report reads it back from the run
+(:func:`as_frame`), so a fresh result and a finished run draw the same figure.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from mechscope.anchors.result import ReceiverResult, ResamplingResult, SuppressionResult
 from mechscope.anchors.taxonomy import CATEGORIES
 from mechscope.report import Edge, Figure, Node, Series, bars, curves, graph, heatmap
 from mechscope.stats import curve_ci
@@ -24,8 +31,16 @@ LABELS = {
 }
 
 
-def importance_column(chunks: pd.DataFrame) -> str | None:
+def as_frame(
+    data: ResamplingResult | ReceiverResult | SuppressionResult | pd.DataFrame,
+) -> pd.DataFrame:
+    """A result's main table (``to_frame()``); a table read back from the run passes as is."""
+    return data if isinstance(data, pd.DataFrame) else data.to_frame()
+
+
+def importance_column(chunks: ResamplingResult | pd.DataFrame) -> str | None:
     """The first importance metric with a finite value (counterfactual KL when embedded)."""
+    chunks = as_frame(chunks)
     for col in IMPORTANCE_COLUMNS:
         if col in chunks and np.isfinite(chunks[col].to_numpy(dtype=float)).any():
             return col
@@ -63,9 +78,10 @@ def by_category(frame: pd.DataFrame, column: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["category", "n", "mean", "low", "high"])
 
 
-def category_bars(frame: pd.DataFrame, column: str, title: str) -> Figure | None:
-    """Mean of ``column`` per sentence category, with bootstrap CIs over sentences."""
-    table = by_category(frame, column)
+def category_bars(frame: ResamplingResult | pd.DataFrame, column: str, title: str) -> Figure | None:
+    """Mean of ``column`` per sentence category, with bootstrap CIs over sentences (``frame``:
+    chunks, or any table with ``category`` and ``column``)."""
+    table = by_category(as_frame(frame), column)
     if table.empty:
         return None
     has_ci = table["low"].notna().all()
@@ -88,8 +104,9 @@ def category_bars(frame: pd.DataFrame, column: str, title: str) -> Figure | None
     )  # fmt: skip
 
 
-def position_curves(chunks: pd.DataFrame, column: str) -> Figure:
+def position_curves(chunks: ResamplingResult | pd.DataFrame, column: str) -> Figure:
     """``column`` against chunk index, one line per trace."""
+    chunks = as_frame(chunks)
     n = int(chunks["chunk_index"].max()) + 1
     series = []
     for trace, part in chunks.groupby("trace", sort=False):
@@ -108,9 +125,9 @@ def position_curves(chunks: pd.DataFrame, column: str) -> Figure:
     )
 
 
-def kurtosis_heatmap(heads: pd.DataFrame) -> Figure:
+def kurtosis_heatmap(heads: ReceiverResult | pd.DataFrame) -> Figure:
     """Mean kurtosis of every head's vertical scores (layer × head), last layer on top."""
-    z = heads.pivot(index="layer", columns="head", values="mean_kurtosis").sort_index()
+    z = as_frame(heads).pivot(index="layer", columns="head", values="mean_kurtosis").sort_index()
     return heatmap(
         z.to_numpy()[::-1],
         [f"H{h}" for h in z.columns],
@@ -126,8 +143,9 @@ def kurtosis_heatmap(heads: pd.DataFrame) -> Figure:
     )
 
 
-def suppression_heatmap(supp: pd.DataFrame, trace: str, n: int) -> Figure:
+def suppression_heatmap(supp: SuppressionResult | pd.DataFrame, trace: str, n: int) -> Figure:
     """Row-normalised suppression matrix of one trace (rows: targets, columns: sources)."""
+    supp = as_frame(supp)
     part = supp[supp["trace"] == trace]
     z = np.full((n, n), np.nan)
     z[part["target"].to_numpy(int), part["source"].to_numpy(int)] = part["normalized"]
@@ -165,7 +183,7 @@ def _edges_from(matrix: np.ndarray, per_target: int, source_major: bool) -> list
 
 
 def sentence_graph(
-    chunks: pd.DataFrame,
+    chunks: ResamplingResult | pd.DataFrame,
     trace: str,
     texts: list[str],
     categories: list[str],
@@ -177,6 +195,7 @@ def sentence_graph(
 ) -> Figure:
     """Sentences of one trace as nodes (size: importance, colour: category) and their
     strongest dependencies as edges."""
+    chunks = as_frame(chunks)
     col = importance_column(chunks)
     imp = np.full(len(texts), np.nan)
     part = chunks[chunks["trace"] == trace]

@@ -27,41 +27,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Literal
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
 
-from mechscope.anchors.distributions import KLOptions, accuracy, answer_kl, usable
-from mechscope.anchors.embeddings import DEFAULT_THRESHOLD, Embedder, embed_unique
+from mechscope.anchors.config import MetricOptions
+from mechscope.anchors.distributions import accuracy, answer_kl, usable
+from mechscope.anchors.embeddings import Embedder, embed_unique
 from mechscope.anchors.rollouts import Rollout
 from mechscope.errors import InputError
-
-
-@dataclass(frozen=True)
-class MetricOptions:
-    """Choices for :func:`chunk_metrics` (defaults follow the published analysis)."""
-
-    kl: KLOptions = field(default_factory=KLOptions)
-    similarity_threshold: float = DEFAULT_THRESHOLD
-    cf_reference: Literal["kept_and_similar", "kept"] = "kept_and_similar"
-
-    def __post_init__(self) -> None:
-        if self.cf_reference not in ("kept_and_similar", "kept"):
-            raise InputError(
-                f"cf_reference 'kept_and_similar' or 'kept', got {self.cf_reference!r}",
-                field="cf_reference",
-            )
-        if not -1.0 <= self.similarity_threshold <= 1.0:
-            raise InputError(
-                f"a cosine threshold in [-1, 1], got {self.similarity_threshold}",
-                field="similarity_threshold",
-            )
-
-    @property
-    def count_no_answer(self) -> bool:
-        return self.kl.count_no_answer
 
 
 @dataclass(frozen=True)

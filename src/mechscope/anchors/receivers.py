@@ -25,37 +25,18 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 from scipy import stats
 
+from mechscope.anchors.config import ReceiverOptions
+from mechscope.anchors.result import ReceiverResult
 from mechscope.anchors.sentence_attention import sentence_attention
 from mechscope.anchors.trace_tokens import TraceTokens
 from mechscope.engine import Engine
 from mechscope.errors import InputError
-from mechscope.runs.result import get_arrays, put_arrays
-from mechscope.stats import SplitHalf, kurtosis_across, split_half_reliability
-
-
-@dataclass(frozen=True)
-class ReceiverOptions:
-    """Choices of the receiver-head analysis (defaults follow the published analysis)."""
-
-    proximity: int = 4
-    top_k: int = 16
-    exclude_layers: tuple[int, ...] = (0,)
-    control_depth: bool = False
-    n_splits: int = 100
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.proximity < 0:
-            raise InputError(f"proximity >= 0, got {self.proximity}", field="proximity")
-        if self.top_k < 1:
-            raise InputError(f"top_k >= 1, got {self.top_k}", field="top_k")
+from mechscope.stats import kurtosis_across, split_half_reliability
 
 
 def _nanmean(x: np.ndarray, axis: int) -> np.ndarray:
@@ -129,85 +110,6 @@ def receiver_scores(vertical: np.ndarray, heads: Sequence[tuple[int, int]]) -> n
         return np.full(vertical.shape[-1], np.nan)
     picked = np.stack([vertical[layer, head] for layer, head in heads])  # [k, n]
     return _nanmean(picked, axis=0)
-
-
-@dataclass
-class ReceiverResult:
-    """Receiver heads chosen over a set of traces, and every trace's receiver scores."""
-
-    trace_ids: list[str]
-    kurtosis: np.ndarray  # [n_traces, layers, heads]
-    mean_kurtosis: np.ndarray  # [layers, heads], excluded layers NaN
-    heads: list[tuple[int, int]]  # receiver heads, highest mean kurtosis first
-    scores: dict[str, np.ndarray]  # trace id → [n_sent] receiver score
-    reliability: SplitHalf | None  # None with fewer than 2 traces
-    options: ReceiverOptions = field(default_factory=ReceiverOptions)
-
-    def heads_frame(self) -> pd.DataFrame:
-        """One row per head: layer, head, mean kurtosis, rank among receivers (or NaN)."""
-        rank = {h: r for r, h in enumerate(self.heads)}
-        rows = []
-        n_layers, n_heads = self.mean_kurtosis.shape
-        for layer in range(n_layers):
-            for head in range(n_heads):
-                rows.append(
-                    {
-                        "layer": layer,
-                        "head": head,
-                        "mean_kurtosis": float(self.mean_kurtosis[layer, head]),
-                        "receiver_rank": rank.get((layer, head), -1),
-                        "is_receiver": (layer, head) in rank,
-                    }
-                )
-        return pd.DataFrame(rows)
-
-    def scores_frame(self) -> pd.DataFrame:
-        """One row per (trace, sentence) with its receiver score."""
-        rows = [
-            {"trace": tid, "sentence": j, "receiver_score": float(v)}
-            for tid, values in self.scores.items()
-            for j, v in enumerate(values)
-        ]
-        return pd.DataFrame(rows, columns=["trace", "sentence", "receiver_score"])
-
-    def to_frame(self) -> pd.DataFrame:
-        """The main table: :meth:`heads_frame` (one row per head, receivers ranked)."""
-        return self.heads_frame()
-
-    def to_payload(self) -> dict[str, Any]:
-        """Arrays at the top level, the scores under ``scores.<i>`` (trace ids in JSON)."""
-        rel = self.reliability
-        payload: dict[str, Any] = {
-            "trace_ids": list(self.trace_ids),
-            "kurtosis": np.asarray(self.kurtosis),
-            "mean_kurtosis": np.asarray(self.mean_kurtosis),
-            "heads": [[int(layer), int(head)] for layer, head in self.heads],
-            "options": asdict(self.options),
-            "reliability": None
-            if rel is None
-            else {"reliability": float(rel.reliability), "mean_r": float(rel.mean_r)},
-        }
-        if rel is not None:
-            payload["reliability_split_r"] = np.asarray(rel.split_r)
-        put_arrays(payload, "scores", self.scores)
-        return payload
-
-    @classmethod
-    def from_payload(cls, payload: dict[str, Any]) -> ReceiverResult:
-        rel = payload["reliability"]
-        opts = dict(payload["options"])
-        opts["exclude_layers"] = tuple(opts["exclude_layers"])
-        return cls(
-            trace_ids=list(payload["trace_ids"]),
-            kurtosis=np.asarray(payload["kurtosis"]),
-            mean_kurtosis=np.asarray(payload["mean_kurtosis"]),
-            heads=[(int(layer), int(head)) for layer, head in payload["heads"]],
-            scores=get_arrays(payload, "scores"),
-            reliability=None
-            if rel is None
-            else SplitHalf(rel["reliability"], rel["mean_r"], payload["reliability_split_r"]),
-            options=ReceiverOptions(**opts),
-        )
 
 
 def analyze_receivers(

@@ -6,29 +6,41 @@ import numpy as np
 import pandas as pd
 
 from mechscope.anchors import figures as F
-from mechscope.anchors.run_blackbox import (
-    CHUNKS_TABLE,
-    RESAMPLING_MATRIX,
-    SENTENCES_TABLE,
-    TRACES_TABLE,
-)
-from mechscope.anchors.run_whitebox import (
+from mechscope.anchors.result import ResamplingResult
+from mechscope.anchors.tables import (
     ABLATION_TABLE,
+    CHUNKS_TABLE,
     HEADS_TABLE,
+    RESAMPLING_MATRIX,
     SCORES_TABLE,
+    SENTENCES_TABLE,
+    SETTINGS_TABLE,
     SUMMARY_TABLE,
     SUPPRESSION_TABLE,
+    TRACES_TABLE,
 )
 from mechscope.report import FigureBlock, KeyValueBlock, TableBlock, TextBlock, register_section
 from mechscope.runs import RunDir, has_arrays, has_table, read_arrays, read_table
 
-SETTINGS_TABLE = "anchors_settings"
 MAX_TRACE_FIGURES = 3
 MIN_SCORED_SENTENCES = 8
 
 
-def _blackbox(run: RunDir, chunks: pd.DataFrame) -> list:
-    col = F.importance_column(chunks)
+def resampling_result(run: RunDir) -> ResamplingResult | None:
+    """The black-box analysis of ``run`` read back from its table and arrays (None before
+    ``anchors analyze``); without an embedder it has no matrices."""
+    if not has_table(run, CHUNKS_TABLE):
+        return None
+    return ResamplingResult(read_table(run, CHUNKS_TABLE), _resampling_matrices(run))
+
+
+def _resampling_matrices(run: RunDir) -> dict[str, np.ndarray]:
+    return read_arrays(run, RESAMPLING_MATRIX) if has_arrays(run, RESAMPLING_MATRIX) else {}
+
+
+def _blackbox(result: ResamplingResult) -> list:
+    chunks = result.chunks
+    col = F.importance_column(result)
     n_roll, n_none = int(chunks["n_rollouts"].sum()), int(chunks["n_no_answer"].sum())
     blocks: list = [
         TextBlock(
@@ -39,11 +51,11 @@ def _blackbox(run: RunDir, chunks: pd.DataFrame) -> list:
         )
     ]
     if col is not None:
-        fig = F.category_bars(chunks, col, "Importance by sentence category")
+        fig = F.category_bars(result, col, "Importance by sentence category")
         if fig is not None:
             blocks.append(FigureBlock(fig, name="anchors-importance-category"))
         blocks.append(
-            FigureBlock(F.position_curves(chunks, col), name="anchors-importance-position")
+            FigureBlock(F.position_curves(result, col), name="anchors-importance-position")
         )
     cols = ["trace", "chunk_index", "category", "accuracy", "resampling_importance_accuracy"]
     cols += [
@@ -112,7 +124,9 @@ def _receivers(run: RunDir, sentences: pd.DataFrame | None) -> list:
     return blocks
 
 
-def _graph_matrix(run: RunDir, trace: str, n: int) -> tuple[np.ndarray | None, bool, str]:
+def _graph_matrix(
+    run: RunDir, matrices: dict[str, np.ndarray], trace: str, n: int
+) -> tuple[np.ndarray | None, bool, str]:
     """The matrix that gives the graph its edges: suppression if computed, else resampling."""
     if has_table(run, SUPPRESSION_TABLE):
         supp = read_table(run, SUPPRESSION_TABLE)
@@ -121,23 +135,22 @@ def _graph_matrix(run: RunDir, trace: str, n: int) -> tuple[np.ndarray | None, b
             m = np.full((n, n), np.nan)
             m[part["target"].to_numpy(int), part["source"].to_numpy(int)] = part["normalized"]
             return m, False, "attention suppression, row-centred"
-    if has_arrays(run, RESAMPLING_MATRIX):
-        arrays = read_arrays(run, RESAMPLING_MATRIX)
-        if trace in arrays and arrays[trace].shape == (n, n):
-            return arrays[trace], True, "resampling: keeping i makes j reappear"
+    if trace in matrices and matrices[trace].shape == (n, n):
+        return matrices[trace], True, "resampling: keeping i makes j reappear"
     return None, True, "none computed"
 
 
-def _graphs(run: RunDir, sentences: pd.DataFrame, chunks: pd.DataFrame | None) -> list:
+def _graphs(run: RunDir, sentences: pd.DataFrame, result: ResamplingResult | None) -> list:
     blocks = []
     empty = pd.DataFrame(columns=["trace", "chunk_index"])
+    matrices = _resampling_matrices(run) if result is None else result.matrices
     for k, (trace, part) in enumerate(sentences.groupby("trace", sort=False)):
         if k >= MAX_TRACE_FIGURES:
             break
         part = part.sort_values("sentence")
-        matrix, source_major, what = _graph_matrix(run, str(trace), len(part))
+        matrix, source_major, what = _graph_matrix(run, matrices, str(trace), len(part))
         fig = F.sentence_graph(
-            chunks if chunks is not None else empty,
+            result if result is not None else empty,
             str(trace),
             part["text"].astype(str).tolist(),
             part["category"].astype(str).tolist(),
@@ -162,9 +175,9 @@ def anchors_section(run: RunDir) -> list | None:
             KeyValueBlock(dict(zip(settings["key"], settings["value"], strict=True)), "Settings")
         )
     sentences = read_table(run, SENTENCES_TABLE) if has_table(run, SENTENCES_TABLE) else None
-    chunks = read_table(run, CHUNKS_TABLE) if has_table(run, CHUNKS_TABLE) else None
-    if chunks is not None:
-        blocks += _blackbox(run, chunks)
+    resampling = resampling_result(run)
+    if resampling is not None:
+        blocks += _blackbox(resampling)
     if has_table(run, HEADS_TABLE):
         blocks += _receivers(run, sentences)
     if has_table(run, SUPPRESSION_TABLE):
@@ -186,5 +199,5 @@ def anchors_section(run: RunDir) -> list | None:
                 FigureBlock(F.suppression_heatmap(supp, str(trace), n), name=f"anchors-supp-{k}")
             )
     if sentences is not None:
-        blocks += _graphs(run, sentences, chunks)
+        blocks += _graphs(run, sentences, resampling)
     return blocks

@@ -5,23 +5,26 @@ for ``n`` free continuations of ``trace.prefix(p)`` and, optionally, ``n_forced`
 short continuations of ``trace.forced_prompt(p)`` (answer right now). Each position is
 written to the store as soon as it is done; a rerun skips finished positions and reads
 them back, so an interrupted run resumes with identical results (every rollout has its own
-seed). Workers sharing one run directory claim positions, so each is sampled once.
+seed). Workers sharing one run directory claim positions
+(:func:`mechscope.runs.shared_work.claimed_loop`), so each is sampled once.
 Rollouts without an answer are kept and flagged (``has_answer=False``), never dropped.
 """
 
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 from mechscope.anchors.answers import extract_answer, is_equivalent, read_forced_answer
 from mechscope.anchors.chunking import first_chunk_text
-from mechscope.anchors.sampler import Sampler, _check_generation_args
+from mechscope.anchors.config import RolloutSettings
+from mechscope.anchors.sampler import Sampler
 from mechscope.anchors.trace import Trace
 from mechscope.errors import InputError
+from mechscope.runs.shards import ShardStore
+from mechscope.runs.shared_work import claimed_loop
 
 
 @dataclass(frozen=True)
@@ -64,30 +67,6 @@ def make_rollout(continuation: str, gold: str, position: int, *, forced: bool = 
     )
 
 
-@dataclass(frozen=True)
-class RolloutSettings:
-    """Sampling settings (the published run: 100 rollouts, T = 0.6, top-p = 0.95)."""
-
-    n: int = 100
-    n_forced: int = 0
-    temperature: float = 0.6
-    top_p: float = 0.95
-    max_new_tokens: int = 4096
-    forced_max_new_tokens: int = 32
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        """Checked when the settings are made, before any trace is read or written."""
-        _check_generation_args(["-"], self.n, self.temperature, self.top_p, self.max_new_tokens)
-        if self.n_forced < 0:
-            raise InputError(f"n_forced >= 0, got {self.n_forced}", field="n_forced")
-        if self.forced_max_new_tokens < 1:
-            raise InputError(
-                f"forced_max_new_tokens >= 1, got {self.forced_max_new_tokens}",
-                field="forced_max_new_tokens",
-            )
-
-
 @dataclass
 class TraceRollouts:
     """All rollouts of one trace, by position (``resampled``) and forced (``forced``)."""
@@ -117,14 +96,6 @@ class ShardLike(Protocol):
     def write(self, sample_id: str, payload: dict[str, Any]) -> None: ...
 
     def read(self, sample_id: str) -> dict[str, Any]: ...
-
-
-class ClaimsLike(Protocol):
-    """Exclusive claims on shards (``mechscope.runs.claims.Claims`` fits)."""
-
-    def claim(self, sample_id: str) -> bool: ...
-
-    def release(self, sample_id: str) -> None: ...
 
 
 def shard_id(trace_id: str, position: int) -> str:
@@ -185,6 +156,15 @@ def _check_payload(
             )
 
 
+def _stored(
+    store: ShardLike, trace: Trace, position: int, settings: RolloutSettings
+) -> dict[str, Any]:
+    """Position ``position``'s finished payload, checked against ``settings``."""
+    payload = store.read(shard_id(trace.id, position))
+    _check_payload(payload, trace, position, settings)
+    return payload
+
+
 def resample_trace(
     trace: Trace,
     sampler: Sampler,
@@ -193,70 +173,54 @@ def resample_trace(
     settings: RolloutSettings | None = None,
     positions: Iterable[int] | None = None,
     on_position: Callable[[int], None] | None = None,
-    claims: ClaimsLike | None = None,
-    poll_s: float = 0.5,
+    shared: bool = False,
 ) -> TraceRollouts:
     """Rollouts from each position (default ``0 … n_chunks``), resumable through ``store``.
 
-    Finished positions are read back from ``store`` (their settings must match); new ones
-    are sampled and written at once. With ``claims`` (:class:`mechscope.runs.claims.Claims`)
-    a position is sampled only by the worker that claims it: other workers on the same
-    run directory skip it and read it back once it is written (polling every ``poll_s``).
-    ``on_position(p)`` is called after each position.
+    Finished positions are read back from ``store`` (their settings must match, checked
+    before anything new is sampled); new ones are sampled and written at once. With
+    ``shared`` (``store`` a run's :class:`~mechscope.runs.shards.ShardStore`) the positions
+    go through :func:`~mechscope.runs.shared_work.claimed_loop`: each is sampled only by the
+    worker that claims it, and other workers on the same run directory read it back once
+    it is written. ``on_position(p)`` is called after each position.
     """
     settings = settings or RolloutSettings()
     todo = list(range(trace.n_chunks + 1)) if positions is None else sorted(set(positions))
+    if shared and not isinstance(store, ShardStore):
+        raise InputError("a run's shard store to share positions through", field="store")
     payloads: dict[int, dict[str, Any]] = {}
-    pending = todo
-    while pending:
-        held_elsewhere = []
-        for p in pending:
-            payload = _position(trace, sampler, store, settings, p, claims)
-            if payload is None:
-                held_elsewhere.append(p)
-                continue
-            payloads[p] = payload
-            if on_position is not None:
-                on_position(p)
-        if held_elsewhere:
-            time.sleep(poll_s)
-        pending = held_elsewhere
+
+    def finished(p: int) -> bool:
+        return store is not None and store.done(shard_id(trace.id, p))
+
+    def read_back(p: int) -> None:
+        assert store is not None
+        payloads[p] = _stored(store, trace, p, settings)
+        if on_position is not None:
+            on_position(p)
+
+    def sample(p: int) -> None:
+        payload = _sample_position(trace, sampler, p, settings)
+        if store is not None:
+            store.write(shard_id(trace.id, p), payload)
+        payloads[p] = payload
+        if on_position is not None:
+            on_position(p)
+
+    for p in todo:
+        if finished(p):
+            read_back(p)
+    rest = [p for p in todo if p not in payloads]
+    if isinstance(store, ShardStore) and shared:
+        claimed_loop(store, rest, lambda p: shard_id(trace.id, p), finished, sample)
+    else:
+        for p in rest:
+            sample(p)
+    for p in rest:
+        if p not in payloads:  # sampled by another worker
+            read_back(p)
     result = TraceRollouts(trace)
     for p in todo:
         result.resampled[p] = [Rollout.from_dict(d) for d in payloads[p]["resampled"]]
         result.forced[p] = [Rollout.from_dict(d) for d in payloads[p]["forced"]]
     return result
-
-
-def _position(
-    trace: Trace,
-    sampler: Sampler,
-    store: ShardLike | None,
-    settings: RolloutSettings,
-    p: int,
-    claims: ClaimsLike | None,
-) -> dict[str, Any] | None:
-    """Position ``p``'s payload: read back, or sampled and written; None while another
-    worker holds its claim."""
-    sid = shard_id(trace.id, p)
-    if store is not None and store.done(sid):
-        payload = store.read(sid)
-        _check_payload(payload, trace, p, settings)
-        return payload
-    if store is None or claims is None:
-        payload = _sample_position(trace, sampler, p, settings)
-        if store is not None:
-            store.write(sid, payload)
-        return payload
-    if not claims.claim(sid):
-        return None
-    try:
-        if store.done(sid):  # finished between our look and our claim
-            payload = store.read(sid)
-            _check_payload(payload, trace, p, settings)
-            return payload
-        payload = _sample_position(trace, sampler, p, settings)
-        store.write(sid, payload)
-        return payload
-    finally:
-        claims.release(sid)

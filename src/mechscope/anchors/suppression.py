@@ -37,52 +37,18 @@ temperature 0.6; here the full vocabulary is used and ``temperature`` defaults t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
 
 import numpy as np
-import pandas as pd
 import torch
 
+from mechscope.anchors.config import SuppressionOptions
+from mechscope.anchors.result import SuppressionResult
 from mechscope.anchors.suppression_memory import fit_sentences
 from mechscope.anchors.trace_tokens import TraceTokens
 from mechscope.engine import Engine, SuppressAttention
 from mechscope.engine.prefix import Resume, can_resume
 from mechscope.engine.sweep import run_chunks
 from mechscope.errors import InputError
-
-Alignment = Literal["next_token", "same_position"]
-
-
-@dataclass(frozen=True)
-class SuppressionOptions:
-    """Choices of the suppression analysis (see the module docstring)."""
-
-    epsilon: float = 1e-9
-    temperature: float = 1.0
-    alignment: Alignment = "next_token"
-    first_tokens: int | None = None
-    rows_per_chunk: int | None = None  # None: sized by the engine's memory budget
-    reuse_prefix: bool = True  # continue from the base key/value cache (causal models)
-    layers: tuple[int, ...] | None = None  # None: all layers
-    heads: tuple[int, ...] | None = None  # None: all heads
-
-    def __post_init__(self) -> None:
-        if not self.epsilon > 0:
-            raise InputError(f"epsilon > 0, got {self.epsilon}", field="epsilon")
-        if not self.temperature > 0:
-            raise InputError(f"temperature > 0, got {self.temperature}", field="temperature")
-        if self.alignment not in ("next_token", "same_position"):
-            raise InputError(
-                f"'next_token' or 'same_position', got {self.alignment!r}", field="alignment"
-            )
-        if self.first_tokens is not None and self.first_tokens < 1:
-            raise InputError(f"first_tokens >= 1, got {self.first_tokens}", field="first_tokens")
-        if self.rows_per_chunk is not None and self.rows_per_chunk < 1:
-            raise InputError(
-                f"rows_per_chunk >= 1, got {self.rows_per_chunk}", field="rows_per_chunk"
-            )
-
 
 _KL_BLOCK_BYTES = 256 * 2**20  # about eight fp32 [rows, block, vocab] temporaries
 
@@ -241,56 +207,6 @@ def row_normalized(matrix: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = np.where(count > 0, np.nansum(m, axis=1, keepdims=True) / count, np.nan)
     return m - mean
-
-
-@dataclass
-class SuppressionResult:
-    """The suppression matrix of one trace (rows: target sentences, columns: sources)."""
-
-    trace_id: str
-    matrix: np.ndarray  # [n_sent, n_sent] mean log(KL + ε)
-    normalized: np.ndarray  # [n_sent, n_sent] row-centred
-    token_kl: np.ndarray  # [n_sent, seq] KL at each logits position, per suppressed source
-    options: SuppressionOptions = field(default_factory=SuppressionOptions)
-
-    def to_frame(self) -> pd.DataFrame:
-        """Long format: one row per defined (source, target) pair."""
-        targets, sources = np.nonzero(~np.isnan(self.matrix))
-        return pd.DataFrame(
-            {
-                "trace": self.trace_id,
-                "source": sources.astype(int),
-                "target": targets.astype(int),
-                "mean_log_kl": self.matrix[targets, sources],
-                "normalized": self.normalized[targets, sources],
-            }
-        )
-
-    def options_dict(self) -> dict:
-        return asdict(self.options)
-
-    def to_payload(self) -> dict[str, Any]:
-        return {
-            "trace_id": self.trace_id,
-            "matrix": np.asarray(self.matrix),
-            "normalized": np.asarray(self.normalized),
-            "token_kl": np.asarray(self.token_kl),
-            "options": self.options_dict(),
-        }
-
-    @classmethod
-    def from_payload(cls, payload: dict[str, Any]) -> SuppressionResult:
-        opts = dict(payload["options"])
-        for key in ("layers", "heads"):
-            if opts.get(key) is not None:
-                opts[key] = tuple(opts[key])
-        return cls(
-            trace_id=payload["trace_id"],
-            matrix=np.asarray(payload["matrix"]),
-            normalized=np.asarray(payload["normalized"]),
-            token_kl=np.asarray(payload["token_kl"]),
-            options=SuppressionOptions(**opts),
-        )
 
 
 def suppression_matrix(

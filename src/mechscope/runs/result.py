@@ -44,9 +44,10 @@ RESULT_TYPES = (
     "mechscope.studies.humaneval.result:StudyResult",
     "mechscope.patching.result:PatchingResult",
     "mechscope.heads.result:HeadsResult",
+    "mechscope.anchors.result:ResamplingResult",
+    "mechscope.anchors.result:ReceiverResult",
+    "mechscope.anchors.result:SuppressionResult",
     "mechscope.distill.result:DistillResult",
-    "mechscope.anchors.receivers:ReceiverResult",
-    "mechscope.anchors.suppression:SuppressionResult",
 )
 
 

@@ -1,4 +1,4 @@
-"""Problems to reason about, and the base trace a model writes for each.
+"""The anchors inputs: traces and problems to reason about, and the base trace of each.
 
 Inputs (JSON list or JSONL) are either *traces* — ``text`` (prompt + reasoning as the model
 wrote it, or ``full_cot``) and ``gold`` (or ``gt_answer``) — or *problems* — ``question``

@@ -1,0 +1,136 @@
+"""The options of the anchors steps, in one place: what a run was made with.
+
+Every class checks itself when made, before any trace is read or written:
+:class:`RolloutSettings` (how rollouts are sampled, ``anchors resample``),
+:class:`KLOptions` and :class:`MetricOptions` (how chunk metrics compare rollout sets,
+``anchors analyze``; see :mod:`mechscope.anchors.distributions` and
+:mod:`mechscope.anchors.metrics`), :class:`ReceiverOptions` (``anchors receivers``, see
+:mod:`mechscope.anchors.receivers`) and :class:`SuppressionOptions` (``anchors suppress``,
+see :mod:`mechscope.anchors.suppression`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from mechscope.anchors.embeddings import DEFAULT_THRESHOLD
+from mechscope.anchors.sampler import _check_generation_args
+from mechscope.errors import InputError
+
+Alignment = Literal["next_token", "same_position"]
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """Sampling settings (the published run: 100 rollouts, T = 0.6, top-p = 0.95)."""
+
+    n: int = 100
+    n_forced: int = 0
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_new_tokens: int = 4096
+    forced_max_new_tokens: int = 32
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        """Checked when the settings are made, before any trace is read or written."""
+        _check_generation_args(["-"], self.n, self.temperature, self.top_p, self.max_new_tokens)
+        if self.n_forced < 0:
+            raise InputError(f"n_forced >= 0, got {self.n_forced}", field="n_forced")
+        if self.forced_max_new_tokens < 1:
+            raise InputError(
+                f"forced_max_new_tokens >= 1, got {self.forced_max_new_tokens}",
+                field="forced_max_new_tokens",
+            )
+
+
+@dataclass(frozen=True)
+class KLOptions:
+    """How two rollout sets are compared (see :mod:`mechscope.anchors.distributions`)."""
+
+    alpha: float = 1.0
+    weighting: Literal["unsmoothed", "smoothed"] = "unsmoothed"
+    distribution: Literal["answers", "correctness"] = "answers"
+    count_no_answer: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.alpha > 0:
+            raise InputError(f"alpha > 0, got {self.alpha}", field="alpha")
+        if self.weighting not in ("unsmoothed", "smoothed"):
+            raise InputError(f"weighting 'unsmoothed' or 'smoothed', got {self.weighting!r}")
+        if self.distribution not in ("answers", "correctness"):
+            raise InputError(f"distribution 'answers' or 'correctness', got {self.distribution!r}")
+
+
+@dataclass(frozen=True)
+class MetricOptions:
+    """Choices for :func:`chunk_metrics` (defaults follow the published analysis)."""
+
+    kl: KLOptions = field(default_factory=KLOptions)
+    similarity_threshold: float = DEFAULT_THRESHOLD
+    cf_reference: Literal["kept_and_similar", "kept"] = "kept_and_similar"
+
+    def __post_init__(self) -> None:
+        if self.cf_reference not in ("kept_and_similar", "kept"):
+            raise InputError(
+                f"cf_reference 'kept_and_similar' or 'kept', got {self.cf_reference!r}",
+                field="cf_reference",
+            )
+        if not -1.0 <= self.similarity_threshold <= 1.0:
+            raise InputError(
+                f"a cosine threshold in [-1, 1], got {self.similarity_threshold}",
+                field="similarity_threshold",
+            )
+
+    @property
+    def count_no_answer(self) -> bool:
+        return self.kl.count_no_answer
+
+
+@dataclass(frozen=True)
+class ReceiverOptions:
+    """Choices of the receiver-head analysis (defaults follow the published analysis)."""
+
+    proximity: int = 4
+    top_k: int = 16
+    exclude_layers: tuple[int, ...] = (0,)
+    control_depth: bool = False
+    n_splits: int = 100
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.proximity < 0:
+            raise InputError(f"proximity >= 0, got {self.proximity}", field="proximity")
+        if self.top_k < 1:
+            raise InputError(f"top_k >= 1, got {self.top_k}", field="top_k")
+
+
+@dataclass(frozen=True)
+class SuppressionOptions:
+    """Choices of the suppression analysis (see :mod:`mechscope.anchors.suppression`)."""
+
+    epsilon: float = 1e-9
+    temperature: float = 1.0
+    alignment: Alignment = "next_token"
+    first_tokens: int | None = None
+    rows_per_chunk: int | None = None  # None: sized by the engine's memory budget
+    reuse_prefix: bool = True  # continue from the base key/value cache (causal models)
+    layers: tuple[int, ...] | None = None  # None: all layers
+    heads: tuple[int, ...] | None = None  # None: all heads
+
+    def __post_init__(self) -> None:
+        if not self.epsilon > 0:
+            raise InputError(f"epsilon > 0, got {self.epsilon}", field="epsilon")
+        if not self.temperature > 0:
+            raise InputError(f"temperature > 0, got {self.temperature}", field="temperature")
+        if self.alignment not in ("next_token", "same_position"):
+            raise InputError(
+                f"'next_token' or 'same_position', got {self.alignment!r}", field="alignment"
+            )
+        if self.first_tokens is not None and self.first_tokens < 1:
+            raise InputError(f"first_tokens >= 1, got {self.first_tokens}", field="first_tokens")
+        if self.rows_per_chunk is not None and self.rows_per_chunk < 1:
+            raise InputError(
+                f"rows_per_chunk >= 1, got {self.rows_per_chunk}", field="rows_per_chunk"
+            )

@@ -1,0 +1,189 @@
+"""What the anchors steps return, each implementing :class:`mechscope.runs.result.Result`.
+
+- :class:`ResamplingResult` (``anchors analyze``): the ``anchors_chunks`` table (one row
+  per analysed chunk: text, category, every metric and the counts behind it) and the
+  resampling sentence → sentence matrix of each trace;
+- :class:`ReceiverResult` (``anchors receivers``): receiver heads chosen over a set of
+  traces and every trace's receiver scores;
+- :class:`SuppressionResult` (``anchors suppress``): one trace's suppression matrix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mechscope.anchors.config import ReceiverOptions, SuppressionOptions
+from mechscope.runs.result import frame_from_payload, frame_to_payload, get_arrays, put_arrays
+from mechscope.stats import SplitHalf
+
+
+@dataclass
+class ResamplingResult:
+    """Chunk metrics of every resampled trace, and their resampling sentence matrices."""
+
+    chunks: pd.DataFrame  # one row per analysed chunk (the ``anchors_chunks`` table)
+    matrices: dict[str, np.ndarray] = field(default_factory=dict)  # trace id → [n, n]
+
+    def to_frame(self) -> pd.DataFrame:
+        """The main table: :attr:`chunks`."""
+        return self.chunks
+
+    def to_payload(self) -> dict[str, Any]:
+        """The table as plain JSON, the matrices under ``matrices.<i>`` (trace ids in JSON)."""
+        payload: dict[str, Any] = {"chunks": frame_to_payload(self.chunks)}
+        put_arrays(payload, "matrices", self.matrices)
+        return payload
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> ResamplingResult:
+        return cls(
+            chunks=frame_from_payload(payload["chunks"]),
+            matrices=get_arrays(payload, "matrices"),
+        )
+
+
+@dataclass
+class ReceiverResult:
+    """Receiver heads chosen over a set of traces, and every trace's receiver scores."""
+
+    trace_ids: list[str]
+    kurtosis: np.ndarray  # [n_traces, layers, heads]
+    mean_kurtosis: np.ndarray  # [layers, heads], excluded layers NaN
+    heads: list[tuple[int, int]]  # receiver heads, highest mean kurtosis first
+    scores: dict[str, np.ndarray]  # trace id → [n_sent] receiver score
+    reliability: SplitHalf | None  # None with fewer than 2 traces
+    options: ReceiverOptions = field(default_factory=ReceiverOptions)
+
+    def heads_frame(self) -> pd.DataFrame:
+        """One row per head: layer, head, mean kurtosis, rank among receivers (or NaN)."""
+        rank = {h: r for r, h in enumerate(self.heads)}
+        rows = []
+        n_layers, n_heads = self.mean_kurtosis.shape
+        for layer in range(n_layers):
+            for head in range(n_heads):
+                rows.append(
+                    {
+                        "layer": layer,
+                        "head": head,
+                        "mean_kurtosis": float(self.mean_kurtosis[layer, head]),
+                        "receiver_rank": rank.get((layer, head), -1),
+                        "is_receiver": (layer, head) in rank,
+                    }
+                )
+        return pd.DataFrame(rows)
+
+    def scores_frame(self) -> pd.DataFrame:
+        """One row per (trace, sentence) with its receiver score."""
+        rows = [
+            {"trace": tid, "sentence": j, "receiver_score": float(v)}
+            for tid, values in self.scores.items()
+            for j, v in enumerate(values)
+        ]
+        return pd.DataFrame(rows, columns=["trace", "sentence", "receiver_score"])
+
+    def summary_frame(self, n_traces: int) -> pd.DataFrame:
+        """One row: the options, the number of traces, the head list and the split-half
+        reliability (the ``anchors_receiver_summary`` table)."""
+        rel = self.reliability
+        options = asdict(self.options)
+        row = {
+            **{k: (str(v) if isinstance(v, tuple) else v) for k, v in options.items()},
+            "n_traces": n_traces,
+            "heads": " ".join(f"L{layer}H{head}" for layer, head in self.heads),
+            "split_half_reliability": np.nan if rel is None else rel.reliability,
+            "split_half_mean_r": np.nan if rel is None else rel.mean_r,
+        }
+        return pd.DataFrame([row])
+
+    def to_frame(self) -> pd.DataFrame:
+        """The main table: :meth:`heads_frame` (one row per head, receivers ranked)."""
+        return self.heads_frame()
+
+    def to_payload(self) -> dict[str, Any]:
+        """Arrays at the top level, the scores under ``scores.<i>`` (trace ids in JSON)."""
+        rel = self.reliability
+        payload: dict[str, Any] = {
+            "trace_ids": list(self.trace_ids),
+            "kurtosis": np.asarray(self.kurtosis),
+            "mean_kurtosis": np.asarray(self.mean_kurtosis),
+            "heads": [[int(layer), int(head)] for layer, head in self.heads],
+            "options": asdict(self.options),
+            "reliability": None
+            if rel is None
+            else {"reliability": float(rel.reliability), "mean_r": float(rel.mean_r)},
+        }
+        if rel is not None:
+            payload["reliability_split_r"] = np.asarray(rel.split_r)
+        put_arrays(payload, "scores", self.scores)
+        return payload
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> ReceiverResult:
+        rel = payload["reliability"]
+        opts = dict(payload["options"])
+        opts["exclude_layers"] = tuple(opts["exclude_layers"])
+        return cls(
+            trace_ids=list(payload["trace_ids"]),
+            kurtosis=np.asarray(payload["kurtosis"]),
+            mean_kurtosis=np.asarray(payload["mean_kurtosis"]),
+            heads=[(int(layer), int(head)) for layer, head in payload["heads"]],
+            scores=get_arrays(payload, "scores"),
+            reliability=None
+            if rel is None
+            else SplitHalf(rel["reliability"], rel["mean_r"], payload["reliability_split_r"]),
+            options=ReceiverOptions(**opts),
+        )
+
+
+@dataclass
+class SuppressionResult:
+    """The suppression matrix of one trace (rows: target sentences, columns: sources)."""
+
+    trace_id: str
+    matrix: np.ndarray  # [n_sent, n_sent] mean log(KL + ε)
+    normalized: np.ndarray  # [n_sent, n_sent] row-centred
+    token_kl: np.ndarray  # [n_sent, seq] KL at each logits position, per suppressed source
+    options: SuppressionOptions = field(default_factory=SuppressionOptions)
+
+    def to_frame(self) -> pd.DataFrame:
+        """Long format: one row per defined (source, target) pair."""
+        targets, sources = np.nonzero(~np.isnan(self.matrix))
+        return pd.DataFrame(
+            {
+                "trace": self.trace_id,
+                "source": sources.astype(int),
+                "target": targets.astype(int),
+                "mean_log_kl": self.matrix[targets, sources],
+                "normalized": self.normalized[targets, sources],
+            }
+        )
+
+    def options_dict(self) -> dict:
+        return asdict(self.options)
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "trace_id": self.trace_id,
+            "matrix": np.asarray(self.matrix),
+            "normalized": np.asarray(self.normalized),
+            "token_kl": np.asarray(self.token_kl),
+            "options": self.options_dict(),
+        }
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> SuppressionResult:
+        opts = dict(payload["options"])
+        for key in ("layers", "heads"):
+            if opts.get(key) is not None:
+                opts[key] = tuple(opts[key])
+        return cls(
+            trace_id=payload["trace_id"],
+            matrix=np.asarray(payload["matrix"]),
+            normalized=np.asarray(payload["normalized"]),
+            token_kl=np.asarray(payload["token_kl"]),
+            options=SuppressionOptions(**opts),
+        )

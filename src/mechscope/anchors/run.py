@@ -1,0 +1,234 @@
+"""The anchors steps inside a run directory: what the ``mechscope anchors`` commands run.
+
+Black box (no model internals): :func:`base_traces` (a greedy trace per problem),
+:func:`resample_run` (rollouts from every chunk boundary, ``anchors resample``) and
+:func:`analyze_run` (chunk metrics and the resampling sentence matrices,
+``anchors analyze``, a :class:`~mechscope.anchors.result.ResamplingResult`). White box:
+:func:`receivers_run` (receiver heads and head ablation, ``anchors receivers``, a
+:class:`~mechscope.anchors.result.ReceiverResult`) and :func:`suppression_run` (attention
+suppression, ``anchors suppress``, one :class:`~mechscope.anchors.result.SuppressionResult`
+per trace).
+
+Everything is resumable. Base traces are one shard per problem (``shards/anchors_base``),
+rollouts one shard per (trace, position) (``shards/anchors_rollouts``, see
+:mod:`mechscope.anchors.rollouts`; workers sharing the run claim positions), receivers and
+suppression one shard per trace (:mod:`mechscope.anchors.trace_shards`). The tables and
+arrays are named in :mod:`mechscope.anchors.tables`:
+
+- ``anchors_traces`` / ``anchors_sentences``: the run's traces and their labelled
+  sentences (:mod:`mechscope.anchors.saved_traces`);
+- ``anchors_chunks``: one row per analysed chunk (text, category, every metric and the
+  counts behind it, rollouts without an answer included), plus the resampling sentence →
+  sentence matrices in ``arrays/anchors_resampling_matrix.npz`` (one per trace);
+- ``anchors_receiver_heads``: layer, head, mean kurtosis, receiver rank;
+- ``anchors_receiver_scores``: trace, sentence, receiver score;
+- ``anchors_receiver_summary``: options, head list and split-half reliability;
+- ``anchors_ablation``: trace × condition (none / receivers / random sets) answers;
+- ``anchors_suppression``: trace, source, target, mean log-KL and its row-centred value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+
+from mechscope.anchors.chunk_table import trace_chunks
+from mechscope.anchors.config import (
+    MetricOptions,
+    ReceiverOptions,
+    RolloutSettings,
+    SuppressionOptions,
+)
+from mechscope.anchors.embeddings import Embedder
+from mechscope.anchors.head_ablation import ablation_study, answer_probe
+from mechscope.anchors.receivers import TraceReceivers, analyze_receivers, trace_receivers
+from mechscope.anchors.result import ReceiverResult, ResamplingResult, SuppressionResult
+from mechscope.anchors.rollouts import Rollout, TraceRollouts, resample_trace, shard_id
+from mechscope.anchors.sampler import Sampler
+from mechscope.anchors.samples import generate_traces
+from mechscope.anchors.sentence_matrix import sentence_matrix
+from mechscope.anchors.suppression import suppression_matrix
+from mechscope.anchors.tables import (
+    ABLATION_TABLE,
+    BASE_PART,
+    CHUNKS_TABLE,
+    HEADS_TABLE,
+    RECEIVERS_PART,
+    RESAMPLING_MATRIX,
+    ROLLOUTS_PART,
+    SCORES_TABLE,
+    SUMMARY_TABLE,
+    SUPPRESSION_PART,
+    SUPPRESSION_TABLE,
+)
+from mechscope.anchors.taxonomy import Labeler, RuleLabeler
+from mechscope.anchors.trace import Trace
+from mechscope.anchors.trace_shards import cached, checked_tokens, receiver_key, suppression_key
+from mechscope.data.math import MathProblem
+from mechscope.engine import Engine
+from mechscope.errors import InputError
+from mechscope.models.loaded import LoadedModel
+from mechscope.progress import track
+from mechscope.runs import RunDir, ShardStore, write_arrays, write_table
+from mechscope.runs.content_key import content_key
+
+
+def base_traces(
+    run: RunDir, sampler: Sampler, tokenizer, problems: Sequence[MathProblem], max_new_tokens: int
+) -> list[Trace]:
+    """Greedy reasoning trace of every problem, one shard each (reused on a rerun).
+
+    The problems still to do go to ``sampler`` in one call (an :class:`EngineSampler` decodes
+    them together); each trace is written as its own shard.
+    """
+    store = ShardStore(run, BASE_PART)
+    todo = [p for p in problems if not store.done(p.id)]
+    if todo:
+        for trace in generate_traces(sampler, tokenizer, todo, max_new_tokens=max_new_tokens):
+            store.write(trace.id, {"text": trace.text, "gold": trace.gold})
+    out = []
+    for problem in problems:
+        payload = store.read(problem.id)
+        out.append(Trace.from_text(problem.id, payload["text"], payload["gold"]))
+    return out
+
+
+def positions(trace: Trace, max_chunks: int | None) -> range:
+    """Positions to resample so that chunks ``0 … m-1`` get both their rollout sets."""
+    m = trace.n_chunks if max_chunks is None else min(trace.n_chunks, max_chunks)
+    return range(m + 1)
+
+
+def resample_run(
+    run: RunDir,
+    sampler: Sampler,
+    traces: Sequence[Trace],
+    settings: RolloutSettings,
+    *,
+    max_chunks: int | None = None,
+) -> dict[str, TraceRollouts]:
+    """Rollouts of every trace (finished positions are read back, not resampled). Several
+    workers can share ``run``: each position is claimed and sampled by one of them."""
+    store = ShardStore(run, ROLLOUTS_PART)
+    return {
+        t.id: resample_trace(
+            t, sampler, store, settings=settings, positions=positions(t, max_chunks), shared=True
+        )
+        for t in track(traces, "anchors: resampling")
+    }
+
+
+def read_rollouts(run: RunDir, trace: Trace) -> TraceRollouts:
+    """The rollouts stored for ``trace`` (positions never sampled are absent)."""
+    store = ShardStore(run, ROLLOUTS_PART)
+    result = TraceRollouts(trace)
+    for p in range(trace.n_chunks + 1):
+        sid = shard_id(trace.id, p)
+        if store.done(sid):
+            payload = store.read(sid)
+            result.resampled[p] = [Rollout.from_dict(d) for d in payload["resampled"]]
+            result.forced[p] = [Rollout.from_dict(d) for d in payload["forced"]]
+    return result
+
+
+def analyze_run(
+    run: RunDir,
+    traces: Sequence[Trace],
+    *,
+    embedder: Embedder | None = None,
+    options: MetricOptions | None = None,
+    labeler: Labeler | None = None,
+) -> ResamplingResult:
+    """Chunk metrics and labels of every trace with rollouts (``anchors_chunks``), and the
+    resampling sentence matrices (with an ``embedder`` only)."""
+    opts, labeler = options or MetricOptions(), labeler or RuleLabeler()
+    frames, matrices = [], {}
+    for trace in track(traces, "anchors: analysis"):
+        rollouts = read_rollouts(run, trace)
+        if not rollouts.resampled:
+            continue
+        frames.append(trace_chunks(trace, rollouts, labeler, embedder, opts))
+        if embedder is not None:
+            matrices[trace.id] = sentence_matrix(trace.chunk_texts, rollouts.resampled, embedder)
+    if not frames:
+        raise InputError(f"rollouts in {run.path} (run 'mechscope anchors resample' first)")
+    table = pd.concat(frames, ignore_index=True)
+    write_table(run, CHUNKS_TABLE, table)
+    if matrices:
+        write_arrays(run, RESAMPLING_MATRIX, matrices)
+    return ResamplingResult(table, matrices)
+
+
+def receivers_run(
+    run: RunDir,
+    lm: LoadedModel,
+    traces: Sequence[Trace],
+    options: ReceiverOptions | None = None,
+    *,
+    ablate: bool = True,
+    n_random: int = 10,
+) -> ReceiverResult:
+    """Per-trace vertical scores (resumable), receiver heads, scores and head ablation."""
+    opts = options or ReceiverOptions()
+    eng = Engine.of(lm)
+    store = ShardStore(run, RECEIVERS_PART)
+    key = receiver_key(opts)
+    tokens_of = checked_tokens(lm, traces)
+    per_trace = []
+    for trace in traces:
+        payload = cached(store, trace, key)
+        if payload is None:
+            rec = trace_receivers(eng, tokens_of[trace.id], opts)
+            payload = {"options": key, "vertical": rec.vertical, "kurtosis": rec.kurtosis}
+            store.write(trace.id, payload, content_key(trace))
+        per_trace.append(TraceReceivers(trace.id, payload["vertical"], payload["kurtosis"]))
+    result = analyze_receivers(per_trace, opts)
+    write_table(run, HEADS_TABLE, result.heads_frame())
+    write_table(run, SCORES_TABLE, result.scores_frame())
+    write_table(run, SUMMARY_TABLE, result.summary_frame(len(traces)))
+    if ablate:
+        probes = [answer_probe(lm.tokenizer, t) for t in traces]
+        table = ablation_study(
+            eng,
+            probes,
+            result.heads,
+            n_random=n_random,
+            exclude_layers=opts.exclude_layers,
+            seed=opts.seed,
+        )
+        write_table(run, ABLATION_TABLE, table)
+    return result
+
+
+def suppression_run(
+    run: RunDir,
+    lm: LoadedModel,
+    traces: Sequence[Trace],
+    options: SuppressionOptions | None = None,
+) -> list[SuppressionResult]:
+    """The suppression matrix of every trace (one shard per trace) and the long table."""
+    opts = options or SuppressionOptions()
+    eng = Engine.of(lm)
+    store = ShardStore(run, SUPPRESSION_PART)
+    key = suppression_key(opts)
+    tokens_of = checked_tokens(lm, traces)
+    results = []
+    for trace in traces:
+        payload = cached(store, trace, key)
+        if payload is None:
+            res = suppression_matrix(eng, tokens_of[trace.id], opts)
+            payload = {
+                "options": key,
+                "matrix": res.matrix,
+                "normalized": res.normalized,
+                "token_kl": res.token_kl,
+            }
+            store.write(trace.id, payload, content_key(trace))
+        results.append(
+            SuppressionResult(
+                trace.id, payload["matrix"], payload["normalized"], payload["token_kl"], opts
+            )
+        )
+    write_table(run, SUPPRESSION_TABLE, pd.concat([r.to_frame() for r in results]))
+    return results
