@@ -8,7 +8,7 @@ import time
 import pytest
 from anchors_helpers import REFERENCE, folder_id, load_json, reference_folders
 
-from mechscope.anchors.answers import (
+from mechscope.data.math_answers import (
     extract_answer,
     extract_boxed,
     extract_gsm8k,
@@ -17,7 +17,7 @@ from mechscope.anchors.answers import (
     normalize_answer,
     read_forced_answer,
 )
-from mechscope.anchors.latex import parse_answer
+from mechscope.data.math_latex import parse_answer
 
 
 @pytest.mark.parametrize("folder", reference_folders(), ids=folder_id)

@@ -7,15 +7,6 @@ and forced-answer importance, overdeterminedness, different trajectories) and
 with the eight-category taxonomy.
 """
 
-from mechscope.anchors.answers import (
-    extract_answer,
-    extract_boxed,
-    extract_gsm8k,
-    find_boxed,
-    is_equivalent,
-    normalize_answer,
-    read_forced_answer,
-)
 from mechscope.anchors.chunking import (
     Chunk,
     chunk_token_ranges,
@@ -50,6 +41,15 @@ from mechscope.anchors.sampler import EngineSampler, Sampler
 from mechscope.anchors.sentence_matrix import sentence_matrix
 from mechscope.anchors.taxonomy import CATEGORIES, Label, Labeler, RuleLabeler
 from mechscope.anchors.trace import FORCED_ANSWER_CUE, Trace
+from mechscope.data.math_answers import (
+    extract_answer,
+    extract_boxed,
+    extract_gsm8k,
+    find_boxed,
+    is_equivalent,
+    normalize_answer,
+    read_forced_answer,
+)
 
 __all__ = [
     "CATEGORIES",

@@ -26,9 +26,9 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from mechscope.anchors.answers import normalize_answer
 from mechscope.anchors.config import KLOptions
 from mechscope.anchors.rollouts import Rollout
+from mechscope.data.math_answers import normalize_answer
 
 NO_ANSWER = "<no answer>"
 

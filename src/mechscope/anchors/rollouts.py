@@ -17,11 +17,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
-from mechscope.anchors.answers import extract_answer, is_equivalent, read_forced_answer
 from mechscope.anchors.chunking import first_chunk_text
 from mechscope.anchors.config import RolloutSettings
 from mechscope.anchors.sampler import Sampler
 from mechscope.anchors.trace import Trace
+from mechscope.data.math_answers import extract_answer, is_equivalent, read_forced_answer
 from mechscope.errors import InputError
 from mechscope.runs.shards import ShardStore
 from mechscope.runs.shared_work import claimed_loop

@@ -20,10 +20,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from mechscope.anchors.answers import extract_gsm8k
 from mechscope.anchors.sampler import Sampler
 from mechscope.anchors.trace import Trace
 from mechscope.data.math import MathProblem
+from mechscope.data.math_answers import extract_gsm8k
 from mechscope.errors import InputError
 
 THINK = "<think>\n"

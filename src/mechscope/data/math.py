@@ -132,7 +132,9 @@ def generate_arithmetic(
 class MathProblem:
     """A word problem with its reference solution and normalised final answer: the one
     problem type of every workflow (attribution's GSM8K samples, the anchors' problems,
-    whose ``solution`` is empty where only the gold answer is known)."""
+    whose ``solution`` is empty where only the gold answer is known). A reply is graded
+    against ``answer`` by :mod:`mechscope.data.math_answers`; a code problem is
+    :class:`mechscope.data.code.CodeProblem`."""
 
     id: str
     problem: str

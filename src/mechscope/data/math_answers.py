@@ -1,8 +1,9 @@
-"""Final answers: extraction (``\\boxed{…}``, GSM8K ``#### N``), normalisation, equivalence.
+"""Grading a math answer: extraction (``\\boxed{…}``, GSM8K ``#### N``), normalisation,
+equivalence with a :class:`~mechscope.data.math.MathProblem`'s gold answer.
 
 Extraction matches braces, so ``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``; empty boxes
 (the prompt's own ``\\boxed{}``) are skipped. Correctness is string equality after
-:func:`normalize_answer`, then a symbolic check (:mod:`mechscope.anchors.latex`) with a
+:func:`normalize_answer`, then a symbolic check (:mod:`mechscope.data.math_latex`) with a
 time limit, so a pathological reply never hangs a run.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from mechscope.anchors.latex import sympy_equal
+from mechscope.data.math_latex import sympy_equal
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _GSM8K = re.compile(r"####\s*([^\n]+)")
