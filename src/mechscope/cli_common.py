@@ -1,14 +1,17 @@
 """What every workflow's command line shares: its typer group, the run directory it opens and
 finishes, and the parsing of list options.
 
-A command checks every input first, then opens its run (:func:`open_run`), computes, and ends
-with :func:`finish` (the run is marked finished, then its report is built, so that the report
-says "finished").
+A command checks every input first, then opens its run (:func:`open_run`, or
+:func:`checked_run` for the sequence load, check, open), computes its part inside
+:func:`computing`, and ends with :func:`finish` (the run is marked finished, then its report
+is built, so that the report says "finished"). Its config comes from its options by
+:func:`mechscope.cli_options.config_from`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -19,6 +22,8 @@ from mechscope.errors import InputError
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from mechscope.executor_options import ExecutorOptions
+    from mechscope.model_options import ModelOptions
     from mechscope.models.loaded import LoadedModel
     from mechscope.runs import RunDir
 
@@ -46,6 +51,30 @@ def open_run(
     from mechscope.runs import RunDir
 
     return RunDir.for_model(out, config, lm.model, model_spec=model_spec, seed=seed)
+
+
+def checked_run(
+    out: Path,
+    config: BaseModel | dict[str, Any],
+    opts: ModelOptions,
+    check: Callable[[LoadedModel], T],
+    *,
+    seed: int = 0,
+) -> tuple[LoadedModel, T, RunDir]:
+    """The model of ``opts`` loaded, the inputs checked against it (``check``, whose result
+    comes back: prepared samples, a plan …), and only then the run ``out`` opened, so that
+    inputs that fail leave no run directory behind."""
+    lm = opts.load()
+    checked = check(lm)
+    return lm, checked, open_run(out, config, lm, opts.model, seed=seed)
+
+
+@contextmanager
+def computing(run: RunDir, part: str, ex: ExecutorOptions | None = None) -> Iterator[None]:
+    """The block computes the run's ``part``: timed under that name in the run, with the
+    executor's workers computing alongside when ``ex`` is given."""
+    with run.timed(part), ex.alongside() if ex is not None else nullcontext():
+        yield
 
 
 def finish(run: RunDir, *, report: bool = True) -> Path | None:

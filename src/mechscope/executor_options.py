@@ -4,8 +4,9 @@
 say which processes compute a command's samples, and on which GPUs
 (:mod:`mechscope.runs.executor`). A command declares
 ``ex: ExecutorOptions`` and is decorated with :func:`executor_options`, which adds the
-options to its signature; it checks them with :meth:`ExecutorOptions.check` before any
-model work and computes inside ``with ex.alongside():``.
+options to its signature and checks them (:meth:`ExecutorOptions.check`) before the command
+runs, so before any model work; the command computes inside ``with ex.alongside():`` (or
+:func:`mechscope.cli_common.computing`).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
 
 def executor_options(fn: F) -> F:
     """Give a typer command the executor options: ``fn`` declares ``ex: ExecutorOptions``
-    and receives them as one value."""
+    and receives them as one value, already checked."""
     signature = inspect.signature(fn)
     if "ex" not in signature.parameters:
         raise TypeError(f"{fn.__name__} must take ex: ExecutorOptions")
@@ -77,6 +78,7 @@ def executor_options(fn: F) -> F:
     @functools.wraps(fn)
     def command(*args: Any, **kwargs: Any) -> Any:
         ex = ExecutorOptions(**{name: kwargs.pop(name) for name in OPTIONS})
+        ex.check()
         return fn(*args, ex=ex, **kwargs)
 
     defaults = ExecutorOptions()

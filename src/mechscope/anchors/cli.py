@@ -7,15 +7,24 @@ on the same ``--out`` reuse its traces when INPUT is left out, and every step re
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 
-from mechscope.cli_common import OUT_HELP, finish, open_run, workflow_app
+from mechscope.cli_common import OUT_HELP, computing, finish, open_run, workflow_app
+from mechscope.cli_options import config_from
 from mechscope.errors import InputError
 from mechscope.executor_options import ExecutorOptions, executor_options
 from mechscope.model_options import ModelOptions, model_options
+
+if TYPE_CHECKING:
+    from mechscope.anchors.trace import Trace
+    from mechscope.models.loaded import LoadedModel
+    from mechscope.runs import RunDir
 
 app = workflow_app()
 console = Console(stderr=True)
@@ -50,6 +59,21 @@ REPORT_OPTION = typer.Option(True, "--report/--no-report", help="Build report.ht
 
 def _open_run(out: Path, model: str, lm):  # -> RunDir
     return open_run(out, {"workflow": "anchors", "model": model}, lm, model)
+
+
+@contextmanager
+def _on_traces(
+    input: Path | None, out: Path, opts: ModelOptions, part: str, report: bool
+) -> Iterator[tuple[RunDir, LoadedModel, list[Trace]]]:
+    """A step on the run's traces: the model loaded, the run opened, its traces read (from
+    INPUT, else the run's), the block computing the run's ``part`` (it yields ``(run, lm,
+    traces)``), then the run finished."""
+    lm = opts.load()
+    run = _open_run(out, opts.model, lm)
+    traces = _traces(run, input, lm, batch_size=8, trace_tokens=512)
+    with computing(run, part):
+        yield run, lm, traces
+    _finish(run, report)
 
 
 def _finish(run, report: bool) -> None:
@@ -92,16 +116,8 @@ def resample(
     from mechscope.anchors.run import resample_run
     from mechscope.anchors.sampler import EngineSampler
 
-    settings = RolloutSettings(
-        n=n,
-        n_forced=n_forced,
-        temperature=temperature,
-        top_p=top_p,
-        max_new_tokens=max_new_tokens,
-        seed=seed,
-    )
+    settings = config_from(RolloutSettings, locals())
     _check_server(server, concurrency, rate_limit)
-    ex.check()
     lm = opts.load()
     if server is not None:
         from mechscope.anchors.server_sampler import ServerSampler
@@ -117,7 +133,7 @@ def resample(
         sampler = EngineSampler(lm, slots=batch_size)
     run = _open_run(out, opts.model, lm)
     traces = _traces(run, input, lm, batch_size, trace_tokens, sampler)
-    with run.timed("anchors_resample"), ex.alongside():
+    with computing(run, "anchors_resample", ex):
         resample_run(run, sampler, traces, settings, max_chunks=max_chunks)
     console.print(f"{len(traces)} traces resampled; run 'mechscope anchors analyze --out {out}'")
     finish(run, report=False)
@@ -188,21 +204,11 @@ def receivers(
     from mechscope.anchors.config import ReceiverOptions
     from mechscope.anchors.run import receivers_run
 
-    options = ReceiverOptions(
-        proximity=proximity,
-        top_k=top_k,
-        exclude_layers=() if include_layer0 else (0,),
-        control_depth=control_depth,
-        seed=seed,
-    )
-    lm = opts.load()
-    run = _open_run(out, opts.model, lm)
-    traces = _traces(run, input, lm, batch_size=8, trace_tokens=512)
-    with run.timed("anchors_receivers"):
+    options = config_from(ReceiverOptions, locals(), exclude_layers=() if include_layer0 else (0,))
+    with _on_traces(input, out, opts, "anchors_receivers", report) as (run, lm, traces):
         result = receivers_run(run, lm, traces, options, ablate=ablate, n_random=n_random)
-    heads = " ".join(f"L{layer}H{head}" for layer, head in result.heads)
-    console.print(f"receiver heads: {heads}")
-    _finish(run, report)
+        heads = " ".join(f"L{layer}H{head}" for layer, head in result.heads)
+        console.print(f"receiver heads: {heads}")
 
 
 @app.command()
@@ -222,17 +228,7 @@ def suppress(
     from mechscope.anchors.config import SuppressionOptions
     from mechscope.anchors.run import suppression_run
 
-    options = SuppressionOptions(
-        epsilon=epsilon,
-        temperature=temperature,
-        alignment=alignment,  # type: ignore[arg-type]
-        first_tokens=first_tokens,
-        rows_per_chunk=rows_per_chunk,
-    )
-    lm = opts.load()
-    run = _open_run(out, opts.model, lm)
-    traces = _traces(run, input, lm, batch_size=8, trace_tokens=512)
-    with run.timed("anchors_suppress"):
+    options = config_from(SuppressionOptions, locals())
+    with _on_traces(input, out, opts, "anchors_suppress", report) as (run, lm, traces):
         results = suppression_run(run, lm, traces, options)
-    console.print(f"{len(results)} suppression matrices")
-    _finish(run, report)
+        console.print(f"{len(results)} suppression matrices")

@@ -58,7 +58,6 @@ def run(
     from mechscope.distill.summarize import summarize_study
     from mechscope.runs.executor import is_worker
 
-    ex.check()
     cfg = _load(config, set_, quick)
     result = run_study(
         cfg,

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from mechscope.cli_common import OUT_HELP, finish, open_run, workflow_app
+from mechscope.cli_common import OUT_HELP, checked_run, computing, finish, workflow_app
+from mechscope.cli_options import config_from
 from mechscope.errors import InputError
 from mechscope.executor_options import ExecutorOptions, executor_options
 from mechscope.model_options import ModelOptions, model_options
+
+if TYPE_CHECKING:
+    from mechscope.heads.config import HeadsConfig
+    from mechscope.heads.gatefn import GateFunction
+    from mechscope.heads.samples import HeadSample
+    from mechscope.models.loaded import LoadedModel
 
 app = workflow_app()
 console = Console(stderr=True)
@@ -24,6 +32,23 @@ def _print_frame(df, title: str) -> None:
     for row in df.itertuples(index=False):
         table.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row])
     Console().print(table)
+
+
+def _prepared(
+    lm: LoadedModel, samples: Path | None, mixed: int, cfg: HeadsConfig
+) -> tuple[list[HeadSample], list[GateFunction]]:
+    """The samples (from the file, or ``mixed`` per task of the mixed set) and their
+    features, every check made before anything is written."""
+    from mechscope.heads.prepare import prepare
+    from mechscope.heads.samples import load_samples, mixed_prompt_set
+
+    if samples is not None:
+        items = load_samples(samples)
+    else:
+        items, notes = mixed_prompt_set(lm.tokenizer, n_per_task=mixed, seed=cfg.seed)
+        for note in notes:
+            console.print(note)
+    return items, prepare(lm, items, cfg)
 
 
 @app.command()
@@ -60,42 +85,29 @@ def run(
     opts: ModelOptions = ModelOptions(),
 ) -> None:
     """Integrated gradients over head gates, diagnostics and pruning checks."""
-    ex.check()
-    from mechscope.heads.config import build_config
-    from mechscope.heads.prepare import prepare
+    from mechscope.heads.config import HeadsConfig, build_config
     from mechscope.heads.run import run_heads
-    from mechscope.heads.samples import load_samples, mixed_prompt_set
 
-    cfg = build_config(
-        objective=objective,
-        paths=path,
-        n_steps=steps,
-        per_layer_steps=per_layer_steps,
-        method=method,
-        baseline=baseline,
-        internal_batch_size=batch,
-        postprocess=postprocess,
-        prune=prune,
-        prune_by=prune_by,
-        prune_one_per_layer=one_per_layer,
-        shapley_top=shapley_top,
-        n_draws=n_draws,
-        seed=seed,
-        refine_rtol=refine,
+    cfg = config_from(
+        HeadsConfig,
+        locals(),
+        renamed={
+            "paths": "path",
+            "n_steps": "steps",
+            "internal_batch_size": "batch",
+            "prune_one_per_layer": "one_per_layer",
+            "refine_rtol": "refine",
+        },
+        build=build_config,
     )
     if (samples is None) == (mixed <= 0):
         raise InputError("either a samples file or --mixed N (not both)", field="samples")
-    lm = opts.load()
-    if samples is not None:
-        items, source = load_samples(samples), str(samples.resolve())  # as typed or not
-    else:
-        items, notes = mixed_prompt_set(lm.tokenizer, n_per_task=mixed, seed=seed)
-        source = f"mixed:{mixed}"
-        for note in notes:
-            console.print(note)
-    fs = prepare(lm, items, cfg)  # every check before anything is written
-    run_dir = open_run(out, cfg.model_dump() | {"samples": source}, lm, opts.model, seed=seed)
-    with run_dir.timed("heads"), ex.alongside():
+    source = str(samples.resolve()) if samples is not None else f"mixed:{mixed}"  # as typed or not
+    config = cfg.model_dump() | {"samples": source}
+    lm, (items, fs), run_dir = checked_run(
+        out, config, opts, lambda lm: _prepared(lm, samples, mixed, cfg), seed=seed
+    )
+    with computing(run_dir, "heads", ex):
         result = run_heads(run_dir, lm, items, cfg, fs=fs)
     from mechscope.heads.report import (
         completeness_summary,

@@ -7,7 +7,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from mechscope.cli_common import OUT_HELP, finish, open_run, parse_list, workflow_app
+from mechscope.cli_common import OUT_HELP, checked_run, computing, finish, parse_list, workflow_app
+from mechscope.cli_options import RESAMPLES_OPTION, config_from
 from mechscope.errors import InputError
 from mechscope.executor_options import ExecutorOptions, executor_options
 from mechscope.model_options import ModelOptions, model_options
@@ -38,7 +39,7 @@ def diff(
     first_k: int = typer.Option(64, "--first-k", help="Semantic tokens for first-K alignment."),
     anchor: str = typer.Option("return", "--anchor", help="return, control or re:<regex>."),
     chunk: int | None = typer.Option(None, "--chunk", help="Tokens per unembedding call."),
-    resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples."),
+    resamples: int = RESAMPLES_OPTION,
     seed: int = typer.Option(0, "--seed"),
     ex: ExecutorOptions = ExecutorOptions(),
     opts: ModelOptions = ModelOptions(),
@@ -48,25 +49,16 @@ def diff(
     from mechscope.lens.run import prepare_all, run_diff
     from mechscope.lens.samples import load_samples
 
-    ex.check()
-
     samples = load_samples(input)
-    config = DiffConfig(
+    config = config_from(
+        DiffConfig,
+        locals(),
+        renamed={"chunk_tokens": "chunk", "n_bins": "bins", "n_resamples": "resamples"},
         contrast=parse_contrast(contrast, list(samples[0].conditions)),
-        position_matched=position_matched,
-        attention=attention,
-        chunk_tokens=chunk,
-        n_bins=bins,
-        first_k=first_k,
-        anchor=anchor,
         group_diff=parse_list(group_diff, "--group-diff", what="two names as A-B", sep="-", size=2),
-        n_resamples=resamples,
-        seed=seed,
     )
-    lm = opts.load()
-    prepared = prepare_all(lm, samples, config)  # every check before anything is written
-    run = open_run(out, config, lm, opts.model)
-    with run.timed("lens_diff"), ex.alongside():
+    lm, prepared, run = checked_run(out, config, opts, lambda lm: prepare_all(lm, samples, config))
+    with computing(run, "lens_diff", ex):
         result = run_diff(run, lm, samples, config, prepared=prepared)
     console.print(f"{len(result.samples)} samples analysed; tables in {run.tables_dir}")
     console.print(f"report: {finish(run)}")
@@ -86,7 +78,7 @@ def candidates(
     policy: str = typer.Option("first", "--policy", help="Multi-token words: first or sum."),
     readout: int = typer.Option(-1, "--readout", help="Prompt token to read (-1: last)."),
     all_samples: bool = typer.Option(False, "--all", help="Also samples whose labels agree."),
-    resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples."),
+    resamples: int = RESAMPLES_OPTION,
     seed: int = typer.Option(0, "--seed"),
     opts: ModelOptions = ModelOptions(),
 ) -> None:
@@ -98,19 +90,9 @@ def candidates(
     if policy not in ("first", "sum"):
         raise InputError(f"expected 'first' or 'sum', got {policy!r}", field="--policy")
     samples = load_samples(input)
-    config = CandidatesConfig(
-        label_a=label_a,
-        label_b=label_b,
-        policy=policy,
-        readout=readout,
-        all_samples=all_samples,
-        n_resamples=resamples,
-        seed=seed,
-    )
-    lm = opts.load()
-    select_and_prepare(lm, samples, config)  # every check before anything is written
-    run = open_run(out, config, lm, opts.model)
-    with run.timed("lens_candidates"):
+    config = config_from(CandidatesConfig, locals(), renamed={"n_resamples": "resamples"})
+    lm, _, run = checked_run(out, config, opts, lambda lm: select_and_prepare(lm, samples, config))
+    with computing(run, "lens_candidates"):
         result = run_candidates(run, lm, samples, config)
     console.print(f"{len(result.samples)} samples read out; tables in {run.tables_dir}")
     console.print(f"report: {finish(run)}")

@@ -8,7 +8,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from mechscope.cli_common import OUT_HELP, finish, open_run, parse_list, workflow_app
+from mechscope.cli_common import OUT_HELP, checked_run, finish, parse_list, workflow_app
 from mechscope.errors import InputError
 from mechscope.executor_options import ExecutorOptions, executor_options
 from mechscope.model_options import ModelOptions, model_options
@@ -84,8 +84,6 @@ def run(
     from mechscope.patching.run import run_patching
     from mechscope.patching.samples import load_pairs_jsonl, task_pairs
 
-    ex.check()
-
     if (pairs is None) == (task is None):
         raise InputError("expected exactly one of --pairs FILE or --task NAME", field="pairs")
     spec = _spec(
@@ -101,12 +99,6 @@ def run(
         span_policy=span_policy,
         attribution=attribution,
     )
-    lm = opts.load()
-    data = (
-        load_pairs_jsonl(pairs)
-        if pairs is not None
-        else task_pairs(task, n, lm.tokenizer, seed=seed)
-    )
     config = {
         "spec": spec.model_dump(mode="json"),
         "pairs": str(pairs.resolve()) if pairs else None,  # relative or absolute: one path
@@ -115,7 +107,17 @@ def run(
         "seed": seed,
         **opts.config(),
     }
-    rd = open_run(out, config, lm, opts.model, seed=seed)
+    lm, data, rd = checked_run(
+        out,
+        config,
+        opts,
+        lambda lm: (
+            load_pairs_jsonl(pairs)
+            if pairs is not None
+            else task_pairs(task, n, lm.tokenizer, seed=seed)
+        ),
+        seed=seed,
+    )
     with ex.alongside():
         result = run_patching(rd, lm, data, spec)
     report = finish(rd)

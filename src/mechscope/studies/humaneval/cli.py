@@ -7,7 +7,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from mechscope.cli_common import OUT_HELP, finish, open_run, parse_list, workflow_app
+from mechscope.cli_common import OUT_HELP, checked_run, computing, finish, parse_list, workflow_app
+from mechscope.cli_options import RESAMPLES_OPTION, config_from
 from mechscope.errors import InputError
 from mechscope.model_options import ModelOptions, model_options
 
@@ -38,7 +39,7 @@ def humaneval(
     timeout: float = typer.Option(5.0, "--timeout", help="Seconds per test program."),
     memory_mb: int = typer.Option(1024, "--memory-mb", help="Memory per test program."),
     jobs: int = typer.Option(2, "--jobs", help="Test programs run at once."),
-    resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples."),
+    resamples: int = RESAMPLES_OPTION,
     bins: int = typer.Option(50, "--bins", help="Progress bins of the heatmaps."),
     opts: ModelOptions = ModelOptions(),
 ) -> None:
@@ -49,27 +50,20 @@ def humaneval(
 
     if jobs < 1:
         raise InputError(f"expected at least one job, got {jobs}", field="--jobs")
-    config = StudyConfig.build(
+    config = config_from(
+        StudyConfig,
+        locals(),
+        renamed={"n_resamples": "resamples", "n_bins": "bins"},
+        build=StudyConfig.build,
         problems=str(problems) if problems is not None else None,
         variants=parse_list(
             variants, "--variants", what="comma-separated variant names", required=True
         ),
-        tool_role=tool_role,
-        gen_prefix=gen_prefix,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        seed=seed,
-        tasks_per_batch=tasks_per_batch,
-        timeout=timeout,
-        memory_mb=memory_mb,
-        n_resamples=resamples,
-        n_bins=bins,
     )
-    lm = opts.load()
-    plan = plan_study(lm, config, limit=limit)  # every check before anything is written
-    run = open_run(out, config, lm, opts.model, seed=seed)
-    with run.timed("lens_study"):
+    lm, plan, run = checked_run(
+        out, config, opts, lambda lm: plan_study(lm, config, limit=limit), seed=seed
+    )
+    with computing(run, "lens_study"):
         result = run_study(run, lm, config, plan=plan, jobs=jobs)
     rates = result.tables["pass_rates"].set_index("arm")["rate"]
     shown = ", ".join(f"{arm} {rate:.1%}" for arm, rate in rates.items())
