@@ -30,6 +30,7 @@ arrays are named in :mod:`mechscope.anchors.tables`:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -64,14 +65,18 @@ from mechscope.anchors.tables import (
 )
 from mechscope.anchors.taxonomy import Labeler, RuleLabeler
 from mechscope.anchors.trace import Trace
-from mechscope.anchors.trace_shards import cached, checked_tokens, receiver_key, suppression_key
+from mechscope.anchors.trace_shards import (
+    checked_tokens,
+    receiver_key,
+    suppression_key,
+    trace_payloads,
+)
 from mechscope.data.math import MathProblem
 from mechscope.engine import Engine
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 from mechscope.progress import track
 from mechscope.runs import RunDir, ShardStore, write_arrays, write_table
-from mechscope.runs.content_key import content_key
 
 
 def base_traces(
@@ -172,17 +177,17 @@ def receivers_run(
     """Per-trace vertical scores (resumable), receiver heads, scores and head ablation."""
     opts = options or ReceiverOptions()
     eng = Engine.of(lm)
-    store = ShardStore(run, RECEIVERS_PART)
-    key = receiver_key(opts)
     tokens_of = checked_tokens(lm, traces)
-    per_trace = []
-    for trace in traces:
-        payload = cached(store, trace, key)
-        if payload is None:
-            rec = trace_receivers(eng, tokens_of[trace.id], opts)
-            payload = {"options": key, "vertical": rec.vertical, "kurtosis": rec.kurtosis}
-            store.write(trace.id, payload, content_key(trace))
-        per_trace.append(TraceReceivers(trace.id, payload["vertical"], payload["kurtosis"]))
+
+    def compute(trace: Trace) -> dict[str, Any]:
+        rec = trace_receivers(eng, tokens_of[trace.id], opts)
+        return {"vertical": rec.vertical, "kurtosis": rec.kurtosis}
+
+    payloads = trace_payloads(ShardStore(run, RECEIVERS_PART), traces, receiver_key(opts), compute)
+    per_trace = [
+        TraceReceivers(t.id, p["vertical"], p["kurtosis"])
+        for t, p in zip(traces, payloads, strict=True)
+    ]
     result = analyze_receivers(per_trace, opts)
     write_table(run, HEADS_TABLE, result.heads_frame())
     write_table(run, SCORES_TABLE, result.scores_frame())
@@ -210,25 +215,18 @@ def suppression_run(
     """The suppression matrix of every trace (one shard per trace) and the long table."""
     opts = options or SuppressionOptions()
     eng = Engine.of(lm)
-    store = ShardStore(run, SUPPRESSION_PART)
-    key = suppression_key(opts)
     tokens_of = checked_tokens(lm, traces)
-    results = []
-    for trace in traces:
-        payload = cached(store, trace, key)
-        if payload is None:
-            res = suppression_matrix(eng, tokens_of[trace.id], opts)
-            payload = {
-                "options": key,
-                "matrix": res.matrix,
-                "normalized": res.normalized,
-                "token_kl": res.token_kl,
-            }
-            store.write(trace.id, payload, content_key(trace))
-        results.append(
-            SuppressionResult(
-                trace.id, payload["matrix"], payload["normalized"], payload["token_kl"], opts
-            )
-        )
+
+    def compute(trace: Trace) -> dict[str, Any]:
+        res = suppression_matrix(eng, tokens_of[trace.id], opts)
+        return {"matrix": res.matrix, "normalized": res.normalized, "token_kl": res.token_kl}
+
+    payloads = trace_payloads(
+        ShardStore(run, SUPPRESSION_PART), traces, suppression_key(opts), compute
+    )
+    results = [
+        SuppressionResult(t.id, p["matrix"], p["normalized"], p["token_kl"], opts)
+        for t, p in zip(traces, payloads, strict=True)
+    ]
     write_table(run, SUPPRESSION_TABLE, pd.concat([r.to_frame() for r in results]))
     return results

@@ -8,7 +8,7 @@ new options). Every trace is tokenised and checked against the model's context f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -42,6 +42,24 @@ def cached(store: ShardStore, trace: Trace, options: dict[str, Any]) -> dict | N
             field=store.part,
         )
     return payload
+
+
+def trace_payloads(
+    store: ShardStore,
+    traces: Sequence[Trace],
+    options: dict[str, Any],
+    compute: Callable[[Trace], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """Every trace's payload, in order: its finished shard (:func:`cached`), or else
+    ``compute(trace)`` written as its shard with ``options`` and the trace's content key."""
+    payloads = []
+    for trace in traces:
+        payload = cached(store, trace, options)
+        if payload is None:
+            payload = {"options": options, **compute(trace)}
+            store.write(trace.id, payload, content_key(trace))
+        payloads.append(payload)
+    return payloads
 
 
 def receiver_key(opts: ReceiverOptions) -> dict[str, Any]:
