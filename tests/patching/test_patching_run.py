@@ -18,7 +18,8 @@ from mechscope.patching.figures import (
     layer_curves,
     position_heatmap,
 )
-from mechscope.patching.report import load_result, patching_section
+from mechscope.patching.report import patching_section
+from mechscope.patching.result import PatchingResult
 from mechscope.patching.samples import load_pairs_jsonl
 from mechscope.report import FigureBlock
 from mechscope.runs import RunDir, read_table
@@ -52,7 +53,8 @@ def test_run_dir_tables_and_resume(lm, pairs, tmp_path):
         RunDir.create(tmp_path, "r", {"spec": spec.model_dump(mode="json")}), lm, pairs, spec
     )
     pd.testing.assert_frame_equal(again.to_frame(), table)
-    loaded = load_result(run, "patching")
+    loaded = PatchingResult.from_run(run, "patching")
+    pd.testing.assert_frame_equal(loaded.to_frame(), first.to_frame())  # the run reopened
     assert {p.pair_id for p in loaded.pairs} == {p.id for p in pairs}
     by_key = {(p.pair_id, p.direction): p for p in loaded.pairs}
     for p in first.pairs:

@@ -209,7 +209,9 @@ def test_heads_result(tiny, tmp_path):
 
 def test_distill_result(tiny, tmp_path):
     from mechscope.distill.config import parse_study_config
+    from mechscope.distill.result import DistillResult
     from mechscope.distill.run import run_study
+    from mechscope.distill.summarize import summarize_study
 
     tiny_raw = _helpers("distill", "conftest").tiny_raw
     raw = tiny_raw(methods=["untrained", "standard_kd"], students=[tiny_raw()["students"][0]])
@@ -218,6 +220,10 @@ def test_distill_result(tiny, tmp_path):
     assert list(frame["method"]) == ["untrained", "standard_kd"]  # one row per trial
     assert result.path is not None and (result.path / "trials").is_dir()
     _round_trip(tmp_path / "out", result)
+    summarize_study(result.path)  # the study reopened: its summary's trials table
+    back = DistillResult.from_run(result.path).to_frame()  # in folder order, not grid order
+    by_trial = lambda df: df.sort_values("trial", ignore_index=True)  # noqa: E731
+    pd.testing.assert_frame_equal(by_trial(back), by_trial(frame))
 
 
 @pytest.fixture(scope="module")
@@ -231,6 +237,7 @@ def trace_tokens(tiny):
 
 def test_resampling_result(tmp_path):
     from mechscope.anchors.config import RolloutSettings
+    from mechscope.anchors.result import ResamplingResult
     from mechscope.anchors.run import analyze_run, resample_run
     from mechscope.anchors.trace import Trace
     from mechscope.runs import RunDir
@@ -252,6 +259,7 @@ def test_resampling_result(tmp_path):
     assert set(result.matrices) == {"t0", "t1"} and len(result.chunks) == 6
     assert result.chunks["resampling_importance_kl"].notna().any()
     _round_trip(tmp_path / "out", result)
+    _equal(result, ResamplingResult.from_run(run))  # the run reopened
 
 
 def test_receiver_result(tiny, trace_tokens, tmp_path):

@@ -11,7 +11,6 @@ from mechscope.anchors.tables import (
     ABLATION_TABLE,
     CHUNKS_TABLE,
     HEADS_TABLE,
-    RESAMPLING_MATRIX,
     SCORES_TABLE,
     SENTENCES_TABLE,
     SETTINGS_TABLE,
@@ -20,22 +19,10 @@ from mechscope.anchors.tables import (
     TRACES_TABLE,
 )
 from mechscope.report import FigureBlock, KeyValueBlock, TableBlock, TextBlock, register_section
-from mechscope.runs import RunDir, has_arrays, has_table, read_arrays, read_table
+from mechscope.runs import RunDir, has_table, read_table
 
 MAX_TRACE_FIGURES = 3
 MIN_SCORED_SENTENCES = 8
-
-
-def resampling_result(run: RunDir) -> ResamplingResult | None:
-    """The black-box analysis of ``run`` read back from its table and arrays (None before
-    ``anchors analyze``); without an embedder it has no matrices."""
-    if not has_table(run, CHUNKS_TABLE):
-        return None
-    return ResamplingResult(read_table(run, CHUNKS_TABLE), _resampling_matrices(run))
-
-
-def _resampling_matrices(run: RunDir) -> dict[str, np.ndarray]:
-    return read_arrays(run, RESAMPLING_MATRIX) if has_arrays(run, RESAMPLING_MATRIX) else {}
 
 
 def _blackbox(result: ResamplingResult) -> list:
@@ -143,7 +130,7 @@ def _graph_matrix(
 def _graphs(run: RunDir, sentences: pd.DataFrame, result: ResamplingResult | None) -> list:
     blocks = []
     empty = pd.DataFrame(columns=["trace", "chunk_index"])
-    matrices = _resampling_matrices(run) if result is None else result.matrices
+    matrices = {} if result is None else result.matrices  # written with the chunk table
     for k, (trace, part) in enumerate(sentences.groupby("trace", sort=False)):
         if k >= MAX_TRACE_FIGURES:
             break
@@ -175,7 +162,7 @@ def anchors_section(run: RunDir) -> list | None:
             KeyValueBlock(dict(zip(settings["key"], settings["value"], strict=True)), "Settings")
         )
     sentences = read_table(run, SENTENCES_TABLE) if has_table(run, SENTENCES_TABLE) else None
-    resampling = resampling_result(run)
+    resampling = ResamplingResult.from_run(run) if has_table(run, CHUNKS_TABLE) else None
     if resampling is not None:
         blocks += _blackbox(resampling)
     if has_table(run, HEADS_TABLE):

@@ -11,12 +11,15 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from mechscope.anchors.config import ReceiverOptions, SuppressionOptions
+from mechscope.anchors.tables import CHUNKS_TABLE, RESAMPLING_MATRIX
+from mechscope.runs import RunDir, has_arrays, read_arrays, read_table
 from mechscope.runs.result import frame_from_payload, frame_to_payload, get_arrays, put_arrays
 from mechscope.stats import SplitHalf
 
@@ -37,6 +40,14 @@ class ResamplingResult:
         payload: dict[str, Any] = {"chunks": frame_to_payload(self.chunks)}
         put_arrays(payload, "matrices", self.matrices)
         return payload
+
+    @classmethod
+    def from_run(cls, run: RunDir | Path | str) -> ResamplingResult:
+        """The analysis of a run reopened without a model: its ``anchors_chunks`` table and
+        resampling matrices (none when it was analysed without an embedder). An
+        :class:`~mechscope.errors.InputError` before ``anchors analyze`` has run."""
+        matrices = read_arrays(run, RESAMPLING_MATRIX) if has_arrays(run, RESAMPLING_MATRIX) else {}
+        return cls(read_table(run, CHUNKS_TABLE), matrices)
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> ResamplingResult:

@@ -61,7 +61,7 @@ def distill_section(run: RunDir) -> list:
         blocks.append(TextBlock(CONTRASTS))
         blocks.append(TextBlock(format_contrasts(read_table(run, "distill_contrasts"))))
     if has_table(run, "distill_trials"):
-        result = DistillResult(read_table(run, "distill_trials"))
+        result = DistillResult.from_run(run)
         for stem, fig in summary_figures(result).items():
             blocks.append(FigureBlock(fig, name=f"distill-{stem}"))
     for name, caption in TABLE_CAPTIONS.items():

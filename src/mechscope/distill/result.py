@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from mechscope.runs import RunDir, read_table
 from mechscope.runs.result import frame_from_payload, frame_to_payload
 
 
@@ -34,6 +35,14 @@ class DistillResult:
             "trials": frame_to_payload(self.trials),
             "path": None if self.path is None else str(self.path),
         }
+
+    @classmethod
+    def from_run(cls, run: RunDir | Path | str) -> DistillResult:
+        """A summarised study reopened without a model: the ``distill_trials`` table its
+        summary wrote (``distill summarize``, or the end of ``distill run``), whose rows are
+        in the order of the trials' folder names rather than the grid's."""
+        path = run.path if isinstance(run, RunDir) else Path(run)
+        return cls(read_table(run, "distill_trials"), path)
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> DistillResult:

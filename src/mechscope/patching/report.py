@@ -10,7 +10,7 @@ from mechscope.patching.figures import (
     layer_curves,
     position_heatmap,
 )
-from mechscope.patching.result import PatchingResult, from_shard_payload
+from mechscope.patching.result import PatchingResult
 from mechscope.report import (
     Block,
     FigureBlock,
@@ -19,7 +19,7 @@ from mechscope.report import (
     TextBlock,
     register_section,
 )
-from mechscope.runs import RunDir, ShardStore, read_table
+from mechscope.runs import RunDir, read_table
 
 SPEC_SUFFIX = "_spec.parquet"
 
@@ -31,17 +31,9 @@ def saved_parts(run: RunDir) -> list[str]:
     )
 
 
-def load_result(run: RunDir, part: str) -> PatchingResult:
-    """A saved sweep, rebuilt from its shards."""
-    spec = read_table(run, f"{part}_spec").iloc[0]
-    payloads = ShardStore(run, part).read_all()
-    pairs = [r for payload in payloads.values() for r in from_shard_payload(payload)]
-    return PatchingResult(pairs, str(spec["site"]), str(spec["granularity"]))
-
-
 def sweep_blocks(run: RunDir, part: str) -> list[Block]:
     spec = read_table(run, f"{part}_spec").iloc[0].to_dict()
-    result = load_result(run, part)
+    result = PatchingResult.from_run(run, part)
     blocks: list[Block] = [
         TextBlock(f"#### {result.site} · {result.granularity} ({part})"),
         KeyValueBlock(

@@ -9,6 +9,7 @@ gives the long table written to Parquet, and :meth:`PairResult.to_payload` /
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ import pandas as pd
 
 from mechscope.errors import InputError
 from mechscope.patching.config import METRICS
+from mechscope.runs import RunDir, ShardStore, read_table
 from mechscope.runs.result import get_payloads, put_payloads
 
 
@@ -168,6 +170,17 @@ class PatchingResult:
         payload: dict[str, Any] = {"site": self.site, "granularity": self.granularity}
         put_payloads(payload, "pairs", items)
         return payload
+
+    @classmethod
+    def from_run(cls, run: RunDir | Path | str, part: str = "patching") -> PatchingResult:
+        """The sweep ``part`` of a finished run rebuilt from its shards, without a model: the
+        pairs of its table, in its order (shards of pairs no longer in the input are left
+        out, as the table leaves them out)."""
+        spec = read_table(run, f"{part}_spec").iloc[0]
+        store = ShardStore(run, part)
+        ids = dict.fromkeys(read_table(run, part)["pair"].astype(str))
+        pairs = [r for pid in ids for r in from_shard_payload(store.read(pid))]
+        return cls(pairs, str(spec["site"]), str(spec["granularity"]))
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> PatchingResult:
