@@ -22,7 +22,7 @@ from mechscope.patching.report import patching_section
 from mechscope.patching.result import PatchingResult
 from mechscope.patching.samples import load_pairs_jsonl
 from mechscope.report import FigureBlock
-from mechscope.runs import RunDir, read_table
+from mechscope.runs import RunDir, ShardStore, read_table
 from mechscope.stats import curve_ci
 
 
@@ -61,6 +61,17 @@ def test_run_dir_tables_and_resume(lm, pairs, tmp_path):
         assert by_key[(p.pair_id, p.direction)].roles == p.roles == ["S2"]
     blocks = patching_section(run)
     assert sum(isinstance(b, FigureBlock) for b in blocks) >= 4
+
+
+def test_a_reopened_run_holds_only_the_pairs_of_its_table(lm, pairs, tmp_path):
+    spec = PatchSpec(site="resid_pre", directions=("denoising",), spans=("S2",))
+    run = RunDir.create(tmp_path, "r", {"spec": spec.model_dump(mode="json")})
+    run_patching(run, lm, pairs, spec)
+    fewer = run_patching(run, lm, pairs[:2], spec)
+    assert "p2" in ShardStore(run, "patching").read_all()  # its shard stays on disk
+    reopened = PatchingResult.from_run(run, "patching")
+    assert [p.pair_id for p in reopened.pairs] == ["p0", "p1"]
+    pd.testing.assert_frame_equal(reopened.to_frame(), fewer.to_frame())
 
 
 def test_figures_are_functions_of_the_result(lm, pairs):
