@@ -1,4 +1,10 @@
-"""Figures of saved attribution results (never of a model): heatmaps, similarity, pruning."""
+"""Figures of a :class:`HeadsResult` (never of a model): heatmaps, similarity, agreement,
+pruning curves.
+
+:func:`attribution_figures` and :func:`pruning_figures` take the result and return named
+figures (the report's figure blocks); the functions below them draw one figure from arrays
+or frames.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,9 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from mechscope.heads.baselines import normalize_layers
+from mechscope.heads.diagnostics import similarity_matrix
+from mechscope.heads.result import HeadsResult
 from mechscope.report import Figure, Series, curves, heatmap, scatter
 
 KIND_NAMES = {
@@ -97,3 +106,59 @@ def agreement_figure(a: np.ndarray, b: np.ndarray, name_a: str, name_b: str) -> 
             "(y). Points along a line mean the two methods agree up to scale."
         ),
     )
+
+
+def attribution_figures(result: HeadsResult) -> list[tuple[str, Figure]]:
+    """``(name, figure)`` pairs: an importance heatmap per method (and, for IG, one scaled
+    per layer), the per-sample similarity of every IG path, and the agreement of the first
+    two paths."""
+    out: list[tuple[str, Figure]] = []
+    labels = [f"{i}:{t}" for i, t in enumerate(result.tasks)]  # short labels; ids in tables
+    for kind, importance in result.importance.items():
+        what = "gradient importance" if kind == "gradient" else "mean IG (helps +)"
+        out.append(
+            (
+                f"attribution-heatmap-{kind}",
+                head_heatmap(importance, f"Head importance: {kind}", what),
+            )
+        )
+        if kind != "gradient":  # a few layers dominate raw IG; scaling each row shows the rest
+            out.append(
+                (
+                    f"attribution-heatmap-{kind}-by-layer",
+                    head_heatmap(
+                        normalize_layers(importance),
+                        f"Head importance within each layer: {kind}",
+                        "mean IG / layer ℓ2 norm",
+                    ),
+                )
+            )
+    paths = [k for k in result.importance if k in result.attributions]
+    if len(result.sample_ids) >= 2:
+        for kind in paths:
+            m = similarity_matrix(result.attributions[kind])
+            title = f"Per-sample similarity of {kind} attributions"
+            out.append((f"attribution-similarity-{kind}", similarity_figure(m, labels, title)))
+    if len(paths) >= 2:
+        a, b = paths[0], paths[1]
+        fig = agreement_figure(result.importance[a], result.importance[b], a, b)
+        out.append((f"attribution-agreement-{a}-{b}", fig))
+    return out
+
+
+def pruning_figures(result: HeadsResult) -> list[tuple[str, Figure]]:
+    """``(name, figure)`` pairs: objective and accuracy against the fraction of heads
+    removed (none when the run did not prune)."""
+    bands = result.pruning_bands
+    if bands is None:
+        return []
+    return [
+        (
+            "attribution-pruning-objective",
+            pruning_figure(bands, "objective", "Pruning: objective", "objective"),
+        ),
+        (
+            "attribution-pruning-accuracy",
+            pruning_figure(bands, "accuracy", "Pruning: task accuracy", "accuracy"),
+        ),
+    ]

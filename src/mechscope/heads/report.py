@@ -1,18 +1,13 @@
-"""Report section of head attribution (reads saved tables and arrays; never loads a model)."""
+"""Report section of head attribution: built from :meth:`HeadsResult.from_run` and the run's
+description tables (``heads_meta``, ``heads_notes``); never loads a model."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from mechscope.heads.baselines import normalize_layers
-from mechscope.heads.diagnostics import similarity_matrix
-from mechscope.heads.figures import (
-    agreement_figure,
-    head_heatmap,
-    pruning_figure,
-    similarity_figure,
-)
+from mechscope.heads.figures import attribution_figures, pruning_figures
+from mechscope.heads.result import HeadsResult
 from mechscope.report import (
     FigureBlock,
     KeyValueBlock,
@@ -20,7 +15,7 @@ from mechscope.report import (
     TextBlock,
     register_section,
 )
-from mechscope.runs import RunDir, has_arrays, has_table, read_arrays, read_table
+from mechscope.runs import RunDir, has_arrays, has_table, read_table
 
 INTRO = (
     "**Head attribution by integrated gradients over head gates.** Every head's output `z` "
@@ -70,60 +65,8 @@ def diagnostics_table(df: pd.DataFrame) -> pd.DataFrame:
     return wide.reset_index()
 
 
-def _figures(arrays: dict[str, np.ndarray]) -> list:
-    blocks: list = []
-    ids = [str(s) for s in arrays["sample_ids"]]
-    tasks = [str(t) for t in arrays.get("tasks", ids)]
-    labels = [f"{i}:{t}" for i, t in enumerate(tasks)]  # short axis labels; ids in the tables
-    kinds = [k.removeprefix("importance_") for k in arrays if k.startswith("importance_")]
-    for kind in kinds:
-        blocks.append(
-            FigureBlock(
-                head_heatmap(
-                    arrays[f"importance_{kind}"],
-                    f"Head importance: {kind}",
-                    "gradient importance" if kind == "gradient" else "mean IG (helps +)",
-                ),
-                name=f"attribution-heatmap-{kind}",
-            )
-        )
-        if kind != "gradient":  # a few layers dominate raw IG; scaling each row shows the rest
-            blocks.append(
-                FigureBlock(
-                    head_heatmap(
-                        normalize_layers(arrays[f"importance_{kind}"]),
-                        f"Head importance within each layer: {kind}",
-                        "mean IG / layer ℓ2 norm",
-                    ),
-                    name=f"attribution-heatmap-{kind}-by-layer",
-                )
-            )
-    paths = [k for k in kinds if k in arrays and k != "gradient"]
-    for kind in paths:
-        if len(ids) >= 2:
-            m = similarity_matrix(arrays[kind])
-            blocks.append(
-                FigureBlock(
-                    similarity_figure(m, labels, f"Per-sample similarity of {kind} attributions"),
-                    name=f"attribution-similarity-{kind}",
-                )
-            )
-    if len(paths) >= 2:
-        a, b = paths[0], paths[1]
-        blocks.append(
-            FigureBlock(
-                agreement_figure(arrays[f"importance_{a}"], arrays[f"importance_{b}"], a, b),
-                name=f"attribution-agreement-{a}-{b}",
-            )
-        )
-    return blocks
-
-
-def _pruning(run: RunDir) -> list:
-    if not has_table(run, "heads_pruning_bands"):
-        return []
-    bands = read_table(run, "heads_pruning_bands")
-    auc = read_table(run, "heads_pruning_auc")
+def pruning_table(auc: pd.DataFrame) -> pd.DataFrame:
+    """Average level of each ranked pruning curve next to the mean and SD of random orders."""
     rnd = auc[auc["kind"] == "random"]
     rows = []
     for _, r in auc[auc["kind"] != "random"].iterrows():
@@ -137,29 +80,30 @@ def _pruning(run: RunDir) -> list:
                 "random_auc_accuracy": rnd["auc_accuracy"].mean() if len(rnd) else np.nan,
             }
         )
-    return [
-        FigureBlock(
-            pruning_figure(bands, "objective", "Pruning: objective", "objective"),
-            name="attribution-pruning-objective",
-        ),
-        FigureBlock(
-            pruning_figure(bands, "accuracy", "Pruning: task accuracy", "accuracy"),
-            name="attribution-pruning-accuracy",
-        ),
+    return pd.DataFrame(rows)
+
+
+def _pruning(result: HeadsResult) -> list:
+    if result.pruning_bands is None or result.pruning_auc is None:
+        return []
+    blocks: list = [FigureBlock(fig, name=name) for name, fig in pruning_figures(result)]
+    blocks.append(
         TableBlock(
-            pd.DataFrame(rows),
+            pruning_table(result.pruning_auc),
             caption=(
                 "Average level of each pruning curve (area over the removed fraction divided by "
                 "its width), against the mean and SD over random orders."
             ),
-        ),
-    ]
+        )
+    )
+    return blocks
 
 
 @register_section("heads", "Head attribution: integrated gradients over head gates")
 def attribution_section(run: RunDir) -> list | None:
     if not has_arrays(run, "heads_attributions"):
         return None
+    result = HeadsResult.from_run(run)
     blocks: list = [TextBlock(INTRO)]
     if has_table(run, "heads_meta"):
         t = read_table(run, "heads_meta")
@@ -168,33 +112,31 @@ def attribution_section(run: RunDir) -> list | None:
     if has_table(run, "heads_notes"):
         notes = read_table(run, "heads_notes")["note"].tolist()
         blocks.append(TextBlock("\n".join(f"- {n}" for n in notes)))
-    if has_table(run, "heads_completeness"):
-        summary = completeness_summary(read_table(run, "heads_completeness"))
-        blocks += [TextBlock(w) for w in completeness_warnings(summary)]
-        blocks.append(
-            TableBlock(
-                summary,
-                caption="Completeness per path family: |Σ attributions − (f(end) − f(start))| "
-                "relative to |f(end) − f(start)| (per-layer: each layer against its own "
-                "endpoints, where small gaps make relative errors large).",
-            )
+    summary = completeness_summary(result.completeness)
+    blocks += [TextBlock(w) for w in completeness_warnings(summary)]
+    blocks.append(
+        TableBlock(
+            summary,
+            caption="Completeness per path family: |Σ attributions − (f(end) − f(start))| "
+            "relative to |f(end) − f(start)| (per-layer: each layer against its own "
+            "endpoints, where small gaps make relative errors large).",
         )
-    if has_table(run, "heads_diagnostics"):
-        blocks.append(
-            TableBlock(
-                diagnostics_table(read_table(run, "heads_diagnostics")),
-                caption="Data-specificity diagnostics (the note's analysis): one sample vs all, "
-                "pairwise correlation of per-sample vectors, per-head variance across "
-                "samples, agreement between methods.",
-                max_rows=80,
-            )
+    )
+    blocks.append(
+        TableBlock(
+            diagnostics_table(result.diagnostics),
+            caption="Data-specificity diagnostics (the note's analysis): one sample vs all, "
+            "pairwise correlation of per-sample vectors, per-head variance across "
+            "samples, agreement between methods.",
+            max_rows=80,
         )
-    blocks += _figures(read_arrays(run, "heads_attributions"))
-    blocks += _pruning(run)
-    if has_table(run, "heads_shapley"):
+    )
+    blocks += [FigureBlock(fig, name=name) for name, fig in attribution_figures(result)]
+    blocks += _pruning(result)
+    if result.shapley is not None:
         blocks.append(
             TableBlock(
-                read_table(run, "heads_shapley"),
+                result.shapley,
                 caption="Sampled Shapley values of the top heads (antithetic permutation "
                 "sampling; se = standard error) next to their IG attributions.",
             )

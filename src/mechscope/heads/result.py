@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mechscope.runs import RunDir, has_table, read_arrays, read_table
 from mechscope.runs.result import (
     frame_from_payload,
     frame_to_payload,
@@ -16,6 +17,11 @@ from mechscope.runs.result import (
     optional_frame_back,
     put_arrays,
 )
+
+#: In ``arrays/heads_attributions.npz``: the prefix of the importance maps and the keys that
+#: are not a path's per-sample attributions.
+_IMPORTANCE = "importance_"
+_NOT_PATHS = frozenset({"sample_ids", "tasks", "gradient"})
 
 
 @dataclass
@@ -32,7 +38,49 @@ class HeadsResult:
     importance: dict[str, np.ndarray] = field(default_factory=dict)  # [layers, heads]
     pruning: pd.DataFrame | None = None
     pruning_auc: pd.DataFrame | None = None
+    pruning_bands: pd.DataFrame | None = None  # mean and bootstrap band per order and fraction
     shapley: pd.DataFrame | None = None
+
+    @classmethod
+    def from_run(cls, run: RunDir) -> HeadsResult:
+        """The result rebuilt from a finished run directory (its arrays and tables), without a
+        model: the report and any later analysis read one object, not loose files.
+
+        ``heads_attributions`` holds the per-sample IG of every path (in path order), the
+        ``importance_<kind>`` maps, the gate ``gradient`` and the sample ids and tasks;
+        ``higher_is_better`` comes from ``heads_meta``; the pruning and Shapley tables are
+        read when the run computed them.
+        """
+        arrays = read_arrays(run, "heads_attributions")
+        ids = [str(s) for s in arrays["sample_ids"]]
+        meta = read_table(run, "heads_meta")
+        meta_values = dict(zip(meta["key"], meta["value"], strict=True))
+
+        def table(name: str) -> pd.DataFrame | None:
+            return read_table(run, name) if has_table(run, name) else None
+
+        return cls(
+            sample_ids=ids,
+            tasks=[str(t) for t in arrays["tasks"]] if "tasks" in arrays else list(ids),
+            attributions={
+                k: v
+                for k, v in arrays.items()
+                if k not in _NOT_PATHS and not k.startswith(_IMPORTANCE)
+            },
+            completeness=read_table(run, "heads_completeness"),
+            diagnostics=read_table(run, "heads_diagnostics"),
+            higher_is_better=meta_values["higher is better"] == "True",
+            gradients=arrays.get("gradient"),
+            importance={
+                k.removeprefix(_IMPORTANCE): v
+                for k, v in arrays.items()
+                if k.startswith(_IMPORTANCE)
+            },
+            pruning=table("heads_pruning"),
+            pruning_auc=table("heads_pruning_auc"),
+            pruning_bands=table("heads_pruning_bands"),
+            shapley=table("heads_shapley"),
+        )
 
     def to_frame(self) -> pd.DataFrame:
         """Long format of the raw IG: one row per (path, sample, layer, head)."""
@@ -70,6 +118,7 @@ class HeadsResult:
             "diagnostics": frame_to_payload(self.diagnostics),
             "pruning": optional_frame(self.pruning),
             "pruning_auc": optional_frame(self.pruning_auc),
+            "pruning_bands": optional_frame(self.pruning_bands),
             "shapley": optional_frame(self.shapley),
             "gradients": None if self.gradients is None else np.asarray(self.gradients),
         }
@@ -91,5 +140,6 @@ class HeadsResult:
             importance=get_arrays(payload, "importance"),
             pruning=optional_frame_back(payload["pruning"]),
             pruning_auc=optional_frame_back(payload["pruning_auc"]),
+            pruning_bands=optional_frame_back(payload["pruning_bands"]),
             shapley=optional_frame_back(payload["shapley"]),
         )

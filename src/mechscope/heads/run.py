@@ -194,9 +194,10 @@ def _prune(run: RunDir, fs: list[GateFunction], res: HeadsResult, cfg: HeadsConf
             max_fraction=cfg.prune_max_fraction,
         )
     res.pruning, res.pruning_auc = curves, pruning_auc(curves)
+    res.pruning_bands = curve_bands(curves, seed=cfg.seed)
     write_table(run, "heads_pruning", curves)
     write_table(run, "heads_pruning_auc", res.pruning_auc)
-    write_table(run, "heads_pruning_bands", curve_bands(curves, seed=cfg.seed))
+    write_table(run, "heads_pruning_bands", res.pruning_bands)
     write_arrays(run, "heads_pruning_orders", {k.replace("/", "__"): v for k, v in orders.items()})
 
 
