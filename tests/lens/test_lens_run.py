@@ -8,8 +8,9 @@ from lens_helpers import sample_record
 
 from mechscope.errors import InputError
 from mechscope.lens.config import DiffConfig, parse_contrast
+from mechscope.lens.layout import TABLES
 from mechscope.lens.report import lens_section
-from mechscope.lens.run import TABLES, run_diff
+from mechscope.lens.run import run_diff
 from mechscope.lens.samples import parse_sample
 from mechscope.report import FigureBlock
 from mechscope.runs import RunDir, ShardStore, read_table

@@ -7,7 +7,8 @@ import pandas as pd
 from lens_helpers import sample_record
 
 from mechscope.lens.config import DiffConfig
-from mechscope.lens.run import TABLES, run_diff
+from mechscope.lens.layout import TABLES
+from mechscope.lens.run import run_diff
 from mechscope.lens.samples import parse_sample
 from mechscope.runs import RunDir, read_table
 

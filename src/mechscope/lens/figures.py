@@ -1,9 +1,12 @@
-"""Figures of the lens workflows: functions of saved tables, never of a model.
+"""Figures of the lens workflows: functions of results, never of a model.
 
-The tables are the frames of a :class:`~mechscope.lens.result.DiffResult` (its
-``to_frame()`` and its ``tables``) and the candidate curves that
-:func:`~mechscope.lens.run.run_candidates` writes (``CandidateResult.curves`` with the
-label fields), as the report reads them back from a run directory.
+The entry points (:func:`sample_figure`, :func:`curves_figure`, :func:`progress_figure`,
+:func:`attention_figures`, :func:`candidate_figures`) take a
+:class:`~mechscope.lens.result.DiffResult` or :class:`~mechscope.lens.result.CandidateResult`,
+as the report reopens it from a run directory. They draw through the functions of one
+frame (:func:`sample_heatmap`, :func:`metric_curves_figure`, :func:`aligned_heatmap`,
+:func:`attention_figure`: the frames of ``DiffResult.to_frame()`` and its ``tables``), which
+the HumanEval study also draws its own tables with.
 
 Layer heatmaps put the last layer at the top (the model's output), so reading upward
 follows the forward pass.
@@ -14,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from mechscope.lens.result import CandidateResult, DiffResult
 from mechscope.report import Figure, Series, curves, heatmap
 
 LABELS = {
@@ -179,10 +183,32 @@ def attention_figure(table: pd.DataFrame, condition: str) -> Figure:
     )
 
 
-def candidate_figures(table: pd.DataFrame) -> list[Figure]:
-    """Win-rate and margin curves of the candidate readout."""
-    a = str(table["label_a_field"].iloc[0])
-    b = str(table["label_b_field"].iloc[0])
+def sample_figure(result: DiffResult, metric: str) -> Figure:
+    """Layer × token heatmap of ``metric`` for the result's first sample."""
+    a, b = result.contrast
+    first = result.samples[0].sample_id
+    return sample_heatmap(result.to_frame(), first, metric, f"{a} − {b}", result.contrast)
+
+
+def curves_figure(result: DiffResult, metric: str, kind: str = "curve") -> Figure:
+    """Per-layer curves of ``metric`` (``kind``: per group, or the groups' difference)."""
+    return metric_curves_figure(result.tables["curves"], metric, kind, result.contrast)
+
+
+def progress_figure(result: DiffResult, metric: str) -> Figure:
+    """Layer × progress-bin heatmap of ``metric`` averaged over samples."""
+    return aligned_heatmap(result.tables["aligned"], metric, names=result.contrast)
+
+
+def attention_figures(result: DiffResult) -> list[Figure]:
+    """Attention mass by segment and layer, one figure per condition (in table order)."""
+    table = result.tables["attention"]
+    return [attention_figure(table, str(cond)) for cond in table["condition"].unique()]
+
+
+def candidate_figures(result: CandidateResult) -> list[Figure]:
+    """Win-rate and margin curves of the candidate readout, labels named by their fields."""
+    table, a, b = result.curves, result.label_a, result.label_b
 
     def series(metric: str, name: str) -> Series:
         g = table[table["metric"] == metric].sort_values("layer")

@@ -1,22 +1,24 @@
-"""Report section of the lens workflows (reads saved tables; never loads a model)."""
+"""Report section of the lens workflows: reopens the results from the run; never a model."""
 
 from __future__ import annotations
 
 from mechscope.lens.figures import (
-    aligned_heatmap,
-    attention_figure,
+    attention_figures,
     candidate_figures,
-    metric_curves_figure,
-    sample_heatmap,
+    curves_figure,
+    progress_figure,
+    sample_figure,
 )
-from mechscope.lens.run import CANDIDATES_CURVES, TABLES
+from mechscope.lens.layout import CANDIDATES_CURVES, TABLES
+from mechscope.lens.result import CandidateResult, DiffResult
 from mechscope.report import FigureBlock, TableBlock, TextBlock, register_section
-from mechscope.runs import RunDir, has_table, read_table
+from mechscope.runs import RunDir, has_table
 
 
 def diff_blocks(run: RunDir) -> list:
     if not has_table(run, TABLES["curves"]):
         return []
+    result = DiffResult.from_run(run)
     blocks: list = [
         TextBlock(
             "**Paired teacher-forced lens.** The same continuation is teacher-forced after two "
@@ -26,47 +28,32 @@ def diff_blocks(run: RunDir) -> list:
             "distributions."
         )
     ]
-    tokens = read_table(run, TABLES["tokens"])
-    samples = read_table(run, TABLES["samples"])
-    names = (str(samples["condition_a"].iloc[0]), str(samples["condition_b"].iloc[0]))
-    contrast = f"{names[0]} − {names[1]}"
-    first = str(samples["sample"].iloc[0])
-    blocks.append(
-        FigureBlock(sample_heatmap(tokens, first, "dnll", contrast, names), name="lens-dnll")
-    )
-    blocks.append(FigureBlock(sample_heatmap(tokens, first, "js", contrast, names), name="lens-js"))
-    curves = read_table(run, TABLES["curves"])
+    blocks.append(FigureBlock(sample_figure(result, "dnll"), name="lens-dnll"))
+    blocks.append(FigureBlock(sample_figure(result, "js"), name="lens-js"))
     for metric in ("dnll", "js"):
+        blocks.append(FigureBlock(curves_figure(result, metric), name=f"lens-curve-{metric}"))
+    if (result.tables["curves"]["kind"] == "difference").any():
         blocks.append(
             FigureBlock(
-                metric_curves_figure(curves, metric, names=names), name=f"lens-curve-{metric}"
+                curves_figure(result, "dnll", "difference"), name="lens-curve-dnll-difference"
             )
         )
-    if (curves["kind"] == "difference").any():
-        blocks.append(
-            FigureBlock(
-                metric_curves_figure(curves, "dnll", "difference", names),
-                name="lens-curve-dnll-difference",
-            )
-        )
-    if has_table(run, TABLES["aligned"]):
-        aligned = read_table(run, TABLES["aligned"])
+    aligned = result.tables["aligned"]
+    if not aligned.empty:
         for metric in ("dnll", "js"):
             if ((aligned["alignment"] == "progress") & (aligned["metric"] == metric)).any():
                 blocks.append(
-                    FigureBlock(
-                        aligned_heatmap(aligned, metric, names=names),
-                        name=f"lens-progress-{metric}",
-                    )
+                    FigureBlock(progress_figure(result, metric), name=f"lens-progress-{metric}")
                 )
-    if has_table(run, TABLES["attention"]):
-        att = read_table(run, TABLES["attention"])
-        for k, cond in enumerate(att["condition"].unique()):
-            blocks.append(FigureBlock(attention_figure(att, str(cond)), name=f"lens-attention-{k}"))
-    if has_table(run, TABLES["correlation_summary"]):
+    if not result.tables["attention"].empty:
+        blocks += [
+            FigureBlock(fig, name=f"lens-attention-{k}")
+            for k, fig in enumerate(attention_figures(result))
+        ]
+    if not result.tables["correlation_summary"].empty:
         blocks.append(
             TableBlock(
-                read_table(run, TABLES["correlation_summary"]),
+                result.tables["correlation_summary"],
                 caption="Per-sample Pearson r between head-mean segment "
                 "attention mass and ΔNLL over the layer × semantic-token grid: "
                 "mean over samples with a 95% bootstrap CI.",
@@ -74,7 +61,7 @@ def diff_blocks(run: RunDir) -> list:
         )
     blocks.append(
         TableBlock(
-            samples,
+            result.tables["samples"],
             caption="Samples: token counts, where the continuation "
             "starts in each condition, and the position id of its first "
             "semantic token.",
@@ -86,23 +73,22 @@ def diff_blocks(run: RunDir) -> list:
 def candidate_blocks(run: RunDir) -> list:
     if not has_table(run, CANDIDATES_CURVES):
         return []
-    table = read_table(run, CANDIDATES_CURVES)
+    result = CandidateResult.from_run(run)
     blocks: list = [
         TextBlock(
             "**Candidate readout.** At the last prompt token each layer is read through the logit "
             "lens restricted to the candidate words."
         )
     ]
-    multi = str(table["multi_token"].iloc[0]) if "multi_token" in table else ""
-    if multi:
+    if result.multi_token:
         blocks.append(
             TextBlock(
-                f"Candidates that are several tokens ({multi}) are scored by "
-                f"policy '{table['policy'].iloc[0]}'."
+                f"Candidates that are several tokens ({', '.join(sorted(result.multi_token))}) "
+                f"are scored by policy '{result.policy}'."
             )
         )
     blocks += [
-        FigureBlock(f, name=f"lens-candidates-{i}") for i, f in enumerate(candidate_figures(table))
+        FigureBlock(f, name=f"lens-candidates-{i}") for i, f in enumerate(candidate_figures(result))
     ]
     return blocks
 

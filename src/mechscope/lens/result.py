@@ -5,16 +5,28 @@ payload that round-trips). :class:`SampleDiff` is one sample of the paired analy
 dimensions: metric × layer × token, and condition → layer × head × token × segment for
 attention). It round-trips through a run directory shard (:meth:`to_payload` /
 :meth:`from_payload`), so a resumed run aggregates exactly what an uninterrupted one would.
+Both results reopen from a finished run directory without a model (``from_run``): the
+report draws the same result object the driver returned.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import pandas as pd
 
+from mechscope.lens.layout import (
+    CANDIDATES_CURVES,
+    CANDIDATES_MULTI_TOKEN,
+    CANDIDATES_PART,
+    CANDIDATES_TABLE,
+    CURVES_RUN_COLUMNS,
+    DIFF_PART,
+    TABLES,
+)
+from mechscope.runs import RunDir, ShardStore, has_table, read_table
 from mechscope.runs.result import (
     frame_from_payload,
     frame_to_payload,
@@ -175,16 +187,36 @@ class DiffResult:
             tables={k: frame_from_payload(v) for k, v in payload["tables"].items()},
         )
 
+    @classmethod
+    def from_run(cls, run: RunDir) -> Self:
+        """The result rebuilt from a finished run directory (its shards and tables), without
+        a model: the samples in the order of the samples table (shards of samples no longer
+        in the input are left out, as the driver leaves them out), every table as written.
+        A table the driver skipped because it was empty (no attention) is an empty frame,
+        as the driver returned it."""
+        order = read_table(run, TABLES["samples"])["sample"].astype(str).tolist()
+        store = ShardStore(run, DIFF_PART)
+        samples = [SampleDiff.from_payload(store.read(sample_id)) for sample_id in order]
+        tables = {
+            key: read_table(run, name) if has_table(run, name) else pd.DataFrame()
+            for key, name in TABLES.items()
+        }
+        return cls(samples[0].contrast, samples, tables)
+
 
 @dataclass
 class CandidateResult:
-    """Scores ``[sample][layer, K]`` and the per-layer curves."""
+    """Scores ``[sample][layer, K]`` and the per-layer curves.
+
+    ``label_a`` / ``label_b`` name the sample fields that hold the two labels (the config's
+    ``label_a`` / ``label_b``); ``policy`` is how words of several tokens were scored."""
 
     label_a: str
     label_b: str
     samples: list[dict]
     curves: pd.DataFrame = field(default_factory=pd.DataFrame)
     multi_token: dict[str, int] = field(default_factory=dict)
+    policy: str = "first"
 
     def to_frame(self) -> pd.DataFrame:
         """Long format: one row per (sample, layer, candidate)."""
@@ -216,6 +248,7 @@ class CandidateResult:
             "label_b": self.label_b,
             "curves": frame_to_payload(self.curves),
             "multi_token": dict(self.multi_token),
+            "policy": self.policy,
         }
         put_payloads(payload, "samples", self.samples)
         return payload
@@ -228,4 +261,25 @@ class CandidateResult:
             samples=get_payloads(payload, "samples"),
             curves=frame_from_payload(payload["curves"]),
             multi_token={k: int(v) for k, v in payload["multi_token"].items()},
+            policy=payload["policy"],
+        )
+
+    @classmethod
+    def from_run(cls, run: RunDir) -> Self:
+        """The result rebuilt from a finished run directory (its shards and tables), without
+        a model: the samples in the order of the long table, the label fields and policy
+        from the curves table, whose run columns are dropped again, and the multi-token
+        words from their table."""
+        table = read_table(run, CANDIDATES_CURVES)
+        order = read_table(run, CANDIDATES_TABLE)["sample"].astype(str).unique().tolist()
+        store = ShardStore(run, CANDIDATES_PART)
+        multi = read_table(run, CANDIDATES_MULTI_TOKEN)
+        words, counts = multi["word"].astype(str).tolist(), multi["n_tokens"].astype(int).tolist()
+        return cls(
+            label_a=str(table["label_a_field"].iloc[0]),
+            label_b=str(table["label_b_field"].iloc[0]),
+            samples=[store.read(sample_id) for sample_id in order],
+            curves=table.drop(columns=list(CURVES_RUN_COLUMNS)),
+            multi_token=dict(zip(words, counts, strict=True)),
+            policy=str(table["policy"].iloc[0]),
         )

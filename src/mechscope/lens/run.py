@@ -4,8 +4,9 @@ Both are resumable: every sample is prepared and checked before the first forwar
 input fails at once and nothing is written; each finished sample is one shard
 (``shards/lens_diff/``, ``shards/lens_candidates/``) and a rerun skips finished shards.
 Aggregated tables are recomputed from the shards and written as Parquet
-(``tables/lens_diff_*.parquet``, ``tables/lens_candidates*.parquet``); the report reads
-only those.
+(``tables/lens_diff_*.parquet``, ``tables/lens_candidates*.parquet``; names in
+:mod:`mechscope.lens.layout`); the report reopens the results from shards and tables
+(``DiffResult.from_run``, ``CandidateResult.from_run``).
 
 The candidate readout analyses only the conflict subset (labels differ) unless
 ``all_samples`` is set; its curves are :mod:`mechscope.lens.candidate_curves`.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 
+import numpy as np
 import pandas as pd
 
 from mechscope.engine import Engine
@@ -39,28 +41,20 @@ from mechscope.lens.candidates import (
 )
 from mechscope.lens.candidates_modal import prepare_modal_candidates, sample_media
 from mechscope.lens.config import CandidatesConfig, DiffConfig
+from mechscope.lens.layout import (
+    CANDIDATES_CURVES,
+    CANDIDATES_MULTI_TOKEN,
+    CANDIDATES_PART,
+    CANDIDATES_TABLE,
+    DIFF_PART,
+    TABLES,
+)
 from mechscope.lens.paired import analyse_sample
 from mechscope.lens.prepare import PreparedSample, prepare_samples
 from mechscope.lens.result import CandidateResult, DiffResult, SampleDiff
 from mechscope.lens.samples import LensSample
 from mechscope.models.loaded import LoadedModel
 from mechscope.runs import RunDir, ShardStore, run_sharded, write_table
-
-DIFF_PART = "lens_diff"
-TABLES = {
-    "tokens": "lens_diff_tokens",
-    "curves": "lens_diff_curves",
-    "classes": "lens_diff_class_curves",
-    "aligned": "lens_diff_aligned",
-    "attention": "lens_diff_attention",
-    "attention_tokens": "lens_diff_attention_tokens",
-    "correlation": "lens_diff_attention_corr",
-    "correlation_summary": "lens_diff_attention_corr_summary",
-    "samples": "lens_diff_samples",
-}
-CANDIDATES_PART = "lens_candidates"
-CANDIDATES_TABLE = "lens_candidates"
-CANDIDATES_CURVES = "lens_candidates_curves"
 
 
 # ------------------------------------------------------------------ paired analysis
@@ -220,7 +214,12 @@ def run_candidates(
         n_resamples=config.n_resamples, confidence=config.confidence, seed=config.seed
     )
     result = CandidateResult(
-        config.label_a, config.label_b, payloads, candidate_curves(payloads, opts), multi
+        config.label_a,
+        config.label_b,
+        payloads,
+        candidate_curves(payloads, opts),
+        multi,
+        config.policy,
     )
     frame = result.to_frame()
     frame["label_a_field"], frame["label_b_field"] = config.label_a, config.label_b
@@ -232,4 +231,11 @@ def run_candidates(
         multi_token=", ".join(sorted(multi)) if multi else "",
     )
     write_table(run, CANDIDATES_CURVES, curves)
+    words = pd.DataFrame(
+        {
+            "word": pd.Series(list(multi), dtype=object),
+            "n_tokens": pd.Series(list(multi.values()), dtype=np.int64),
+        }
+    )
+    write_table(run, CANDIDATES_MULTI_TOKEN, words)  # the counts, for CandidateResult.from_run
     return result
