@@ -24,6 +24,7 @@ from mechscope.runs.result import (
     result_types,
     save_result,
 )
+from payload_checks import assert_same
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -48,39 +49,13 @@ def tiny():
     torch.set_num_threads(before)
 
 
-def _equal(a, b, path: str = "") -> None:
-    """Deep equality: arrays exactly (dtype included, NaN equal), frames with pandas."""
-    if isinstance(a, pd.DataFrame):
-        pd.testing.assert_frame_equal(a, b)
-    elif isinstance(a, np.ndarray | np.generic):
-        assert isinstance(b, np.ndarray | np.generic), path
-        assert a.dtype == b.dtype and a.shape == b.shape, path
-        np.testing.assert_array_equal(a, b, err_msg=path)
-    elif dataclasses.is_dataclass(a) and not isinstance(a, type):
-        assert type(a) is type(b), path
-        for f in dataclasses.fields(a):
-            _equal(getattr(a, f.name), getattr(b, f.name), f"{path}.{f.name}")
-    elif isinstance(a, dict):
-        assert list(a) == list(b), path
-        for key in a:
-            _equal(a[key], b[key], f"{path}[{key!r}]")
-    elif isinstance(a, list | tuple):
-        assert type(a) is type(b) and len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _equal(x, y, f"{path}[{i}]")
-    elif isinstance(a, float) and np.isnan(a):
-        assert isinstance(b, float) and np.isnan(b), path
-    else:
-        assert a == b and type(a) is type(b), f"{path}: {a!r} != {b!r}"
-
-
 def _round_trip(run_path: Path, result: Result) -> Result:
     assert isinstance(result, Result)
     save_result(run_path, "main", result)
     assert has_result(run_path, "main")
     back = load_result(run_path, "main", type(result))
     pd.testing.assert_frame_equal(back.to_frame(), result.to_frame())
-    _equal(result, back)
+    assert_same(result, back)
     return back
 
 

@@ -3,6 +3,8 @@ tables, quadrant curves and their difference, resume, extending a limited run, r
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 from study_helpers import more_mini_problems, solution, wrong
@@ -13,8 +15,11 @@ from mechscope.report import FigureBlock
 from mechscope.runs import RunDir, ShardStore, read_table
 from mechscope.studies.humaneval import task_run
 from mechscope.studies.humaneval.config import StudyConfig
+from mechscope.studies.humaneval.layout import PART, TABLES, TESTS_PART
 from mechscope.studies.humaneval.report import study_section
-from mechscope.studies.humaneval.run import PART, TABLES, TESTS_PART, run_study
+from mechscope.studies.humaneval.result import StudyResult
+from mechscope.studies.humaneval.run import run_study
+from payload_checks import assert_same
 
 #: Arms whose completion passes, per task index mod 4 (tests: G11, G10, G01, G00).
 PASSING = {
@@ -122,6 +127,18 @@ def test_a_limited_run_extends_and_a_rerun_resumes(study, tiny):
     study["mp"].setattr(task_run, "complete", lambda *a, **k: pytest.fail("no model work"))
     again = run_study(study["run"], tiny, CONFIG, problems=problems, progress=False)
     assert again.tables["curves"].equals(before)
+
+
+def test_from_run_rebuilds_the_result_the_driver_returned(study):
+    back = StudyResult.from_run(study["run"])
+    assert_same(back.to_payload(), study["full"].to_payload())
+
+
+def test_from_run_leaves_out_tasks_a_rerun_dropped(study, tiny, tmp_path):
+    run = RunDir.open(shutil.copytree(study["run"].path, tmp_path / "r"))
+    fewer = run_study(run, tiny, CONFIG, limit=4, problems=study["problems"], progress=False)
+    assert len(fewer.payloads) == 4 and len(ShardStore(run, PART)) == len(study["problems"])
+    assert_same(StudyResult.from_run(run).to_payload(), fewer.to_payload())
 
 
 def test_test_shards_keep_programs_and_stderr(study):

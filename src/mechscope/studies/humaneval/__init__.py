@@ -14,9 +14,10 @@ position-matched. See ``docs/lens-study.md``.
 
 from mechscope.studies.humaneval.conditions import VARIANTS
 from mechscope.studies.humaneval.config import StudyConfig
+from mechscope.studies.humaneval.layout import TABLES
 from mechscope.studies.humaneval.outcomes import QUADRANTS, quadrant
 from mechscope.studies.humaneval.result import StudyResult
-from mechscope.studies.humaneval.run import TABLES, run_study
+from mechscope.studies.humaneval.run import run_study
 from mechscope.studies.humaneval.samples import plan_study
 from mechscope.studies.sandbox import ExecResult, Limits, run_program
 

@@ -45,7 +45,8 @@ def humaneval(
 ) -> None:
     """Generate, test and teacher-force HumanEval with and without a tool response."""
     from mechscope.studies.humaneval.config import StudyConfig
-    from mechscope.studies.humaneval.run import TABLES, run_study
+    from mechscope.studies.humaneval.layout import TABLES
+    from mechscope.studies.humaneval.run import run_study
     from mechscope.studies.humaneval.samples import plan_study
 
     if jobs < 1:

@@ -1,10 +1,12 @@
-"""Figures of the HumanEval study: functions of its saved tables, never of a model.
+"""Figures of the HumanEval study: functions of its result, never of a model.
 
-The lens figures themselves (heatmaps, per-layer curves) are the paired analysis's own
-(:mod:`mechscope.lens.figures`); this module selects the rows of one variant, mode and
-quadrant, says which in the title, and adds what the paired analysis has no figure for:
-pass rates, quadrant counts, mass per quadrant or per variant, curves per variant and the
-tool-response mass of every head.
+Every figure takes a :class:`~mechscope.studies.humaneval.result.StudyResult` (reopened
+from a run directory by ``StudyResult.from_run``) and reads its tables. The lens figures
+themselves (heatmaps, per-layer curves, token heatmaps, segment masses) are the paired
+analysis's own (:mod:`mechscope.lens.figures`, which take frames); this module selects the
+rows of one variant, mode and quadrant, says which in the title, and adds what the paired
+analysis has no figure for: pass rates, quadrant counts, mass per quadrant or per variant,
+curves per variant and the tool-response mass of every head.
 """
 
 from __future__ import annotations
@@ -14,10 +16,17 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from mechscope.lens.figures import aligned_heatmap, label, metric_curves_figure
+from mechscope.lens.figures import (
+    aligned_heatmap,
+    attention_figure,
+    label,
+    metric_curves_figure,
+    sample_heatmap,
+)
 from mechscope.report import Figure, Series, bars, curves, heatmap
 from mechscope.studies.humaneval.conditions import TOOL
 from mechscope.studies.humaneval.outcomes import QUADRANTS
+from mechscope.studies.humaneval.result import StudyResult
 
 MODE_LABEL = {"as_run": "as run", "position_matched": "position-matched"}
 AGENTIC = ("agentic", "assisted")  # conditions A and B of the study
@@ -35,6 +44,23 @@ QUADRANT_TEXT = (
 )
 
 
+def real_rows(result: StudyResult, key: str, mode: str) -> pd.DataFrame:
+    """Rows of table ``key`` for the real tool response (the task's tests) in one mode."""
+    df = result.table(key)
+    return df[(df["variant"] == "tests") & (df["mode"] == mode)]
+
+
+def control_mass(result: StudyResult) -> pd.DataFrame:
+    """Tool-response mass per layer and variant over all tasks (agentic, as run)."""
+    att = result.table("attention")
+    return att[
+        (att["mode"] == "as_run")
+        & (att["condition"] == "agentic")
+        & (att["segment"] == TOOL)
+        & (att["group"] == "all")
+    ]
+
+
 def _retitle(fig: Figure, suffix: str) -> Figure:
     return dataclasses.replace(fig, title=f"{fig.title} — {suffix}")
 
@@ -44,8 +70,9 @@ def _band(g: pd.DataFrame) -> tuple[np.ndarray | None, np.ndarray | None]:
     return (None, None) if np.all(np.isnan(low)) else (low, high)
 
 
-def pass_rate_figure(rates: pd.DataFrame) -> Figure:
+def pass_rate_figure(result: StudyResult) -> Figure:
     """Pass rate of every arm with its Wilson interval."""
+    rates = result.table("pass_rates")
     return bars(
         [
             f"{ARM_LABEL.get(a, a)} ({p}/{n})"
@@ -71,8 +98,9 @@ def pass_rate_figure(rates: pd.DataFrame) -> Figure:
     )
 
 
-def quadrant_figure(quadrants: pd.DataFrame) -> Figure:
+def quadrant_figure(result: StudyResult) -> Figure:
     """Task counts per quadrant, one bar group per variant."""
+    quadrants = result.table("quadrants")
     return bars(
         [str(v) for v in quadrants["variant"]],
         [Series(q, quadrants[q].to_numpy(dtype=float)) for q in QUADRANTS],
@@ -83,21 +111,34 @@ def quadrant_figure(quadrants: pd.DataFrame) -> Figure:
     )
 
 
-def group_heatmap(aligned: pd.DataFrame, metric: str, group: str, n: int, mode: str) -> Figure:
-    """Layer × progress heatmap of one quadrant (the note's figure 1, aggregated)."""
+def group_heatmap(result: StudyResult, metric: str, group: str, mode: str) -> Figure:
+    """Layer × progress heatmap of one quadrant of the real tool response (the note's
+    figure 1, aggregated); the title counts the quadrant's tasks."""
+    aligned = real_rows(result, "aligned", mode)
     part = aligned[aligned["group"] == group]
+    n = quadrant_counts(result).get(group, 0)
     return _retitle(
         aligned_heatmap(part, metric, names=AGENTIC), f"{group} (n={n}), {MODE_LABEL[mode]}"
     )
 
 
-def group_curves(curves_part: pd.DataFrame, metric: str, mode: str, kind: str = "curve") -> Figure:
-    """Per-layer curves per quadrant (the note's figure 2), or the G10 − G01 difference."""
-    return _retitle(metric_curves_figure(curves_part, metric, kind, AGENTIC), MODE_LABEL[mode])
+def quadrant_counts(result: StudyResult) -> dict[str, int]:
+    """Tasks per quadrant of the real tool response (quadrants without tasks left out)."""
+    groups = result.table("groups")
+    counts = groups[groups["variant"] == "tests"]["quadrant"].value_counts()
+    return {str(g): int(n) for g, n in counts.items()}
 
 
-def mass_by_group(attention: pd.DataFrame, mode: str) -> Figure:
-    """Attention mass on the tool response per layer, one line per quadrant (figure 3)."""
+def group_curves(result: StudyResult, metric: str, mode: str, kind: str = "curve") -> Figure:
+    """Per-layer curves per quadrant of the real tool response (the note's figure 2), or the
+    G10 − G01 difference."""
+    part = real_rows(result, "curves", mode)
+    return _retitle(metric_curves_figure(part, metric, kind, AGENTIC), MODE_LABEL[mode])
+
+
+def mass_by_group(result: StudyResult, mode: str) -> Figure:
+    """Attention mass on the real tool response per layer, one line per quadrant (figure 3)."""
+    attention = real_rows(result, "attention", mode)
     part = attention[(attention["condition"] == "agentic") & (attention["segment"] == TOOL)]
     series = []
     for group, g in part.groupby("group", sort=False):
@@ -129,8 +170,15 @@ def _variant_series(frame: pd.DataFrame) -> list[Series]:
     return series
 
 
-def variant_curves(curves_all: pd.DataFrame, metric: str, mode: str) -> Figure:
+def variant_curves(result: StudyResult, metric: str, mode: str) -> Figure:
     """One per-layer curve per tool-response variant (all tasks): the content controls."""
+    table = result.table("curves")
+    curves_all = table[
+        (table["mode"] == mode)
+        & (table["metric"] == metric)
+        & (table["group"] == "all")
+        & (table["kind"] == "curve")
+    ]
     return curves(
         sorted(curves_all["layer"].unique()),
         _variant_series(curves_all),
@@ -148,8 +196,9 @@ def variant_curves(curves_all: pd.DataFrame, metric: str, mode: str) -> Figure:
     )
 
 
-def variant_mass(attention_all: pd.DataFrame) -> Figure:
+def variant_mass(result: StudyResult) -> Figure:
     """Tool-response attention mass per layer for every variant that has one."""
+    attention_all = control_mass(result)
     return curves(
         sorted(attention_all["layer"].unique()),
         _variant_series(attention_all),
@@ -164,8 +213,9 @@ def variant_mass(attention_all: pd.DataFrame) -> Figure:
     )
 
 
-def head_mass_figure(heads: pd.DataFrame, variant: str = "tests") -> Figure:
+def head_mass_figure(result: StudyResult, variant: str = "tests") -> Figure:
     """Layer × head heatmap of the mass on the tool response (mean over tasks)."""
+    heads = result.table("heads")
     part = heads[heads["variant"] == variant]
     z = part.pivot(index="layer", columns="head", values="mass").sort_index()  # [L, H]
     return heatmap(
@@ -181,3 +231,17 @@ def head_mass_figure(heads: pd.DataFrame, variant: str = "tests") -> Figure:
             "the semantic tokens of the canonical solution and over tasks (agentic, as run)."
         ),
     )
+
+
+def example_figure(result: StudyResult) -> Figure:
+    """ΔNLL per layer and token of the example task (the paired analysis's token heatmap)."""
+    example = result.table("example")
+    sample = str(example["sample"].iloc[0])
+    return sample_heatmap(example, sample, "dnll", "agentic − assisted")
+
+
+def segment_figure(result: StudyResult) -> Figure:
+    """Attention mass per prompt segment of the agentic prompt (real tool response, as run)."""
+    att = result.table("attention")
+    seg = att[(att["variant"] == "tests") & (att["mode"] == "as_run")]
+    return attention_figure(seg, "agentic")

@@ -1,38 +1,41 @@
-"""Report section of the HumanEval tool-response study (reads saved tables; no model)."""
+"""Report section of the HumanEval tool-response study: the study reopened from its run
+directory (``StudyResult.from_run``; no model), its figures drawn from that result."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from mechscope.lens.figures import attention_figure, sample_heatmap
 from mechscope.report import FigureBlock, TableBlock, TextBlock, register_section
-from mechscope.runs import RunDir, has_table, read_table
+from mechscope.runs import RunDir
 from mechscope.studies.humaneval.conditions import TOOL
 from mechscope.studies.humaneval.figures import (
     MODE_LABEL,
     QUADRANT_TEXT,
+    control_mass,
+    example_figure,
     group_curves,
     group_heatmap,
     head_mass_figure,
     mass_by_group,
     pass_rate_figure,
+    quadrant_counts,
     quadrant_figure,
+    real_rows,
+    segment_figure,
     variant_curves,
     variant_mass,
 )
 from mechscope.studies.humaneval.outcomes import QUADRANTS
-from mechscope.studies.humaneval.run import TABLES
+from mechscope.studies.humaneval.result import StudyResult
 from mechscope.studies.humaneval.task_run import MODES
 
 SETTINGS = ("model", "temperature", "top_p", "max_new_tokens", "gen_prefix", "timeout")
 
 
-def _table(run: RunDir, key: str) -> pd.DataFrame:
-    return read_table(run, TABLES[key]) if has_table(run, TABLES[key]) else pd.DataFrame()
-
-
-def _intro(run: RunDir, quadrants: pd.DataFrame, skipped: pd.DataFrame) -> TextBlock:
-    settings = _table(run, "settings")
+def _intro(run: RunDir, result: StudyResult) -> TextBlock:
+    """What was run; settings the table lacks come from the run's config."""
+    quadrants, skipped = result.table("quadrants"), result.table("skipped")
+    settings = result.table("settings")
     cfg = settings.iloc[0].to_dict() if not settings.empty else {}
     cfg = {k: cfg.get(k, run.config.get(k, "?")) for k in SETTINGS}
     n = int(quadrants["n"].iloc[0])
@@ -62,20 +65,18 @@ def _intro(run: RunDir, quadrants: pd.DataFrame, skipped: pd.DataFrame) -> TextB
     )
 
 
-def _outcome_blocks(run: RunDir) -> list:
-    blocks: list = []
-    rates, quadrants = _table(run, "pass_rates"), _table(run, "quadrants")
-    blocks.append(FigureBlock(pass_rate_figure(rates), name="lens-study-pass-rates"))
+def _outcome_blocks(result: StudyResult) -> list:
+    blocks: list = [FigureBlock(pass_rate_figure(result), name="lens-study-pass-rates")]
     blocks.append(
         TableBlock(
-            quadrants,
+            result.table("quadrants"),
             caption="Quadrant counts per tool-response variant, pass rates of both arms, and "
             "the exact McNemar p-value of G10 against G01 (does the tool response change "
             "which tasks pass?). " + QUADRANT_TEXT,
         )
     )
-    blocks.append(FigureBlock(quadrant_figure(quadrants), name="lens-study-quadrants"))
-    outcomes = _table(run, "outcomes")
+    blocks.append(FigureBlock(quadrant_figure(result), name="lens-study-quadrants"))
+    outcomes = result.table("outcomes")
     reasons = pd.crosstab(outcomes["arm"], outcomes["reason"]).reset_index()
     blocks.append(
         TableBlock(
@@ -90,20 +91,12 @@ def _outcome_blocks(run: RunDir) -> list:
     return blocks
 
 
-def _quadrant_blocks(run: RunDir, mode: str) -> list:
+def _quadrant_blocks(result: StudyResult, mode: str) -> list:
     """The note's three figures per quadrant for the real tool response, one mode."""
-    curves = _table(run, "curves")
-    att = _table(run, "attention")
-    aligned = _table(run, "aligned")
-    corr = _table(run, "correlation_summary")
-
-    def sel(df: pd.DataFrame) -> pd.DataFrame:
-        return df[(df["variant"] == "tests") & (df["mode"] == mode)]
-
-    c, a, al = sel(curves), sel(att), sel(aligned)
+    c, a, al = (real_rows(result, key, mode) for key in ("curves", "attention", "aligned"))
     tag = mode.replace("_", "-")
     blocks: list = [TextBlock(f"### Real tool response (the task's tests), {MODE_LABEL[mode]}")]
-    gap = _table(run, "mode_gap")
+    gap = result.table("mode_gap")
     if mode == "position_matched" and not gap.empty:
         blocks.append(
             TableBlock(
@@ -114,28 +107,29 @@ def _quadrant_blocks(run: RunDir, mode: str) -> list:
                 "rounding; for absolute position embeddings it is the position confound.",
             )
         )
-    counts = _table(run, "groups")
-    counts = counts[counts["variant"] == "tests"]["quadrant"].value_counts()
+    counts = quadrant_counts(result)
     for g in QUADRANTS:
         if counts.get(g, 0) and ((al["group"] == g) & (al["alignment"] == "progress")).any():
-            fig = group_heatmap(al, "dnll", g, int(counts[g]), mode)
+            fig = group_heatmap(result, "dnll", g, mode)
             blocks.append(FigureBlock(fig, name=f"lens-study-heat-{tag}-{g}"))
     for metric in ("dnll", "js"):
         blocks.append(
-            FigureBlock(group_curves(c, metric, mode), name=f"lens-study-curve-{tag}-{metric}")
+            FigureBlock(group_curves(result, metric, mode), name=f"lens-study-curve-{tag}-{metric}")
         )
     if (c["kind"] == "difference").any():
         blocks.append(
-            FigureBlock(group_curves(c, "dnll", mode, "difference"), name=f"lens-study-diff-{tag}")
+            FigureBlock(
+                group_curves(result, "dnll", mode, "difference"), name=f"lens-study-diff-{tag}"
+            )
         )
     else:
         blocks.append(
             TextBlock("No G10 − G01 difference curve: it needs at least two tasks in each.")
         )
     if (a["segment"] == TOOL).any():
-        blocks.append(FigureBlock(mass_by_group(a, mode), name=f"lens-study-mass-{tag}"))
-    if not corr.empty:
-        part = sel(corr)
+        blocks.append(FigureBlock(mass_by_group(result, mode), name=f"lens-study-mass-{tag}"))
+    if not result.table("correlation_summary").empty:
+        part = real_rows(result, "correlation_summary", mode)
         part = part[(part["condition"] == "agentic") & (part["segment"] == TOOL)]
         blocks.append(
             TableBlock(
@@ -149,33 +143,22 @@ def _quadrant_blocks(run: RunDir, mode: str) -> list:
     return blocks
 
 
-def _control_blocks(run: RunDir) -> list:
-    curves, att, controls = _table(run, "curves"), _table(run, "attention"), _table(run, "controls")
+def _control_blocks(result: StudyResult) -> list:
     blocks: list = [
         TextBlock("### Content controls: what if the tool response says something else?")
     ]
-    mass = att[
-        (att["mode"] == "as_run")
-        & (att["condition"] == "agentic")
-        & (att["segment"] == TOOL)
-        & (att["group"] == "all")
-    ]
-    if not mass.empty:
-        blocks.append(FigureBlock(variant_mass(mass), name="lens-study-control-mass"))
+    if not control_mass(result).empty:
+        blocks.append(FigureBlock(variant_mass(result), name="lens-study-control-mass"))
     for mode in MODES:
         for metric in ("dnll", "js"):
-            part = curves[
-                (curves["mode"] == mode)
-                & (curves["metric"] == metric)
-                & (curves["group"] == "all")
-                & (curves["kind"] == "curve")
-            ]
             name = f"lens-study-control-{mode.replace('_', '-')}-{metric}"
-            blocks.append(FigureBlock(variant_curves(part, metric, mode), name=name))
-    rates = _table(run, "pass_rates").set_index("arm")
-    table = controls.pivot_table(
-        index=["variant", "mode"], columns="quantity", values="mean", sort=False
-    ).reset_index()
+            blocks.append(FigureBlock(variant_curves(result, metric, mode), name=name))
+    rates = result.table("pass_rates").set_index("arm")
+    table = (
+        result.table("controls")
+        .pivot_table(index=["variant", "mode"], columns="quantity", values="mean", sort=False)
+        .reset_index()
+    )
     table["agentic pass rate"] = [rates.loc[v, "rate"] for v in table["variant"]]
     blocks.append(
         TableBlock(
@@ -191,28 +174,23 @@ def _control_blocks(run: RunDir) -> list:
 
 @register_section("lens_study", "Lens study: reading the tool response (HumanEval)")
 def study_section(run: RunDir) -> list:
-    quadrants = _table(run, "quadrants")
-    if quadrants.empty:
+    result = StudyResult.from_run(run)
+    if result.table("quadrants").empty:
         return []
-    blocks: list = [_intro(run, quadrants, _table(run, "skipped"))]
-    blocks += _outcome_blocks(run)
+    blocks: list = [_intro(run, result)]
+    blocks += _outcome_blocks(result)
     for mode in MODES:
-        blocks += _quadrant_blocks(run, mode)
-    example = _table(run, "example")
-    if not example.empty:
-        sample = str(example["sample"].iloc[0])
-        fig = sample_heatmap(example, sample, "dnll", "agentic − assisted")
-        blocks.append(FigureBlock(fig, name="lens-study-example"))
-    att = _table(run, "attention")
-    seg = att[(att["variant"] == "tests") & (att["mode"] == "as_run")]
-    blocks.append(FigureBlock(attention_figure(seg, "agentic"), name="lens-study-segments"))
-    heads = _table(run, "heads")
+        blocks += _quadrant_blocks(result, mode)
+    if not result.table("example").empty:
+        blocks.append(FigureBlock(example_figure(result), name="lens-study-example"))
+    blocks.append(FigureBlock(segment_figure(result), name="lens-study-segments"))
+    heads = result.table("heads")
     if not heads.empty and (heads["variant"] == "tests").any():
-        blocks.append(FigureBlock(head_mass_figure(heads), name="lens-study-heads"))
-    blocks += _control_blocks(run)
+        blocks.append(FigureBlock(head_mass_figure(result), name="lens-study-heads"))
+    blocks += _control_blocks(result)
     blocks.append(
         TableBlock(
-            _table(run, "tasks"),
+            result.table("tasks"),
             caption="Per task: continuation tokens, generation prompt and tool-response "
             "token counts per arm, and seconds spent per step.",
         )

@@ -1,8 +1,8 @@
 """``StudyResult``: what a HumanEval study computed, as one ``runs.result.Result``.
 
 Its main table is the outcomes (one row per task and arm); its payload keeps both steps'
-shard payloads and every table, so a study reopened from its run directory is the study
-that was run.
+shard payloads and every table. :meth:`StudyResult.from_run` reopens a finished run
+directory as the study that was run, from the shards and tables the driver wrote.
 """
 
 from __future__ import annotations
@@ -12,12 +12,14 @@ from typing import Any
 
 import pandas as pd
 
+from mechscope.runs import RunDir, ShardStore, has_table, read_table
 from mechscope.runs.result import (
     frame_from_payload,
     frame_to_payload,
     get_payloads,
     put_payloads,
 )
+from mechscope.studies.humaneval.layout import PART, TABLES, TESTS_PART
 
 
 @dataclass
@@ -27,6 +29,34 @@ class StudyResult:
     payloads: dict[str, dict]
     tests: dict[str, dict]
     tables: dict[str, pd.DataFrame]
+
+    @classmethod
+    def from_run(cls, run: RunDir) -> StudyResult:
+        """The result rebuilt from a finished run directory (its shards and tables), without
+        a model.
+
+        The tasks are those of the outcomes table, in its order (the driver's task order):
+        a rerun on fewer tasks leaves the other tasks' shards in place, and they are not
+        part of its result. A run without the study's tables gives an empty result, read
+        without creating the shard folders.
+        """
+        tables = {
+            key: read_table(run, name) for key, name in TABLES.items() if has_table(run, name)
+        }
+        outcomes = tables.get("outcomes", pd.DataFrame(columns=["task"]))
+        task_ids = [str(t) for t in outcomes["task"].drop_duplicates()]
+        if not task_ids:
+            return cls({}, {}, tables)
+        payloads, tests = ShardStore(run, PART), ShardStore(run, TESTS_PART)
+        return cls(
+            payloads={t: payloads.read(t) for t in task_ids},
+            tests={t: tests.read(t) for t in task_ids},
+            tables=tables,
+        )
+
+    def table(self, key: str) -> pd.DataFrame:
+        """Table ``key`` (a key of ``TABLES``), empty when the run did not write it."""
+        return self.tables.get(key, pd.DataFrame())
 
     def to_frame(self) -> pd.DataFrame:
         """The main table: the outcomes, one row per task and arm."""

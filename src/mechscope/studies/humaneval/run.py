@@ -32,6 +32,7 @@ from mechscope.runs import RunDir, ShardStore, run_sharded, write_table
 from mechscope.studies.humaneval.arms import PreparedTask
 from mechscope.studies.humaneval.config import StudyConfig
 from mechscope.studies.humaneval.execute import execute_task
+from mechscope.studies.humaneval.layout import PART, TABLES, TESTS_PART
 from mechscope.studies.humaneval.payload import task_payload
 from mechscope.studies.humaneval.result import StudyResult
 from mechscope.studies.humaneval.samples import StudyPlan, plan_study
@@ -45,27 +46,6 @@ from mechscope.studies.humaneval.tables import (
     task_frame,
 )
 from mechscope.studies.humaneval.task_run import TaskWork, model_work
-
-PART = "lens_study"
-TESTS_PART = "lens_study_tests"
-TABLES = {
-    "outcomes": "lens_study_outcomes",
-    "pass_rates": "lens_study_pass_rates",
-    "quadrants": "lens_study_quadrants",
-    "groups": "lens_study_groups",
-    "curves": "lens_study_curves",
-    "attention": "lens_study_attention",
-    "aligned": "lens_study_aligned",
-    "correlation": "lens_study_corr",
-    "correlation_summary": "lens_study_corr_summary",
-    "controls": "lens_study_controls",
-    "example": "lens_study_example_tokens",
-    "heads": "lens_study_head_mass",
-    "tasks": "lens_study_tasks",
-    "skipped": "lens_study_skipped",
-    "settings": "lens_study_settings",
-    "mode_gap": "lens_study_mode_gap",
-}
 
 
 def run_model_step(
@@ -142,6 +122,7 @@ def run_study(
     tables = study_tables(payloads, tests, config)
     tables["skipped"] = pd.DataFrame(plan.skipped, columns=["task", "reason"])
     tables["settings"] = settings_frame(lm, config)
+    tables = {key: tables[key] for key in TABLES}  # the order StudyResult.from_run reads
     for key, df in tables.items():
         write_table(run, TABLES[key], df)
     return StudyResult(payloads, tests, tables)
