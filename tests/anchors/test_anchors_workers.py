@@ -15,7 +15,7 @@ import sys
 import pytest
 from worker_helpers import worker
 
-from mechscope.anchors.tables import ROLLOUTS_PART
+from mechscope.anchors.layout import ROLLOUTS_PART
 from mechscope.runs import RunDir, ShardStore
 from mechscope.runs.claims import Claims
 

@@ -17,8 +17,8 @@ import math
 import pytest
 from llama_server import MODEL_ID, _llama_server_fixture  # noqa: F401
 
+from mechscope.anchors.layout import ROLLOUTS_PART
 from mechscope.anchors.rollouts import Rollout
-from mechscope.anchors.tables import ROLLOUTS_PART
 from mechscope.cli import app
 from mechscope.cli_errors import run_app
 from mechscope.runs import RunDir, ShardStore

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pandas as pd
 import pytest
 from attribution_helpers import COMPLETION, PROMPT
 from typer.testing import CliRunner
@@ -21,7 +20,7 @@ from mechscope.heads.run import run_heads
 from mechscope.heads.samples import HeadSample, load_samples
 from mechscope.report import FigureBlock, TableBlock
 from mechscope.runs import RunDir, read_arrays, read_table
-from mechscope.runs.result import frame_from_payload
+from payload_checks import assert_same
 
 SAMPLES = [
     HeadSample("s0", "ioi", PROMPT, COMPLETION, " Mary", " John"),
@@ -42,20 +41,6 @@ def _cfg(**kw):
         shapley_permutations=4,
     )
     return build_config(**(base | kw))
-
-
-def _assert_payloads_equal(a: dict, b: dict) -> None:
-    """Arrays exactly (dtype included), frames with pandas (NaN equal), other values ==."""
-    assert list(a) == list(b)
-    for key, x in a.items():
-        y = b[key]
-        if isinstance(x, np.ndarray):
-            assert isinstance(y, np.ndarray) and x.dtype == y.dtype, key
-            np.testing.assert_array_equal(x, y, err_msg=key)
-        elif isinstance(x, dict) and {"columns", "dtypes", "data"} <= set(x):
-            pd.testing.assert_frame_equal(frame_from_payload(x), frame_from_payload(y), obj=key)
-        else:
-            assert x == y, key
 
 
 def test_run_heads_writes_everything_and_resumes(tiny_llama, tmp_path) -> None:
@@ -86,7 +71,7 @@ def test_run_heads_writes_everything_and_resumes(tiny_llama, tmp_path) -> None:
     again = run_heads(RunDir.create(tmp_path, "r", cfg), tiny_llama, SAMPLES, cfg)
     np.testing.assert_array_equal(again.attributions["random"], res.attributions["random"])
     # the run directory reopens as the result the driver returned
-    _assert_payloads_equal(HeadsResult.from_run(run).to_payload(), res.to_payload())
+    assert_same(HeadsResult.from_run(run), res)
     blocks = attribution_section(run)
     figures = [b for b in blocks if isinstance(b, FigureBlock)]
     assert len(figures) >= 8 and any(isinstance(b, TableBlock) for b in blocks)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import warnings
 
-import numpy as np
-import pandas as pd
 import pytest
 from lens_helpers import sample_record
 
@@ -15,27 +13,7 @@ from mechscope.lens.result import CandidateResult, DiffResult
 from mechscope.lens.run import run_candidates, run_diff
 from mechscope.lens.samples import parse_sample
 from mechscope.runs import RunDir
-
-
-def _assert_same(a, b, path: str = "payload") -> None:
-    """Payload equality: arrays exactly (dtype included), NaN equal to NaN, the rest with ==."""
-    if isinstance(a, pd.DataFrame):
-        pd.testing.assert_frame_equal(a, b, obj=path)
-    elif isinstance(a, np.ndarray):
-        assert isinstance(b, np.ndarray) and a.dtype == b.dtype, path
-        np.testing.assert_array_equal(a, b, err_msg=path)
-    elif isinstance(a, dict):
-        assert list(a) == list(b), path
-        for key in a:
-            _assert_same(a[key], b[key], f"{path}[{key!r}]")
-    elif isinstance(a, list | tuple):
-        assert type(a) is type(b) and len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _assert_same(x, y, f"{path}[{i}]")
-    elif isinstance(a, float) and np.isnan(a):  # a frame payload's missing value
-        assert isinstance(b, float) and np.isnan(b), path
-    else:
-        assert a == b and type(a) is type(b), f"{path}: {a!r} != {b!r}"
+from payload_checks import assert_same
 
 
 def _diff_samples(n: int):
@@ -53,7 +31,7 @@ def test_diff_result_from_run(tiny, tmp_path, attention):
     result = run_diff(run, tiny, _diff_samples(2), config, progress=False)  # s2's shard stays
     back = DiffResult.from_run(RunDir.open(run.path))
     assert [s.sample_id for s in back.samples] == ["s0", "s1"]
-    _assert_same(back.to_payload(), result.to_payload())
+    assert_same(back, result)
 
 
 def test_candidate_result_from_run(tiny, tmp_path):
@@ -73,4 +51,4 @@ def test_candidate_result_from_run(tiny, tmp_path):
     assert result.multi_token and [s["sample_id"] for s in result.samples] == ["e2", "e1"]
     back = CandidateResult.from_run(RunDir.open(run.path))
     assert (back.label_a, back.label_b, back.policy) == ("mood", "tone", "sum")
-    _assert_same(back.to_payload(), result.to_payload())
+    assert_same(back, result)

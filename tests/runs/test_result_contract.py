@@ -68,6 +68,24 @@ def test_every_registered_result_satisfies_the_protocol():
     assert not isinstance(pd.DataFrame(), Result)  # to_frame alone is not the contract
 
 
+#: The result each workflow's command returns, which a finished run reopens as (``from_run``).
+REOPENED = (
+    "DiffResult",
+    "CandidateResult",
+    "StudyResult",
+    "PatchingResult",
+    "HeadsResult",
+    "ResamplingResult",
+    "DistillResult",
+)
+
+
+def test_every_workflow_result_reopens_from_its_run():
+    by_name = {cls.__name__: cls for cls in result_types()}
+    for name in REOPENED:
+        assert callable(getattr(by_name[name], "from_run", None)), name
+
+
 def test_frames_round_trip_with_dtypes_and_index():
     df = pd.DataFrame(
         {
@@ -234,7 +252,7 @@ def test_resampling_result(tmp_path):
     assert set(result.matrices) == {"t0", "t1"} and len(result.chunks) == 6
     assert result.chunks["resampling_importance_kl"].notna().any()
     _round_trip(tmp_path / "out", result)
-    _equal(result, ResamplingResult.from_run(run))  # the run reopened
+    assert_same(result, ResamplingResult.from_run(run))  # the run reopened
 
 
 def test_receiver_result(tiny, trace_tokens, tmp_path):

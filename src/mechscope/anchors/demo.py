@@ -17,6 +17,7 @@ import pandas as pd
 
 from mechscope.anchors.config import ReceiverOptions, RolloutSettings, SuppressionOptions
 from mechscope.anchors.embeddings import Embedder, MiniLMEmbedder, minilm_path
+from mechscope.anchors.layout import SETTINGS_TABLE
 from mechscope.anchors.run import (
     analyze_run,
     base_traces,
@@ -27,7 +28,6 @@ from mechscope.anchors.run import (
 from mechscope.anchors.sampler import EngineSampler
 from mechscope.anchors.samples import demo_problems, reasoning_prompt
 from mechscope.anchors.saved_traces import save_traces
-from mechscope.anchors.tables import SETTINGS_TABLE
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 from mechscope.runs import RunDir, write_table

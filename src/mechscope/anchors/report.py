@@ -6,8 +6,7 @@ import numpy as np
 import pandas as pd
 
 from mechscope.anchors import figures as F
-from mechscope.anchors.result import ResamplingResult
-from mechscope.anchors.tables import (
+from mechscope.anchors.layout import (
     ABLATION_TABLE,
     CHUNKS_TABLE,
     HEADS_TABLE,
@@ -18,6 +17,7 @@ from mechscope.anchors.tables import (
     SUPPRESSION_TABLE,
     TRACES_TABLE,
 )
+from mechscope.anchors.result import ResamplingResult
 from mechscope.report import FigureBlock, KeyValueBlock, TableBlock, TextBlock, register_section
 from mechscope.runs import RunDir, has_table, read_table
 

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from mechscope.anchors.config import ReceiverOptions, SuppressionOptions
-from mechscope.anchors.tables import CHUNKS_TABLE, RESAMPLING_MATRIX
+from mechscope.anchors.layout import CHUNKS_TABLE, RESAMPLING_MATRIX
 from mechscope.runs import RunDir, has_arrays, read_arrays, read_table
 from mechscope.runs.result import frame_from_payload, frame_to_payload, get_arrays, put_arrays
 from mechscope.stats import SplitHalf

@@ -13,7 +13,7 @@ Everything is resumable. Base traces are one shard per problem (``shards/anchors
 rollouts one shard per (trace, position) (``shards/anchors_rollouts``, see
 :mod:`mechscope.anchors.rollouts`; workers sharing the run claim positions), receivers and
 suppression one shard per trace (:mod:`mechscope.anchors.trace_shards`). The tables and
-arrays are named in :mod:`mechscope.anchors.tables`:
+arrays are named in :mod:`mechscope.anchors.layout`:
 
 - ``anchors_traces`` / ``anchors_sentences``: the run's traces and their labelled
   sentences (:mod:`mechscope.anchors.saved_traces`);
@@ -43,14 +43,7 @@ from mechscope.anchors.config import (
 )
 from mechscope.anchors.embeddings import Embedder
 from mechscope.anchors.head_ablation import ablation_study, answer_probe
-from mechscope.anchors.receivers import TraceReceivers, analyze_receivers, trace_receivers
-from mechscope.anchors.result import ReceiverResult, ResamplingResult, SuppressionResult
-from mechscope.anchors.rollouts import Rollout, TraceRollouts, resample_trace, shard_id
-from mechscope.anchors.sampler import Sampler
-from mechscope.anchors.samples import generate_traces
-from mechscope.anchors.sentence_matrix import sentence_matrix
-from mechscope.anchors.suppression import suppression_matrix
-from mechscope.anchors.tables import (
+from mechscope.anchors.layout import (
     ABLATION_TABLE,
     BASE_PART,
     CHUNKS_TABLE,
@@ -63,6 +56,13 @@ from mechscope.anchors.tables import (
     SUPPRESSION_PART,
     SUPPRESSION_TABLE,
 )
+from mechscope.anchors.receivers import TraceReceivers, analyze_receivers, trace_receivers
+from mechscope.anchors.result import ReceiverResult, ResamplingResult, SuppressionResult
+from mechscope.anchors.rollouts import Rollout, TraceRollouts, resample_trace, shard_id
+from mechscope.anchors.sampler import Sampler
+from mechscope.anchors.samples import generate_traces
+from mechscope.anchors.sentence_matrix import sentence_matrix
+from mechscope.anchors.suppression import suppression_matrix
 from mechscope.anchors.taxonomy import Labeler, RuleLabeler
 from mechscope.anchors.trace import Trace
 from mechscope.anchors.trace_shards import (

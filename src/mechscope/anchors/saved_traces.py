@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from mechscope.anchors.tables import SENTENCES_TABLE, TRACES_TABLE
+from mechscope.anchors.layout import SENTENCES_TABLE, TRACES_TABLE
 from mechscope.anchors.taxonomy import Labeler, RuleLabeler
 from mechscope.anchors.trace import Trace
 from mechscope.errors import InputError
