@@ -10,7 +10,7 @@ from rich.console import Console
 
 from mechscope.errors import MechscopeError
 from mechscope.runs import interrupt
-from mechscope.runs.executor import ARGV
+from mechscope.runs.executor import ARGV, WorkerDone
 from mechscope.runs.rundir import created_runs, discard_unused_runs
 
 USER_ERRORS: tuple[type[BaseException], ...] = (MechscopeError, FileNotFoundError)
@@ -46,6 +46,8 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except typer.Abort:
         sys.exit(INTERRUPTED)
+    except WorkerDone:  # a worker's share is done; its command does the rest
+        return None
     except KeyboardInterrupt:
         code = INTERRUPTED
     except (*USER_ERRORS, ValidationError) as exc:

@@ -79,3 +79,20 @@ def test_patching_rows_fail_on_a_perturbed_grid() -> None:
     rows = patching_contract.cases(wall, wall, grids, "tiny", skipped={"transformer_lens": "x"})
     assert rows[0].unavailable == "x"
     assert [r.agree for r in rows[1:]] == [False, False]
+
+
+def test_executor_check_fails_on_a_perturbed_table(tmp_path) -> None:
+    import bench_executor
+    import pandas as pd
+
+    for run in ("a", "b"):
+        (tmp_path / run / "tables").mkdir(parents=True)
+        frame = pd.DataFrame({"sample": ["s0", "s1"], "ig": [0.25, -1.5], "seconds": [1.0, 2.0]})
+        if run == "b":
+            frame["seconds"] = [9.0, 9.0]  # a sample's wall time is not compared
+        frame.to_parquet(tmp_path / run / "tables" / "heads_attributions.parquet")
+    assert bench_executor.same_tables(tmp_path / "a", tmp_path / "b").ok
+    frame["ig"] = [0.25, -1.5 + 1e-3]
+    frame.to_parquet(tmp_path / "b" / "tables" / "heads_attributions.parquet")
+    check = bench_executor.same_tables(tmp_path / "a", tmp_path / "b")
+    assert not check.ok and check.max_abs == pytest.approx(1e-3, rel=1e-6)

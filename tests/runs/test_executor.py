@@ -192,3 +192,37 @@ def test_ray_workers_asking_for_gpus_a_cluster_lacks_are_refused(tmp_path, monke
         ray.shutdown()
     assert exit_.value.code == 2
     assert "GPUs per worker, it has 0" in capsys.readouterr().err
+
+
+def test_local_workers_and_the_command_share_the_cores(monkeypatch):
+    import torch
+
+    from mechscope.runs.cores import shared_cores
+
+    monkeypatch.delenv("MECHSCOPE_THREADS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    before = torch.get_num_threads()
+    with shared_cores(3, ["heads", "run", "x.jsonl"]):
+        assert torch.get_num_threads() == 2 and os.environ["OMP_NUM_THREADS"] == "2"
+    assert torch.get_num_threads() == before and "OMP_NUM_THREADS" not in os.environ
+    for argv in (["heads", "run", "--threads", "4"], ["heads", "run", "--threads=4"]):
+        with shared_cores(3, argv):  # a chosen count is the user's
+            assert torch.get_num_threads() == before and "OMP_NUM_THREADS" not in os.environ
+    monkeypatch.setenv("MECHSCOPE_THREADS", "4")
+    with shared_cores(3, ["heads", "run"]):
+        assert "OMP_NUM_THREADS" not in os.environ
+
+
+@pytest.mark.parametrize("command", ["heads run", "lens diff"])
+def test_a_worker_ends_once_its_shared_work_is_done(command, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MECHSCOPE_WORKER", "1")
+    argv = [*COMMANDS[command](tmp_path), "--model", "tiny:llama", "--out", "w"]
+    _run([*argv, "--executor", "inline"])  # exits 0
+    assert list((tmp_path / "w" / "shards").rglob("*.json"))  # it computed every unit
+    assert not list((tmp_path / "w").glob("tables/*.parquet"))  # the tables are its command's
+    assert not (tmp_path / "w" / "report.html").exists()
+    monkeypatch.delenv("MECHSCOPE_WORKER")
+    _run(argv)  # the command: every unit is there, so it only gathers
+    assert list((tmp_path / "w").glob("tables/*.parquet"))

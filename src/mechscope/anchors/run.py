@@ -77,6 +77,7 @@ from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 from mechscope.progress import track
 from mechscope.runs import RunDir, ShardStore, write_arrays, write_table
+from mechscope.runs.executor import shared_work_done
 
 
 def base_traces(
@@ -116,12 +117,14 @@ def resample_run(
     """Rollouts of every trace (finished positions are read back, not resampled). Several
     workers can share ``run``: each position is claimed and sampled by one of them."""
     store = ShardStore(run, ROLLOUTS_PART)
-    return {
+    rollouts = {
         t.id: resample_trace(
             t, sampler, store, settings=settings, positions=positions(t, max_chunks), shared=True
         )
         for t in track(traces, "anchors: resampling")
     }
+    shared_work_done()  # a worker ends here
+    return rollouts
 
 
 def read_rollouts(run: RunDir, trace: Trace) -> TraceRollouts:

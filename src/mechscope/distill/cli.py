@@ -56,7 +56,6 @@ def run(
     # and string hints would not be resolved there
     from mechscope.distill.run import run_study
     from mechscope.distill.summarize import summarize_study
-    from mechscope.runs.executor import is_worker
 
     cfg = _load(config, set_, quick)
     result = run_study(
@@ -68,8 +67,6 @@ def run(
             f"consistency {df['consistency'].iloc[0]:.3f}"
         ),
     )
-    if is_worker():  # the command that started this worker summarizes
-        return
     _, table = summarize_study(result.path)
     console.print(table)
     console.print(f"study: {result.path}")

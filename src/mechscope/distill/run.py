@@ -20,9 +20,7 @@ claim, which is taken over, and the trial resumes from its checkpoint.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -43,7 +41,7 @@ from mechscope.errors import InputError
 from mechscope.executor_options import ExecutorOptions
 from mechscope.models import LoadedModel, load_model
 from mechscope.runs import RunDir, ShardStore
-from mechscope.runs.executor import is_worker
+from mechscope.runs.executor import shared_work_done
 from mechscope.runs.shared_work import claimed_loop
 
 TrialDone = Callable[[Trial, pd.DataFrame], None]
@@ -93,35 +91,6 @@ def open_study(cfg: StudyConfig, root: Path | str) -> RunDir:
     return RunDir.create(Path(root), cfg.name, config=identity, model_spec=cfg.teacher)
 
 
-@contextmanager
-def shared_cores(ex: ExecutorOptions) -> Iterator[None]:
-    """With local workers, each process trains with its share of the cores.
-
-    A distillation step on a small student is a chain of small matrix products whose
-    parallel parts are too short to split well: on a small CPU machine two single-threaded
-    processes keep two cores busier than one process with two threads. This process takes
-    ``cores / processes`` threads for the block, and its workers (started inside it) read the
-    same count from ``OMP_NUM_THREADS``.
-    """
-    if ex.executor != "local" or ex.workers == 0:
-        yield
-        return
-    import torch
-
-    threads = max(1, (os.cpu_count() or 1) // (ex.workers + 1))
-    before, env = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
-    torch.set_num_threads(threads)
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-        if env is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = env
-
-
 def run_study(
     cfg: StudyConfig,
     root: Path | str,
@@ -162,15 +131,15 @@ def run_study(
 
     if all(done(t) for t in trials):  # no worker loads a teacher for a finished study
         ex = replace(ex, workers=0)
-    with study.timed("trials"), shared_cores(ex), ex.alongside():
+    with study.timed("trials"), ex.alongside():
         claimed_loop(ShardStore(study, PART), trials, lambda t: t.name, done, one)
+        shared_work_done()  # a worker ends here: this command reads and summarizes
     rows = []
     for trial in trials:  # every worker has ended: the trials' folders are settled
-        df = read_trial(cfg, trial, study.path, close=not is_worker())
+        df = read_trial(cfg, trial, study.path)
         if on_trial is not None and trial.name not in reported:
             on_trial(trial, df)
         rows.append(df)
-    if not is_worker():
-        study.finish()
+    study.finish()
     trials_df = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
     return DistillResult(trials_df, study.path)

@@ -28,6 +28,7 @@ from mechscope.heads.shapley import shapley_sampled
 from mechscope.models.loaded import LoadedModel
 from mechscope.runs import RunDir, ShardStore, run_sharded, write_arrays, write_table
 from mechscope.runs.content_key import content_key
+from mechscope.runs.executor import shared_work_done
 
 
 def _payload(res: HeadAttribution, seconds: float) -> dict:
@@ -133,6 +134,7 @@ def run_heads(
             frame.insert(0, "sample_id", sid)
             frame["seconds"] = p["seconds"]
             completeness.append(frame)
+    shared_work_done()  # a worker ends here: this command does the rest once
     hib = fs[0].higher_is_better
     res = HeadsResult(
         ids, tasks, attributions, pd.concat(completeness, ignore_index=True), pd.DataFrame(), hib

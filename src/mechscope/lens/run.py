@@ -55,6 +55,7 @@ from mechscope.lens.result import CandidateResult, DiffResult, SampleDiff
 from mechscope.lens.samples import LensSample
 from mechscope.models.loaded import LoadedModel
 from mechscope.runs import RunDir, ShardStore, run_sharded, write_table
+from mechscope.runs.executor import shared_work_done
 
 
 # ------------------------------------------------------------------ paired analysis
@@ -121,6 +122,7 @@ def run_diff(
         progress=progress,
         description="lens diff",
     )
+    shared_work_done()  # a worker ends here: this command aggregates
     diffs = [SampleDiff.from_payload(p) for p in payloads]
     tables = aggregate(diffs, config)
     for key, df in tables.items():

@@ -33,6 +33,7 @@ from mechscope.patching.result import (
 from mechscope.progress import make_progress, track
 from mechscope.runs import RunDir, ShardStore, write_table
 from mechscope.runs.content_key import content_key
+from mechscope.runs.executor import shared_work_done
 from mechscope.runs.shards import report_reuse
 from mechscope.runs.shared_work import claimed_loop
 
@@ -188,6 +189,7 @@ def run_patching(
         claimed_loop(
             store, groups, lambda g: f"group-{g[0].id}", lambda g: not any(map(missing, g)), one
         )
+    shared_work_done()  # a worker ends here: this command writes the tables
     results = [r for p in pairs for r in from_shard_payload(store.read(p.id))]
     result = PatchingResult(results, spec.site, spec.granularity)
     write_table(run, name, result.to_frame())

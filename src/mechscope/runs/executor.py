@@ -20,12 +20,13 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 from mechscope.errors import InputError
+from mechscope.runs.cores import shared_cores
 from mechscope.runs.lifetime import die_with_parent
 
 EXECUTORS = ("inline", "local", "ray")
@@ -39,6 +40,23 @@ def is_worker() -> bool:
     """Whether this process is a worker started by an executor (it leaves the tables'
     final writing and the report to the command that started it)."""
     return os.environ.get(WORKER_ENV) == "1"
+
+
+class WorkerDone(Exception):
+    """A worker's share of its command is done (raised by :func:`shared_work_done`)."""
+
+
+def shared_work_done() -> None:
+    """Called by a driver once every part its workers share is done. In a worker it ends
+    the command (:class:`WorkerDone`; the command line exits with 0): what follows —
+    gathering every unit into tables, statistics over all samples, the report — belongs
+    to the command that started the workers, which does it once instead of every worker
+    doing it again while that command waits. In that command it waits for its workers and
+    gives it back every core (:func:`workers_alongside`); elsewhere it does nothing."""
+    if is_worker():
+        raise WorkerDone
+    if (here := _ALONGSIDE.get()) is not None:
+        here.settle()
 
 
 def check_executor(
@@ -122,21 +140,54 @@ class Workers:
                 ray.cancel(ref, force=True)
 
 
+#: The workers computing beside this process now, and how to end their share of the
+#: cores (set by :func:`workers_alongside`, settled by :func:`shared_work_done`).
+_ALONGSIDE: ContextVar[_Alongside | None] = ContextVar("mechscope_alongside", default=None)
+
+
+@dataclass
+class _Alongside:
+    pool: Workers
+    cores: ExitStack
+
+    def settle(self) -> None:
+        """Wait for every worker (a line per failed one, whose units were taken over), then
+        give this process its threads back. Idempotent."""
+        pool, self.pool = self.pool, Workers()
+        for line in pool.wait():
+            print(line, file=sys.stderr, flush=True)
+        self.cores.close()
+
+
 @contextmanager
 def workers_alongside(
     executor: str, workers: int, address: str | None, worker_gpus: float = 0.0
 ) -> Iterator[None]:
     """Workers of ``executor`` computing alongside this process for the block: started on
-    entry, waited for on a normal exit (a line per failed worker, whose samples were taken
-    over), stopped when the block raises."""
-    pool = start_workers(executor, workers, address, worker_gpus)
+    entry, waited for when the driver's shared work is done (:func:`shared_work_done`) or on
+    a normal exit, stopped when the block raises. Local workers and this process share the
+    cores (:mod:`mechscope.runs.cores`) until then: what the driver does after its shared
+    work (tables, statistics over all samples) has every core again."""
+    local = workers if executor == "local" else 0
+    cores = ExitStack()
+    cores.enter_context(shared_cores(local + 1, _argv()))
+    here = _Alongside(start_workers(executor, workers, address, worker_gpus), cores)
+    token = _ALONGSIDE.set(here)
     try:
         yield
     except BaseException:
-        pool.stop()
+        here.pool.stop()
         raise
-    for line in pool.wait():
-        print(line, file=sys.stderr, flush=True)
+    finally:
+        _ALONGSIDE.reset(token)
+        cores.close()
+    here.settle()
+
+
+def _argv() -> list[str]:
+    """The command line being run (as :func:`mechscope.cli_errors.run_app` recorded it)."""
+    argv = ARGV.get()
+    return sys.argv[1:] if argv is None else argv
 
 
 def start_workers(
@@ -152,10 +203,7 @@ def start_workers(
     """
     if executor == "inline" or workers == 0:
         return Workers()
-    argv = ARGV.get()
-    if argv is None:
-        argv = sys.argv[1:]
-    cmd = [sys.executable, "-m", "mechscope.cli", *worker_argv(argv)]
+    cmd = [sys.executable, "-m", "mechscope.cli", *worker_argv(_argv())]
     env = {**os.environ, WORKER_ENV: "1", "MECHSCOPE_PROGRESS": "0"}
     if executor == "local":  # a worker ends with this process, even on kill -9
         bind = functools.partial(die_with_parent, os.getpid())

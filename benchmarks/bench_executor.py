@@ -1,0 +1,143 @@
+"""Local workers: ``mechscope heads run`` in one process vs the same command with workers.
+
+- ours: ``--executor local --workers W``: W copies of the command beside it claim samples
+  from one run directory; the W + 1 processes share the cores (``cores // (W + 1)``
+  threads each, :mod:`mechscope.runs.cores`);
+- baseline: the command alone (``--executor inline``), every core in its threads.
+
+Whole commands are timed, model loading and the report included, because that is what a
+user waits for; each repetition writes a fresh run directory. Agreement: every table of
+the two runs (timings aside) is identical. The last stdout line is the runner's ``RESULT``.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_executor.py [--quick]
+        [--samples 12] [--steps 16] [--workers W] [--reps 2] [--model smollm2-135m]
+        [--device cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
+
+PLACES = ("store", "park", "school", "market", "house", "garden", "city", "river")
+NAMES = ("Mary", "John", "Anna", "Tom")
+TOLERANCE = "tables equal (pandas rtol 1e-5)"
+
+
+def samples_file(folder: Path, n: int) -> Path:
+    """``n`` short story prompts with a one-word completion, as the heads command reads."""
+    path = folder / "samples.jsonl"
+    with path.open("w") as fh:
+        for i in range(n):
+            name, place = NAMES[i % len(NAMES)], PLACES[i % len(PLACES)]
+            prompt = f"{name} went to the {place} with a friend, and then {name} said"
+            fh.write(json.dumps({"id": f"s{i}", "prompt": prompt, "completion": " hello"}) + "\n")
+    return path
+
+
+def command(samples: Path, out: Path, args, *executor: str) -> list[str]:
+    return [
+        sys.executable, "-m", "mechscope.cli", "heads", "run", str(samples),
+        "--model", args.model, "--steps", str(args.steps), "--path", "joint", "--no-prune",
+        "--out", str(out), *(["--device", args.device] if args.device else []), *executor,
+    ]  # fmt: skip
+
+
+def tables(run: Path) -> dict[str, pd.DataFrame]:
+    return {
+        p.stem: pd.read_parquet(p)
+        for p in sorted((run / "tables").glob("*.parquet"))
+        if "timing" not in p.stem
+    }
+
+
+def same_tables(a: Path, b: Path) -> harness.Agreement:
+    """Every table equal within pandas' default tolerance (rtol 1e-5: the two sides split
+    the cores into different thread counts, so float sums may round differently); a
+    ``seconds`` column (a sample's wall time) aside. ``max_abs`` over numeric columns."""
+    ta, tb = tables(a), tables(b)
+    if ta.keys() != tb.keys():
+        note = f"tables {sorted(ta)} vs {sorted(tb)}"
+        return harness.Agreement(False, float("inf"), TOLERANCE, note)
+    worst, notes = 0.0, []
+    for name in ta:
+        x = ta[name].drop(columns=[c for c in ta[name] if c == "seconds"])
+        y = tb[name].drop(columns=[c for c in tb[name] if c == "seconds"])
+        try:
+            pd.testing.assert_frame_equal(x, y)
+        except AssertionError as exc:
+            notes.append(f"{name}: {str(exc).splitlines()[0]}")
+        num = [c for c in x.select_dtypes("number").columns if c in y]
+        if len(x) == len(y) and num:
+            diff = np.abs(x[num].to_numpy(float) - y[num].to_numpy(float))
+            worst = max(worst, float(np.nanmax(diff, initial=0.0)))
+        elif len(x) != len(y):
+            worst = float("inf")
+    note = "; ".join(notes) or f"{len(ta)} tables equal, max |diff| {worst:.1e}"
+    return harness.Agreement(not notes, worst, TOLERANCE, note)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from mechscope.models import DEFAULT_MODEL
+
+    cores = os.cpu_count() or 1
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="4 samples, 4 steps, 1 rep")
+    parser.add_argument("--samples", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=max(1, min(3, cores - 1)))
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--device", default=None, help="the commands' --device (default: theirs)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.samples, args.steps, args.reps = 4, 4, 1
+    env = {**os.environ, "MECHSCOPE_PROGRESS": "0"}
+    env.pop("OMP_NUM_THREADS", None)  # each side sets its threads as users get them
+    env.pop("MECHSCOPE_THREADS", None)
+    folder = Path(tempfile.mkdtemp(prefix="bench_executor_"))
+    try:
+        samples = samples_file(folder, args.samples)
+        workers = ("--executor", "local", "--workers", str(args.workers))
+
+        def run(name: str, *executor: str) -> Path:
+            out = folder / name
+            shutil.rmtree(out, ignore_errors=True)
+            subprocess.run(command(samples, out, args, *executor), env=env, check=True,
+                           stdout=subprocess.DEVNULL)  # fmt: skip
+            return out
+
+        variants = {"workers": lambda: run("workers", *workers), "inline": lambda: run("inline")}
+        t = harness.interleaved(variants, reps=args.reps, warmup=0)
+        check = same_tables(t.last["inline"], t.last["workers"])
+        case = harness.case_from_check(
+            t,
+            "workers",
+            "inline",
+            check,
+            case=f"heads run, {args.samples} samples x {args.steps} IG steps, "
+            f"{args.workers} local workers ({args.model}, {cores} cores)",
+            peer_label="the same command in one process (all cores)",
+            note=f"{args.workers + 1} processes x {max(1, cores // (args.workers + 1))} threads",
+            extra={"cores": cores, "workers": args.workers},
+        )
+        return harness.emit("executor", [case], model=args.model)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(harness.exit_code(main()))
