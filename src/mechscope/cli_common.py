@@ -33,10 +33,11 @@ OUT_HELP = "Run directory (resumed if it exists)."
 
 
 def workflow_app(**kwargs: Any) -> typer.Typer:
-    """A workflow's typer group (mounted by :mod:`mechscope.cli`)."""
-    return typer.Typer(
-        no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, **kwargs
-    )
+    """A workflow's typer group (mounted by :mod:`mechscope.cli`); ``kwargs`` override the
+    defaults (a group that is itself the command takes ``invoke_without_command=True,
+    no_args_is_help=False``)."""
+    defaults = {"no_args_is_help": True, "add_completion": False}
+    return typer.Typer(**(defaults | kwargs), pretty_exceptions_enable=False)
 
 
 def open_run(

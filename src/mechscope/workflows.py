@@ -85,6 +85,16 @@ WORKFLOWS: list[Workflow] = [
         help="RCID distillation and its baselines.",
     ),
     Workflow(
+        "tasks",
+        "mechscope.data",
+        order=91,
+        command="tasks",
+        help="The built-in tasks, the workflows that take them, their dataset files.",
+        cli="tasks_cli",
+        demo=False,
+        report=False,
+    ),
+    Workflow(
         "media",
         "mechscope.data",
         order=90,

@@ -25,7 +25,7 @@ _EXPORTS = {
     "load_study_config": "config",
     "parse_study_config": "config",
     "build_task": "samples",
-    "TASKS": "samples",
+    "BUILDERS": "samples",
     "PairSet": "pairset",
     "build_pairset": "pairset",
     "Checkpoint": "checkpoints",

@@ -20,6 +20,7 @@ from typing import Any
 
 from mechscope.data.datasets import dataset_path
 from mechscope.data.pairs import ContrastivePair
+from mechscope.data.tasks import check_task as check_registered
 from mechscope.distill.config import TaskSpec
 from mechscope.errors import InputError
 
@@ -135,7 +136,8 @@ def _math(spec: TaskSpec, tokenizer: Any) -> TaskSplits:
     return out
 
 
-TASKS: dict[str, Callable[[TaskSpec, Any], TaskSplits]] = {
+#: How distill builds the splits of each task it takes (the registry's, mechscope.data.tasks).
+BUILDERS: dict[str, Callable[[TaskSpec, Any], TaskSplits]] = {
     "ioi": _ioi,
     "facts": _facts,
     "winogrande": _winogrande,
@@ -145,12 +147,7 @@ TASKS: dict[str, Callable[[TaskSpec, Any], TaskSplits]] = {
 
 def check_task(spec: TaskSpec) -> None:
     """Fail early (before any model loads) on an unknown task or a missing data file."""
-    if spec.name not in TASKS:
-        raise InputError(
-            f"expected a task among {', '.join(TASKS)}, got {spec.name!r}",
-            sample=spec.name,
-            field="tasks.name",
-        )
+    check_registered(spec.name, "distill", sample=spec.name, field="tasks.name")
     if spec.name == "facts":
         facts_path(spec)
     elif spec.path and not Path(spec.path).is_file():
@@ -168,7 +165,7 @@ def build_task(spec: TaskSpec, tokenizer: Any) -> TaskSplits:
     check_task(spec)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        splits = TASKS[spec.name](spec, tokenizer)
+        splits = BUILDERS[spec.name](spec, tokenizer)
     for w in caught:  # re-emit so callers see them, and keep them in the notes
         splits.notes.append(str(w.message))
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

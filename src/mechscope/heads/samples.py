@@ -9,16 +9,18 @@ for contrastive tasks, a correct and a wrong answer (logit difference).
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mechscope.data.datasets import require_dataset
 from mechscope.data.loaders import read_jsonl, require_str
+from mechscope.data.tasks import check_task, tasks_of
 from mechscope.data.tokens import answer_token_ids, encode
 from mechscope.errors import InputError
 
-TASKS: tuple[str, ...] = ("ioi", "facts", "gsm8k", "humaneval")
+TASKS: tuple[str, ...] = tasks_of("heads")  # the registry's (mechscope.data.tasks)
 
 
 @dataclass(frozen=True)
@@ -142,6 +144,16 @@ def _humaneval() -> list[HeadSample]:
     return out
 
 
+#: How heads builds the samples of each task it takes (``TASKS``, from the registry), from
+#: the number wanted per task and the seed.
+BUILDERS: dict[str, Callable[[int, int], list[HeadSample]]] = {
+    "ioi": _ioi,
+    "facts": lambda n, seed: _facts(seed),
+    "gsm8k": lambda n, seed: _gsm8k(),
+    "humaneval": lambda n, seed: _humaneval(),
+}
+
+
 def mixed_prompt_set(
     tokenizer: Any,
     *,
@@ -152,19 +164,12 @@ def mixed_prompt_set(
 ) -> tuple[list[HeadSample], list[str]]:
     """Up to ``n_per_task`` samples of each task whose prompt + completion fit ``max_tokens``
     (drawn with ``seed``), and notes on tasks that were skipped (e.g. a missing file)."""
-    loaders = {
-        "ioi": lambda: _ioi(n_per_task, seed),
-        "facts": lambda: _facts(seed),
-        "gsm8k": _gsm8k,
-        "humaneval": _humaneval,
-    }
     samples: list[HeadSample] = []
     notes: list[str] = []
     for task in tasks:
-        if task not in loaders:
-            raise InputError(f"tasks among {', '.join(TASKS)}, got {task!r}", field="tasks")
+        check_task(task, "heads", field="tasks")
         try:
-            pool = loaders[task]()
+            pool = BUILDERS[task](n_per_task, seed)
         except (InputError, ImportError) as exc:
             notes.append(f"task {task!r} skipped: {exc}")
             continue

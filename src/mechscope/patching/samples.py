@@ -12,6 +12,7 @@ multimodal pair (:mod:`mechscope.patching.modal`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,11 @@ from mechscope.data.datasets import require_dataset
 from mechscope.data.ioi import generate_ioi, load_ioi_json
 from mechscope.data.loaders import iter_jsonl
 from mechscope.data.pairs import ContrastivePair, first_token_answers
+from mechscope.data.tasks import check_task, tasks_of
 from mechscope.errors import InputError
 from mechscope.patching.modal_pairs import ModalPair, is_modal_record, modal_pair_from_record
 
-TASKS = ("ioi", "ioi-json", "facts")
+TASKS = tasks_of("patching")  # the registry's (mechscope.data.tasks)
 
 
 def pair_from_record(
@@ -63,19 +65,30 @@ def load_pairs_jsonl(path: str | Path) -> list[ContrastivePair | ModalPair]:
     return out
 
 
+def _ioi_json(n: int, tokenizer: Any, seed: int) -> list[ContrastivePair]:
+    pairs = load_ioi_json(require_dataset("ioi_prompts.json", field="task"), seed=seed)
+    kept, _ = first_token_answers(pairs, tokenizer)
+    return kept[:n]
+
+
+def _facts(n: int, tokenizer: Any, seed: int) -> list[ContrastivePair]:
+    from mechscope.data.facts import build_fact_pairs, load_known_facts
+
+    facts = load_known_facts(require_dataset("known_1000.json", field="task"))
+    return build_fact_pairs(facts, tokenizer, seed=seed, same_length=True)[:n]
+
+
+#: How patching builds the pairs of each task it takes (``TASKS``, from the registry).
+BUILDERS: dict[str, Callable[[int, Any, int], list[ContrastivePair]]] = {
+    "ioi": lambda n, tokenizer, seed: generate_ioi(n, seed=seed, tokenizer=tokenizer),
+    "ioi-json": _ioi_json,
+    "facts": _facts,
+}
+
+
 def task_pairs(task: str, n: int, tokenizer: Any, *, seed: int = 0) -> list[ContrastivePair]:
     """Built-in pairs: ``ioi`` (generator, names single-token for ``tokenizer``),
     ``ioi-json`` (``ioi_prompts.json``), ``facts`` (``known_1000.json``); files are found by
     :func:`mechscope.data.datasets.require_dataset`."""
-    if task == "ioi":
-        return generate_ioi(n, seed=seed, tokenizer=tokenizer)
-    if task == "ioi-json":
-        pairs = load_ioi_json(require_dataset("ioi_prompts.json", field="task"), seed=seed)
-        kept, _ = first_token_answers(pairs, tokenizer)
-        return kept[:n]
-    if task == "facts":
-        from mechscope.data.facts import build_fact_pairs, load_known_facts
-
-        facts = load_known_facts(require_dataset("known_1000.json", field="task"))
-        return build_fact_pairs(facts, tokenizer, seed=seed, same_length=True)[:n]
-    raise InputError(f"expected a task among {', '.join(TASKS)}, got {task!r}", field="task")
+    check_task(task, "patching")
+    return BUILDERS[task](n, tokenizer, seed)
