@@ -26,7 +26,7 @@ from mechscope.engine.prefix import KVCache, Resume
 from mechscope.engine.unembed import logit_diff
 from mechscope.errors import SiteError
 from mechscope.patching.cache import RunCache
-from mechscope.patching.config import PatchSpec
+from mechscope.patching.config import METRICS, PatchSpec
 from mechscope.patching.memory import held_bytes, plan_sweep
 from mechscope.patching.metrics import Reference, normalized_effect, readout_metrics
 from mechscope.patching.prepare import PreparedPair, units
@@ -304,17 +304,9 @@ def _sweep_same_length(
             at += n_mine
 
 
-_METRIC_KEYS = (
-    "logit_diff",
-    "delta_logit",
-    "target_logit",
-    "target_prob",
-    "target_logprob",
-    "flip_to_target",
-    "flip_from_base",
-    "kl_to_base",
-    "js_to_base",
-)
+#: The metrics read off a patched pass's logits: all but ``normalized_effect``, which is
+#: computed from them and the baselines afterwards.
+_METRIC_KEYS = tuple(m for m in METRICS if m != "normalized_effect")
 
 
 def _metric_values(logits: torch.Tensor, ref: Reference) -> list[torch.Tensor]:
