@@ -80,11 +80,8 @@ def computing(run: RunDir, part: str, ex: ExecutorOptions | None = None) -> Iter
 
 def finish(run: RunDir, *, report: bool = True) -> Path | None:
     """Mark ``run`` finished, then build its report (so that it says "finished"); the report's
-    path, or ``None`` without one. An executor's worker leaves both to its command."""
-    from mechscope.runs.executor import is_worker
-
-    if is_worker():
-        return None
+    path, or ``None`` without one. (An executor's worker never gets here: it ends where its
+    driver's shared work ends, :func:`mechscope.runs.executor.shared_work_done`.)"""
     run.finish()
     if not report:
         return None

@@ -27,14 +27,6 @@ class Encoding:
     offsets: list[Span]
     special: list[bool]
 
-    @property
-    def n_prefix_special(self) -> int:
-        """Number of leading special tokens (1 when the tokenizer adds a BOS such as ``<s>``)."""
-        n = 0
-        while n < len(self.special) and self.special[n]:
-            n += 1
-        return n
-
 
 def encode(
     tokenizer: Any, text: str, *, add_special_tokens: bool = True, sample: str | None = None

@@ -259,8 +259,3 @@ def prepare_teacher_task(
         save_teacher_task(task, folder)
     _MEMO[memo] = task
     return task
-
-
-def forget_teacher_tasks() -> None:
-    """Drop the in-memory teacher tasks (their folders on disk stay)."""
-    _MEMO.clear()

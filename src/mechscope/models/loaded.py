@@ -143,10 +143,6 @@ class LoadedModel:
         if not 0 <= layer < self.n_layers:
             raise SiteError(f"layer {layer} out of range: valid layers are 0..{self.n_layers - 1}")
 
-    def check_head(self, head: int) -> None:
-        if not 0 <= head < self.n_heads:
-            raise SiteError(f"head {head} out of range: valid heads are 0..{self.n_heads - 1}")
-
     # --- conveniences ----------------------------------------------------------------------
     @property
     def device(self) -> torch.device:

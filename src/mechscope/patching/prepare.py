@@ -51,10 +51,6 @@ class PreparedPair:
         return len(self.base_ids) - 1
 
     @property
-    def source_readout(self) -> int:
-        return len(self.source_ids) - 1
-
-    @property
     def same_length(self) -> bool:
         return len(self.base_ids) == len(self.source_ids)
 
