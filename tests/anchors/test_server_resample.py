@@ -19,8 +19,8 @@ from llama_server import MODEL_ID, _llama_server_fixture  # noqa: F401
 
 from mechscope.anchors.layout import ROLLOUTS_PART
 from mechscope.anchors.rollouts import Rollout
-from mechscope.cli import app
-from mechscope.cli_errors import run_app
+from mechscope.cli.errors import run_app
+from mechscope.cli.main import app
 from mechscope.runs import RunDir, ShardStore
 
 pytestmark = pytest.mark.slow

@@ -8,8 +8,8 @@ import pytest
 from pydantic import BaseModel, field_validator
 from test_bad_inputs import PAIR
 
-from mechscope.cli import app
-from mechscope.cli_errors import one_line, run_app
+from mechscope.cli.errors import one_line, run_app
+from mechscope.cli.main import app
 from mechscope.errors import InputError
 
 SAMPLE = {

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from mechscope.cli import app
-from mechscope.cli_errors import run_app
+from mechscope.cli.errors import run_app
+from mechscope.cli.main import app
 
 
 def _run(args: list[str], capsys) -> tuple[int, str, str]:
@@ -60,7 +60,7 @@ def test_debug_shows_traceback() -> None:
 def test_ctrl_c_exits_130_and_says_how_to_resume(capsys):
     import typer
 
-    from mechscope.cli_errors import run_app
+    from mechscope.cli.errors import run_app
 
     app = typer.Typer()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mechscope.cli_common import parse_list
+from mechscope.cli.common import parse_list
 from mechscope.errors import InputError
 
 

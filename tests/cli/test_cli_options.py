@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 from pydantic import BaseModel
 
-from mechscope.cli_common import checked_run
-from mechscope.cli_options import config_from
+from mechscope.cli.common import checked_run
+from mechscope.cli.options import config_from
 from mechscope.errors import InputError
 
 

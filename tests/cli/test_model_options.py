@@ -9,8 +9,8 @@ import pytest
 import typer
 from typer.main import get_command
 
-from mechscope.cli import app
-from mechscope.model_options import OPTIONS
+from mechscope.cli.main import app
+from mechscope.cli.model_options import OPTIONS
 
 FLAGS = {flags[0] for flags, _env, _help in OPTIONS.values()}
 #: Commands that never load a model: they read a run directory, a config, or nothing.
@@ -83,7 +83,7 @@ def test_options_reach_load_model(monkeypatch) -> None:
     ],
 )
 def test_bad_model_options_are_one_line_before_loading(capfd, args, field) -> None:
-    from mechscope.cli_errors import run_app
+    from mechscope.cli.errors import run_app
 
     with pytest.raises(SystemExit) as info:
         run_app(app, ["inspect", "-m", "no/such/model", *args])
@@ -93,7 +93,7 @@ def test_bad_model_options_are_one_line_before_loading(capfd, args, field) -> No
 
 
 def test_a_command_without_opts_cannot_take_the_options() -> None:
-    from mechscope.model_options import model_options
+    from mechscope.cli.model_options import model_options
 
     with pytest.raises(TypeError, match="opts"):
 

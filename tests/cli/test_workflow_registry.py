@@ -12,7 +12,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from mechscope import workflows as registry
-from mechscope.cli import mount_workflows
+from mechscope.cli.main import mount_workflows
 from mechscope.demo import _run_parts, demo_parts, select_parts
 from mechscope.demo_timing import Session
 from mechscope.report import build_report, registered_sections

@@ -31,7 +31,7 @@ def test_a_task_a_workflow_does_not_take_is_refused_naming_the_ones_it_does():
 
 
 def test_the_cli_lists_every_task_and_its_file(monkeypatch, tmp_path):
-    from mechscope.cli import app
+    from mechscope.cli.main import app
 
     monkeypatch.setenv("MECHSCOPE_DATASETS", str(tmp_path))
     (tmp_path / "known_1000.json").write_text("[]")

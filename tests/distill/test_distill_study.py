@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 from typer.testing import CliRunner
 
-from mechscope.cli_errors import run_app
+from mechscope.cli.errors import run_app
 from mechscope.distill.cli import app
 from mechscope.distill.config import load_study_config
 from mechscope.distill.report import distill_section

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from mechscope.cli import app
-from mechscope.cli_errors import run_app
+from mechscope.cli.errors import run_app
+from mechscope.cli.main import app
 from mechscope.distill.config import parse_study_config
 from mechscope.distill.run import expand_trials
 

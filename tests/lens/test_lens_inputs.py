@@ -8,7 +8,7 @@ import json
 import pytest
 from lens_helpers import sample_record
 
-from mechscope.cli_errors import run_app
+from mechscope.cli.errors import run_app
 from mechscope.errors import InputError
 from mechscope.lens.cli import app
 from mechscope.lens.prepare import prepare_sample

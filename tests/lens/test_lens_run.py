@@ -73,7 +73,7 @@ def test_cli_end_to_end(tmp_path):
     """Both commands from the command line, reports included (static figures: slow)."""
     import json
 
-    from mechscope.cli_errors import run_app
+    from mechscope.cli.errors import run_app
     from mechscope.lens.cli import app
 
     path = tmp_path / "in.jsonl"

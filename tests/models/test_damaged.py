@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from mechscope.cli import app
-from mechscope.cli_errors import run_app
+from mechscope.cli.errors import run_app
+from mechscope.cli.main import app
 from mechscope.errors import ModelSpecError
 from mechscope.models import load_model
 

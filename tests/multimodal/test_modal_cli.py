@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from mechscope.cli import app
-from mechscope.cli_errors import run_app
+from mechscope.cli.errors import run_app
+from mechscope.cli.main import app
 from mechscope.data.speech_demo import espeak_path
 from mechscope.runs import RunDir, read_table
 

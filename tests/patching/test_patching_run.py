@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from patching_reference import ioi_like
 
-from mechscope.cli_errors import run_app
+from mechscope.cli.errors import run_app
 from mechscope.patching import PatchSpec, patch_pairs, run_patching
 from mechscope.patching.cli import app
 from mechscope.patching.figures import (

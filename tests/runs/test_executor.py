@@ -20,8 +20,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from mechscope.cli import app
-from mechscope.cli_errors import run_app
+from mechscope.cli.errors import run_app
+from mechscope.cli.main import app
 from mechscope.errors import InputError
 from mechscope.runs.executor import check_executor, local_gpu, worker_argv
 

@@ -173,8 +173,8 @@ def test_report_section_has_the_three_figures_per_quadrant(study):
 
 
 def test_bad_options_fail_before_anything_is_written(tmp_path):
-    from mechscope.cli import app
-    from mechscope.cli_errors import run_app
+    from mechscope.cli.errors import run_app
+    from mechscope.cli.main import app
 
     out = tmp_path / "runs" / "r"
     for args in (["--variants", "spec"], ["--limit", "0"], ["--temperature", "-1"]):

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 import typer
 from rich.console import Console
 
-from mechscope.cli_common import OUT_HELP, computing, finish, open_run, workflow_app
-from mechscope.cli_options import config_from
+from mechscope.cli.common import OUT_HELP, computing, finish, open_run, workflow_app
+from mechscope.cli.executor_options import ExecutorOptions, executor_options
+from mechscope.cli.model_options import ModelOptions, model_options
+from mechscope.cli.options import config_from
 from mechscope.errors import InputError
-from mechscope.executor_options import ExecutorOptions, executor_options
-from mechscope.model_options import ModelOptions, model_options
 
 if TYPE_CHECKING:
     from mechscope.anchors.trace import Trace

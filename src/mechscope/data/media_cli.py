@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from mechscope.cli_common import workflow_app
+from mechscope.cli.common import workflow_app
 
 app = workflow_app()
 console = Console()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from mechscope.cli_common import workflow_app
+from mechscope.cli.common import workflow_app
 
 app = workflow_app(invoke_without_command=True, no_args_is_help=False)
 

@@ -11,10 +11,10 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from mechscope.cli_common import workflow_app
+from mechscope.cli.common import workflow_app
+from mechscope.cli.executor_options import ExecutorOptions, executor_options
+from mechscope.cli.model_options import ModelOptions, model_options
 from mechscope.errors import InputError
-from mechscope.executor_options import ExecutorOptions, executor_options
-from mechscope.model_options import ModelOptions, model_options
 
 app = workflow_app(help="RCID distillation: keep the teacher's causal mechanism.")
 console = Console()

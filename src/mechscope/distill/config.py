@@ -143,7 +143,8 @@ class StudyConfig(_Strict):
         return value
 
 
-#: Fields of older configs that are command-line options now (:mod:`mechscope.executor_options`):
+#: Fields of older configs that are command-line options now
+#: (:mod:`mechscope.cli.executor_options`):
 #: a config naming one is refused in one line that says which option replaces it.
 COMMAND_LINE_FIELDS = {"executor": "--executor", "workers": "--workers"}
 

@@ -23,10 +23,10 @@ from typing import Any
 
 import yaml
 
+from mechscope.cli.executor_options import ExecutorOptions
 from mechscope.distill.config import StudyConfig, builtin_config_path, load_study_config
 from mechscope.distill.run import run_study
 from mechscope.distill.summarize import summarize_study
-from mechscope.executor_options import ExecutorOptions
 from mechscope.models import LoadedModel
 from mechscope.runs import RunDir, atomic_write_text
 from mechscope.runs.executor import ARGV

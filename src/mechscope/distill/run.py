@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from mechscope.cli.executor_options import ExecutorOptions
 from mechscope.distill.config import StudyConfig
 from mechscope.distill.result import DistillResult
 from mechscope.distill.samples import check_task
@@ -38,7 +39,6 @@ from mechscope.distill.students import (
 from mechscope.distill.teacher_cache import prepare_teacher_task
 from mechscope.distill.trial import Trial, is_finished_dir, read_trial, run_trial
 from mechscope.errors import InputError
-from mechscope.executor_options import ExecutorOptions
 from mechscope.models import LoadedModel, load_model
 from mechscope.runs import RunDir, ShardStore
 from mechscope.runs.executor import shared_work_done

@@ -9,11 +9,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from mechscope.cli_common import OUT_HELP, checked_run, computing, finish, workflow_app
-from mechscope.cli_options import config_from
+from mechscope.cli.common import OUT_HELP, checked_run, computing, finish, workflow_app
+from mechscope.cli.executor_options import ExecutorOptions, executor_options
+from mechscope.cli.model_options import ModelOptions, model_options
+from mechscope.cli.options import config_from
 from mechscope.errors import InputError
-from mechscope.executor_options import ExecutorOptions, executor_options
-from mechscope.model_options import ModelOptions, model_options
 
 if TYPE_CHECKING:
     from mechscope.heads.config import HeadsConfig

@@ -8,10 +8,10 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from mechscope.cli_common import OUT_HELP, checked_run, finish, parse_list, workflow_app
+from mechscope.cli.common import OUT_HELP, checked_run, finish, parse_list, workflow_app
+from mechscope.cli.executor_options import ExecutorOptions, executor_options
+from mechscope.cli.model_options import ModelOptions, model_options
 from mechscope.errors import InputError
-from mechscope.executor_options import ExecutorOptions, executor_options
-from mechscope.model_options import ModelOptions, model_options
 
 app = workflow_app()
 console = Console(stderr=True)

@@ -31,7 +31,7 @@ from mechscope.runs.lifetime import die_with_parent
 
 EXECUTORS = ("inline", "local", "ray")
 WORKER_ENV = "MECHSCOPE_WORKER"
-#: The command line being run (set by :func:`mechscope.cli_errors.run_app`).
+#: The command line being run (set by :func:`mechscope.cli.errors.run_app`).
 ARGV: ContextVar[list[str] | None] = ContextVar("mechscope_argv", default=None)
 _OPTIONS = ("--executor", "--workers", "--address", "--worker-gpus")
 
@@ -185,7 +185,7 @@ def workers_alongside(
 
 
 def _argv() -> list[str]:
-    """The command line being run (as :func:`mechscope.cli_errors.run_app` recorded it)."""
+    """The command line being run (as :func:`mechscope.cli.errors.run_app` recorded it)."""
     argv = ARGV.get()
     return sys.argv[1:] if argv is None else argv
 

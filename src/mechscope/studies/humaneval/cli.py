@@ -7,10 +7,10 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from mechscope.cli_common import OUT_HELP, checked_run, computing, finish, parse_list, workflow_app
-from mechscope.cli_options import RESAMPLES_OPTION, config_from
+from mechscope.cli.common import OUT_HELP, checked_run, computing, finish, parse_list, workflow_app
+from mechscope.cli.model_options import ModelOptions, model_options
+from mechscope.cli.options import RESAMPLES_OPTION, config_from
 from mechscope.errors import InputError
-from mechscope.model_options import ModelOptions, model_options
 
 app = workflow_app()
 console = Console(stderr=True)

@@ -10,8 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from mechscope.cli.model_options import ModelOptions, model_options
 from mechscope.errors import MechscopeError
-from mechscope.model_options import ModelOptions, model_options
 from mechscope.models import ALIASES, DEFAULT_MODEL, all_cards
 
 console = Console()

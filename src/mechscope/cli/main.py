@@ -12,9 +12,9 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from mechscope import cli_models
-from mechscope.cli_errors import run_app
-from mechscope.model_options import ModelOptions, model_options
+from mechscope.cli import model_commands
+from mechscope.cli.errors import run_app
+from mechscope.cli.model_options import ModelOptions, model_options
 from mechscope.workflows import import_optional, workflows
 
 app = typer.Typer(
@@ -34,9 +34,9 @@ def main(
     """mechscope: run causal analyses on your Hugging Face model."""
 
 
-app.command()(cli_models.models)
-app.command()(cli_models.inspect)
-app.command()(cli_models.card)
+app.command()(model_commands.models)
+app.command()(model_commands.inspect)
+app.command()(model_commands.card)
 
 
 @app.command()

@@ -6,7 +6,7 @@ say which processes compute a command's samples, and on which GPUs
 ``ex: ExecutorOptions`` and is decorated with :func:`executor_options`, which adds the
 options to its signature and checks them (:meth:`ExecutorOptions.check`) before the command
 runs, so before any model work; the command computes inside ``with ex.alongside():`` (or
-:func:`mechscope.cli_common.computing`).
+:func:`mechscope.cli.common.computing`).
 """
 
 from __future__ import annotations

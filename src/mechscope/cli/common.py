@@ -5,7 +5,7 @@ A command checks every input first, then opens its run (:func:`open_run`, or
 :func:`checked_run` for the sequence load, check, open), computes its part inside
 :func:`computing`, and ends with :func:`finish` (the run is marked finished, then its report
 is built, so that the report says "finished"). Its config comes from its options by
-:func:`mechscope.cli_options.config_from`.
+:func:`mechscope.cli.options.config_from`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from mechscope.errors import InputError
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from mechscope.executor_options import ExecutorOptions
-    from mechscope.model_options import ModelOptions
+    from mechscope.cli.executor_options import ExecutorOptions
+    from mechscope.cli.model_options import ModelOptions
     from mechscope.models.loaded import LoadedModel
     from mechscope.runs import RunDir
 
