@@ -128,6 +128,7 @@ def test_pairs_of_several_lengths_and_a_metric(lm, pairs):
     correct answer's logit) is kept beside the logit difference."""
     longer = ioi_like("d", "Mary", "John", "Mary", "big old store")
     mixed = [pairs[0], longer, pairs[1]]
+
     def correct_logit(given):  # the metric: each pair's correct answer's logit
         ids = [lm.tokenizer(p.correct, add_special_tokens=False)["input_ids"][0] for p in given]
         correct = torch.tensor(ids)

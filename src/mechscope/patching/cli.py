@@ -5,10 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 
-from mechscope.cli.common import OUT_HELP, checked_run, finish, parse_list, workflow_app
+from mechscope.cli.common import (
+    OUT_HELP,
+    checked_run,
+    finish,
+    parse_list,
+    validated,
+    workflow_app,
+)
 from mechscope.cli.executor_options import ExecutorOptions, executor_options
 from mechscope.cli.model_options import ModelOptions, model_options
 from mechscope.errors import InputError
@@ -26,17 +32,7 @@ def main() -> None:
 def _spec(**kwargs):
     from mechscope.patching.config import PatchSpec
 
-    return _validated(PatchSpec, **kwargs)
-
-
-def _validated(model, **kwargs):
-    """``model(**kwargs)``, a pydantic model; its first validation error as one line."""
-    try:
-        return model(**kwargs)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "spec"
-        raise InputError(err["msg"].removeprefix("Value error, "), field=field) from None
+    return validated(PatchSpec, **kwargs)
 
 
 @app.command()
@@ -211,7 +207,7 @@ def path(
                 parse_heads(receivers, lm.n_layers, n_recv, field="--receivers"),
                 receivers_together,
             )
-        state["spec"] = spec = _validated(
+        state["spec"] = spec = validated(
             PathSpec,
             senders=head_groups(send, senders_together),
             receivers=recv,

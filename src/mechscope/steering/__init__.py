@@ -1,0 +1,17 @@
+"""Steering: a direction at a site — a user vector, or the mean activation difference of
+contrastive pairs (contrastive activation addition) — added with a scale alpha or projected
+out, swept over alpha with its effect on a metric and on greedy generations."""
+
+from mechscope.steering.config import SteerConfig
+from mechscope.steering.result import SteeringResult
+from mechscope.steering.run import run_steering, steer_sweep
+from mechscope.steering.vectors import caa_vector, mean_activation
+
+__all__ = [
+    "SteerConfig",
+    "SteeringResult",
+    "caa_vector",
+    "mean_activation",
+    "run_steering",
+    "steer_sweep",
+]
