@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from path_reference import path_patch_reference
 from patching_reference import ioi_like
+from path_reference import path_patch_reference
 
 from mechscope.engine import Engine
 from mechscope.errors import InputError
@@ -21,7 +21,7 @@ from mechscope.patching.path_core import path_patch_ids
 from mechscope.patching.path_result import PathResult
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
-from engine_tiny import eager_copy  # noqa: E402
+from engine_tiny import eager_copy
 
 EPS = torch.finfo(torch.float32).eps
 
@@ -109,17 +109,17 @@ def pairs():
 def test_refusals(lm, pairs):
     with pytest.raises(InputError, match=r"layer 0..2 and head 0..3, got 1\.9"):
         path_patch(lm, pairs, [(1, 9)], [(2, 0)])
-    with pytest.raises(InputError, match="key/value head 0..1"):
+    with pytest.raises(InputError, match=r"key/value head 0\.\.1"):
         path_patch(lm, pairs, [(0, 0)], [(2, 3)], "k")  # a query head is not a kv head
     with pytest.raises(InputError, match="above a sender"):
         path_patch(lm, pairs, [(2, 0)], [(1, 0), (2, 1)])
     with pytest.raises(InputError, match="q, k, v, resid_final"):
         path_patch(lm, pairs, [(0, 0)], [(2, 0)], "z")
     same = ioi_like("same", "Mary", "John", "John", "store")
-    with pytest.raises(InputError, match="'same'.*differ"):
+    with pytest.raises(InputError, match=r"'same'.*differ"):
         path_patch(lm, [same], [(0, 0)], [(2, 0)])
     longer = ioi_like("long", "Mary", "John", "Mary", "store", corrupt_place="big old park")
-    with pytest.raises(InputError, match="'long'.*same token length"):
+    with pytest.raises(InputError, match=r"'long'.*same token length"):
         path_patch(lm, [longer], [(0, 0)], [(2, 0)])
 
 
