@@ -16,11 +16,24 @@ Never touches mechscope's engine: it runs an independent copy of the model.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import torch
 
 Head = tuple[int, int]
+
+
+def independent_copy(lm) -> torch.nn.Module:
+    """A copy of ``lm``'s model on transformers' own SDPA attention, without the engine's
+    marks: what the reference runs."""
+    model = copy.deepcopy(lm.model)
+    model.set_attn_implementation("sdpa")
+    for module in model.modules():
+        for attr in ("_mechscope_layer", "_mechscope_bidirectional"):
+            if hasattr(module, attr):
+                delattr(module, attr)
+    return model
 
 
 def _layers(model: torch.nn.Module) -> torch.nn.ModuleList:

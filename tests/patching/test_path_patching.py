@@ -4,14 +4,11 @@ trip and its report section."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 from patching_reference import ioi_like
-from path_reference import path_patch_reference
+from path_reference import independent_copy, path_patch_reference
 
 from mechscope.engine import Engine
 from mechscope.errors import InputError
@@ -19,9 +16,6 @@ from mechscope.models import load_model
 from mechscope.patching.path import path_patch, run_path_patching
 from mechscope.patching.path_core import path_patch_ids
 from mechscope.patching.path_result import PathResult
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
-from engine_tiny import eager_copy
 
 EPS = torch.finfo(torch.float32).eps
 
@@ -38,7 +32,7 @@ def _ids(seq: int, pairs: int = 3, seed: int = 0) -> tuple[torch.Tensor, torch.T
 
 def _check_against_reference(spec: str, seq: int, inputs, freeze: bool, groups: bool) -> None:
     lm = load_model(spec)
-    ref = eager_copy(lm, "sdpa")
+    ref = independent_copy(lm)
     clean, corrupt = _ids(seq)
     heads = [[(layer, h)] for layer in range(lm.n_layers) for h in range(lm.n_heads)]
     if groups:  # groups spanning layers, as the IOI paper's classes of heads

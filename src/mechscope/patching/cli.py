@@ -204,7 +204,13 @@ def path(
         if receiver_input != "resid_final":
             n_recv = lm.n_kv_heads if kv else lm.n_heads
             recv = head_groups(
-                parse_heads(receivers, lm.n_layers, n_recv, field="--receivers"),
+                parse_heads(
+                    receivers,
+                    lm.n_layers,
+                    n_recv,
+                    field="--receivers",
+                    what="key/value head" if kv else "head",
+                ),
                 receivers_together,
             )
         state["spec"] = spec = validated(

@@ -9,8 +9,11 @@ from mechscope.patching.config import Head
 FORMAT = "heads as layer.head (9.6), layer.* (9.*) or all, comma-separated"
 
 
-def parse_heads(text: str, n_layers: int, n_heads: int, *, field: str) -> list[Head]:
-    """The heads ``text`` names, in order, each once; one line naming a head ``lm`` lacks."""
+def parse_heads(
+    text: str, n_layers: int, n_heads: int, *, field: str, what: str = "head"
+) -> list[Head]:
+    """The heads ``text`` names, in order, each once; one line naming a head the model
+    lacks (``what``: "key/value head" where they are)."""
     out: list[Head] = []
     for item in (x.strip() for x in text.split(",")):
         if not item:
@@ -29,7 +32,7 @@ def parse_heads(text: str, n_layers: int, n_heads: int, *, field: str) -> list[H
         for h in heads:
             if not (0 <= layer < n_layers and 0 <= h < n_heads):
                 raise InputError(
-                    f"expected heads with layer 0..{n_layers - 1} and head 0..{n_heads - 1}, "
+                    f"expected heads with layer 0..{n_layers - 1} and {what} 0..{n_heads - 1}, "
                     f"got {layer}.{h}",
                     field=field,
                 )
