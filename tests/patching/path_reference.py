@@ -16,10 +16,14 @@ Never touches mechscope's engine: it runs an independent copy of the model.
 
 from __future__ import annotations
 
-import copy
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
+from engine_tiny import eager_copy
 
 Head = tuple[int, int]
 
@@ -27,13 +31,7 @@ Head = tuple[int, int]
 def independent_copy(lm) -> torch.nn.Module:
     """A copy of ``lm``'s model on transformers' own SDPA attention, without the engine's
     marks: what the reference runs."""
-    model = copy.deepcopy(lm.model)
-    model.set_attn_implementation("sdpa")
-    for module in model.modules():
-        for attr in ("_mechscope_layer", "_mechscope_bidirectional"):
-            if hasattr(module, attr):
-                delattr(module, attr)
-    return model
+    return eager_copy(lm, "sdpa")
 
 
 def _layers(model: torch.nn.Module) -> torch.nn.ModuleList:

@@ -4,7 +4,8 @@ difference; projection removes exactly the component; alpha 0 is the unsteered r
 
 from __future__ import annotations
 
-import copy
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +18,9 @@ from mechscope.errors import InputError, UnsupportedInterventionError
 from mechscope.models import load_model
 from mechscope.steering import SteerConfig, caa_vector, steer_sweep
 from mechscope.steering.samples import Contrast, SteerPrompt
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
+from engine_tiny import eager_copy
 
 EPS = torch.finfo(torch.float32).eps
 PROMPTS = ["When Mary and John went to the store", "Once upon a time, there was", "def add(a, b):"]
@@ -37,9 +41,7 @@ def lm(request):
 
 def _plain(lm):
     """An independent copy of the model on transformers' own attention, no engine state."""
-    model = copy.deepcopy(lm.model)
-    model.set_attn_implementation("sdpa")
-    return model
+    return eager_copy(lm, "sdpa")
 
 
 def _hooked(model, lm, site: str, layer: int, vec: torch.Tensor, alpha: float):

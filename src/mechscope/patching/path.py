@@ -25,6 +25,7 @@ from mechscope.patching.config import PathSpec, head_label
 from mechscope.patching.path_core import path_patch_ids
 from mechscope.patching.path_plan import RECEIVER_INPUTS, check_path
 from mechscope.patching.path_result import PathResult
+from mechscope.patching.run import check_pair_ids
 from mechscope.runs import RunDir, ShardStore, write_table
 from mechscope.runs.content_key import content_key
 from mechscope.runs.executor import shared_work_done
@@ -74,13 +75,7 @@ def tokenize_path_pair(lm: LoadedModel, pair: ContrastivePair, policy: str) -> T
 
 def check_inputs(lm: LoadedModel, pairs: Sequence[ContrastivePair], spec: PathSpec) -> None:
     """Every refusal before any forward: pair ids, heads, lengths, answers."""
-    if not pairs:
-        raise InputError("expected at least one pair", field="pairs")
-    seen: set[str] = set()
-    for p in pairs:
-        if p.id in seen:
-            raise InputError("expected unique pair ids", sample=p.id, field="id")
-        seen.add(p.id)
+    check_pair_ids(pairs)
     check_path(lm, spec.senders, spec.receivers, spec.receiver_input)
     for p in pairs:
         tokenize_path_pair(lm, p, spec.policy)
