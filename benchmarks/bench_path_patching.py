@@ -85,7 +85,7 @@ def run_tl(bridge, clean, corrupt, correct, wrong, senders, receivers, receiver_
 
         kept = {}
 
-        def keep(x, hook, layer):
+        def keep(x, hook, layer, kept=kept):
             kept[f"blocks.{layer}.attn.{site}"] = x.clone()
 
         later = sorted({layer for layer, _ in receivers if layer > s_layer})
@@ -104,13 +104,29 @@ def run_tl(bridge, clean, corrupt, correct, wrong, senders, receivers, receiver_
                 continue
             name = f"blocks.{r_layer}.attn.{site}"
 
-            def patch(x, hook, name=name, r_head=r_head):
+            def patch(x, hook, name=name, r_head=r_head, kept=kept):
                 x[:, :, r_head] = kept[name][:, :, r_head]
                 return x
 
             logits = bridge.run_with_hooks(clean, fwd_hooks=[(name, patch)])[:, -1].float()
             out[:, i, j] = (logits[rows, correct] - logits[rows, wrong]).numpy()
     return out
+
+
+def tolerance(lm, clean: torch.Tensor) -> float:
+    """fp32 at the logits' scale: ``eps × max |logit| × d_model`` (a d_model-long dot
+    product's rounding, at the size of the numbers compared)."""
+    with torch.no_grad():
+        scale = float(lm.model(clean).logits[:, -1].abs().max())
+    return float(torch.finfo(torch.float32).eps) * scale * lm.d_model
+
+
+def check(ours: np.ndarray, peer: np.ndarray, atol: float):
+    """Both sides' ``[pairs, senders, receivers]`` logit differences: the same cells
+    without a path (NaN), the rest within ``atol``."""
+    from harness import agreement
+
+    return agreement(ours, peer, atol=atol, name="logit diff")
 
 
 def main() -> None:
@@ -127,7 +143,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from harness import Case, agreement, case_from_check, emit, exit_code, interleaved, unavailable
+    from harness import Case, case_from_check, emit, exit_code, interleaved, unavailable
 
     from mechscope.models import DEFAULT_MODEL, load_model
 
@@ -151,7 +167,7 @@ def main() -> None:
     ours = lambda: run_mechscope(lm, pairs, senders, receivers, args.input)  # noqa: E731
     try:
         bridge = build_bridge(lm)
-    except Exception as exc:  # noqa: BLE001 - the peer's failure is reported, not raised
+    except Exception as exc:
         grid = ours()
         cases: list[Case] = [unavailable(case, PEER, f"{type(exc).__name__}: {exc}")]
         result = emit("path_patching", cases, paths=int(np.isfinite(grid).sum()))
@@ -159,10 +175,7 @@ def main() -> None:
     peer = lambda: run_tl(bridge, clean, corrupt, correct, wrong, senders, receivers, args.input)  # noqa: E731
     timings = interleaved({"mechscope": ours, "peer": peer}, reps=args.reps, warmup=0)
     mine, theirs = timings.last["mechscope"], timings.last["peer"]
-    with torch.no_grad():
-        scale = float(lm.model(clean).logits[:, -1].abs().max())
-    atol = float(torch.finfo(torch.float32).eps) * scale * lm.d_model
-    check = agreement(mine, theirs, atol=atol, name="logit diff")
+    agree = check(mine, theirs, tolerance(lm, clean))
     mean = np.nanmean(mine, axis=0)
     top = np.unravel_index(np.nanargmin(mean), mean.shape)
     extra = {
@@ -172,7 +185,7 @@ def main() -> None:
         "paths_per_pair": cells,
         "strongest_path": f"{senders[top[0]]} -> {receivers[top[1]]}",
     }
-    row = case_from_check(timings, "mechscope", "peer", check, case=case, peer_label=PEER,
+    row = case_from_check(timings, "mechscope", "peer", agree, case=case, peer_label=PEER,
                           target=0.25, extra=extra)  # fmt: skip
     sys.exit(exit_code(emit("path_patching", [row], model=DEFAULT_MODEL)))
 
