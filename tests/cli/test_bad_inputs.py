@@ -96,7 +96,7 @@ def write_inputs(d: Path) -> None:
     )
     (d / "surrogate.jsonl").write_text(json.dumps(LENS).replace("hello", "\\ud800hello") + "\n")
     (d / "surrogate_trace.json").write_text(
-        json.dumps([{"id": "t", "text": TRACE + " \\udfff", "gold": "8"}])
+        json.dumps([{"id": "t", "text": TRACE, "gold": "8"}]).replace("apples", "\\udfffapples")
     )
     (d / "groups.jsonl").write_text(
         "".join(

@@ -28,7 +28,6 @@ import numpy as np
 
 from mechscope.data.conflict import EMOTIONS
 from mechscope.errors import InputError
-from mechscope.errors import InputError
 
 ESPEAK = "espeak-ng"
 RATE = 16_000
@@ -90,7 +89,9 @@ def build_speech_demo(out: str | Path, *, emotions: tuple[str, ...] = EMOTIONS) 
     out = Path(out)
     for above in (out, *out.parents):  # a file in the way: one line, before any synthesis
         if above.exists() and not above.is_dir():
-            raise InputError(f"a folder for the demo set at {out}; {above} is a file", field="--out")
+            raise InputError(
+                f"a folder for the demo set at {out}; {above} is a file", field="--out"
+            )
     # every clip first: a synthesis that fails leaves nothing on disk
     clips = {
         f"{said}-{how}": synthesize(SENTENCE.format(word=said), PROSODY[how])
