@@ -140,7 +140,8 @@ def resample(
             timeout=server_timeout,
             cache_dir=out / "rollout_cache",  # made on the first rollout, inside the run
         )
-        sampler.check()
+        if not (out / "rollout_cache").is_dir():  # a rerun may need no request at all
+            sampler.check()
     lm = opts.load()
     if sampler is None:
         sampler = EngineSampler(lm, slots=batch_size)
