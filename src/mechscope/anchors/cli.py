@@ -114,8 +114,8 @@ def resample(
         "--server-timeout",
         min=0.0,
         above=0.0,
-        help="Deadline of one request in seconds (--server); 8 failed attempts in a row "
-        "end the run.",
+        help="Deadline of one request in seconds (--server); 6 × concurrency failed attempts "
+        "in a row end the run.",
     ),
     ex: ExecutorOptions = ExecutorOptions(),
     opts: ModelOptions = ModelOptions(),

@@ -47,8 +47,6 @@ ProgressFn = Callable[[int, int], None]
 _RETRY_STATUS = frozenset({408, 429}) | frozenset(range(500, 600))
 #: Seconds the server has to answer ``GET /models`` in :meth:`ServerSampler.check`.
 PROBE_TIMEOUT = 30.0
-#: Failed attempts in a row, over all of a sampler's requests, after which it gives up.
-MAX_FAILURES = 8
 _MAX_DETAIL = 300  # characters of a server's error message kept in the one-line error
 
 
@@ -129,7 +127,7 @@ class ServerSampler:
         timeout: float = 600.0,
         backoff: float = 1.0,
         max_backoff: float = 60.0,
-        max_failures: int = MAX_FAILURES,
+        max_failures: int | None = None,
         cache_dir: Path | str | None = None,
         progress: ProgressFn | None = None,
     ):
@@ -143,6 +141,8 @@ class ServerSampler:
             raise InputError(f"rate_limit > 0 requests/s, got {rate_limit}", field="rate_limit")
         if not 0 < timeout < float("inf"):
             raise InputError(f"a finite timeout > 0 seconds, got {timeout}", field="timeout")
+        if max_failures is None:  # every request in flight has used all its attempts
+            max_failures = (max_retries + 1) * concurrency
         if max_failures < 1:
             raise InputError(f"max_failures >= 1, got {max_failures}", field="max_failures")
         if backoff < 0 or max_backoff < backoff:
