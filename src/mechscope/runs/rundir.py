@@ -326,12 +326,13 @@ def runs_mark() -> tuple[int, int]:
 
 def undo_runs(since: tuple[int, int] = (0, 0)) -> list[Path]:
     """Take back what this process did to run directories after mark ``since``: a command
-    refused midway changes nothing on disk. A run directory it created is removed, with
-    the folders made for it, whatever it holds by then (its tables, a study's teacher
-    caches): a refusal's partial run would otherwise block the corrected rerun with "config
-    differs". A run it resumed keeps its files (each shard is a finished unit, reused by the
-    next run) and gets its manifest back, so a finished run does not stay marked "running".
-    Returns the removed paths."""
+    refused before it finished any work changes nothing on disk. A run directory it created
+    that holds no finished unit yet is removed, with the folders made for it: it would
+    otherwise block the corrected rerun with "config differs". One that does hold finished
+    units (a refusal late in a long run: a server that stopped answering, a value that
+    turned non-finite) is kept and marked ``refused``, so its work is not lost and a rerun
+    resumes it. A run it resumed keeps its files and gets its manifest back, so a finished
+    run does not stay marked "running". Returns the removed paths."""
     removed = []
     created, resumed = since
     while len(_RESUMED) > resumed:
@@ -340,10 +341,29 @@ def undo_runs(since: tuple[int, int] = (0, 0)) -> list[Path]:
             atomic_write_json(path / MANIFEST_FILE, manifest)
     while len(_CREATED) > created:
         path, top = _CREATED.pop()
-        if path.is_dir():
-            shutil.rmtree(top, ignore_errors=True)
-            removed.append(path)
+        if not path.is_dir():
+            continue
+        if holds_work(path):
+            RunDir(path).finish(status="refused")
+            continue
+        shutil.rmtree(top, ignore_errors=True)
+        removed.append(path)
     return removed
+
+
+def holds_work(path: Path) -> bool:
+    """Whether a run directory holds anything but its config, its manifest, claims and the
+    temporary files of writes: a finished unit that a rerun would reuse."""
+    from mechscope.runs.claims import SUFFIX as CLAIM_SUFFIX  # claims import this module
+
+    bookkeeping = {CONFIG_FILE, MANIFEST_FILE}
+    return any(
+        p.is_file()
+        and p.name not in bookkeeping
+        and not p.name.endswith(CLAIM_SUFFIX)
+        and not is_temp_name(p.name)
+        for p in path.rglob("*")
+    )
 
 
 def check_writable(path: Path) -> None:
