@@ -4,7 +4,7 @@ or without any read or reduction, in fp32 and bf16.
 Reading probabilities (``pattern``, ``attn_scores``, ``ReduceAttention``) used to send the
 layer through the engine's explicit fp32 attention, whose output differs from SDPA's (or
 the family's eager attention) in the last bits: 2e-7 on fp32 logits, 3e-3 on bf16 ones,
-and up to 0.76 nats of ΔNLL on a bf16 smollm2 lens. Now the probabilities are computed on
+and up to 0.55 nats per token on a bf16 smollm2 lens. Now the probabilities are computed on
 the side and the layer passes on what it would have computed unread. Families: llama
 (SDPA), gemma2 (soft-capping: the family's eager attention), gpt_oss (attention sinks),
 deepseek_v3 (latent attention: value heads of another size), qwen3_moe (router and
