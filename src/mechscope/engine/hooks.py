@@ -60,6 +60,7 @@ def make_transform(items: list[Any], reads: dict[Any, torch.Tensor], layer: int)
         return act
 
     transform.reads_any = any(isinstance(item, Read) for item in items)  # type: ignore[attr-defined]
+    transform.edits_any = not all(isinstance(item, Read) for item in items)  # type: ignore[attr-defined]
     return transform
 
 
