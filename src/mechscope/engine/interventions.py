@@ -103,3 +103,5 @@ class ReduceAttention:
 
 
 Intervention = Read | Patch | Gate | Ablate | SuppressAttention | ReduceAttention
+"""Any intervention :meth:`Engine.run <mechscope.engine.forward.Engine.run>` takes: a pass
+gets a list of them, applied in list order within a site."""

@@ -49,6 +49,7 @@ SITE_NAMES = (
     "logits",
     "module",
 )
+"""Every site name, in TransformerLens' vocabulary (shapes in the module docstring)."""
 LAYERLESS_SITES = ("ln_final_scale", "logits", "module")
 LAYER_SITES = tuple(n for n in SITE_NAMES if n not in LAYERLESS_SITES)
 SCALE_SITES = ("ln1_scale", "ln2_scale", "ln_final_scale")
