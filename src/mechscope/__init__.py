@@ -84,7 +84,38 @@ EXPORTS = {
     "MemoryBudgetError": "mechscope.errors",
 }
 
-__all__ = sorted(EXPORTS)
+__all__ = [
+    "Ablate",
+    "Cache",
+    "Completion",
+    "Components",
+    "Engine",
+    "Gate",
+    "InputError",
+    "KVCache",
+    "LoadedModel",
+    "LogitAttribution",
+    "MechscopeError",
+    "MemoryBudgetError",
+    "ModelCard",
+    "Patch",
+    "Prompt",
+    "Read",
+    "ReduceAttention",
+    "Resume",
+    "RunOutput",
+    "Sampling",
+    "Site",
+    "SiteError",
+    "SuppressAttention",
+    "Tokens",
+    "UnsupportedInterventionError",
+    "load_model",
+    "logit_diff",
+    "run_with_cache",
+    "to_tokens",
+    "unembed",
+]
 
 
 def __getattr__(name: str) -> object:

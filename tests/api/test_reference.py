@@ -17,6 +17,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "api_docs.py"
 
 
 def test_every_export_resolves_to_a_documented_object_from_its_module() -> None:
+    assert mechscope.__all__ == sorted(mechscope.EXPORTS)
     for name in mechscope.__all__:
         obj = getattr(mechscope, name)
         assert (inspect.getdoc(obj) or "").strip(), name

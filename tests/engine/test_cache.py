@@ -15,8 +15,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from engine_tiny import SMALL, Capture, build
-from engine_tiny import one_thread  # noqa: F401  (autouse fixture)
+from engine_tiny import (
+    SMALL,
+    Capture,
+    build,
+    one_thread,  # noqa: F401  (autouse fixture)
+)
 
 from mechscope.engine import Engine, Site
 from mechscope.errors import MemoryBudgetError, UnsupportedInterventionError
@@ -95,17 +99,24 @@ def test_stack_head_results_sum_to_attn_out_and_equal_z_times_w_o(run) -> None:
         block = heads.values[layer * lm.n_heads : (layer + 1) * lm.n_heads]  # [H, b, p, d]
         want = cache["attn_out", layer].float()
         rest = cache.stack_head_results(layer).rest
-        torch.testing.assert_close(block.sum(0) + rest, want, atol=_atol(lm.n_heads + 1, block), rtol=0)
+        torch.testing.assert_close(
+            block.sum(0) + rest, want, atol=_atol(lm.n_heads + 1, block), rtol=0
+        )
     if lm.card.attn_out == lm.card.o_proj.rsplit(".", 1)[0] and lm.residual_scale is None:
         o_proj = lm.layer_part("o_proj", 0)
         with Capture(o_proj) as z, torch.no_grad():
-            lm.model(input_ids=cache.tokens.ids, attention_mask=cache.tokens.attention_mask,
-                     position_ids=cache.tokens.position_ids)
+            lm.model(
+                input_ids=cache.tokens.ids,
+                attention_mask=cache.tokens.attention_mask,
+                position_ids=cache.tokens.position_ids,
+            )
         w = o_proj.weight if isinstance(o_proj, torch.nn.Linear) else o_proj.weight.T  # [d, H*dh]
         zs = z.value.view(*z.value.shape[:2], lm.n_heads, -1)
         for h in range(lm.n_heads):
             cols = slice(h * lm.d_head, (h + 1) * lm.d_head)
-            torch.testing.assert_close(heads[f"L0H{h}"], zs[:, :, h] @ w[:, cols].T, atol=1e-5, rtol=0)
+            torch.testing.assert_close(
+                heads[f"L0H{h}"], zs[:, :, h] @ w[:, cols].T, atol=1e-5, rtol=0
+            )
 
 
 def _frozen_readout(lm, h: torch.Tensor, s: torch.Tensor, direction: torch.Tensor) -> torch.Tensor:
@@ -134,7 +145,9 @@ def test_logit_attribution_is_the_frozen_scale_readout_and_sums_up(run) -> None:
     for layer in range(lm.n_layers):
         for name, got in (("attn_out", dla.attn[:, layer]), ("mlp_out", dla.mlp[:, layer])):
             piece = cache[name, layer][:, -1].float()
-            torch.testing.assert_close(got, _frozen_readout(lm, piece, s, direction), atol=1e-5, rtol=0)
+            torch.testing.assert_close(
+                got, _frozen_readout(lm, piece, s, direction), atol=1e-5, rtol=0
+            )
     # 3. per head (and per neuron) plus the bias equals the layer's attention (MLP) piece
     torch.testing.assert_close(dla.heads.sum(-1) + dla.head_rest, dla.attn, atol=1e-5, rtol=0)
     torch.testing.assert_close(dla.neurons.sum(-1) + dla.neuron_rest, dla.mlp, atol=1e-5, rtol=0)
@@ -153,7 +166,9 @@ def test_accumulated_resid_and_the_final_norm(run) -> None:
     torch.testing.assert_close(normed, want.float(), atol=1e-5, rtol=0)
     frozen = cache.accumulated_resid(apply_norm="frozen").values[-1]
     bias = getattr(lm.final_norm(), "bias", None)
-    torch.testing.assert_close(frozen + (0 if bias is None else bias), want.float(), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        frozen + (0 if bias is None else bias), want.float(), atol=1e-5, rtol=0
+    )
 
 
 @pytest.mark.parametrize("family", BUILT_IN)
@@ -168,7 +183,9 @@ def test_padded_rows_equal_the_unpadded_rows(family: str) -> None:
         real = _real(batch, row)
         for name in ("resid_post", "z", "mlp_pre", "ln1_scale"):
             for layer in range(lm.n_layers):
-                torch.testing.assert_close(batch[name, layer][row, real], alone[name, layer][0], atol=1e-5, rtol=0)
+                torch.testing.assert_close(
+                    batch[name, layer][row, real], alone[name, layer][0], atol=1e-5, rtol=0
+                )
         torch.testing.assert_close(batch.logits[row, -1], alone.logits[0, -1], atol=1e-4, rtol=0)
         one = alone.logit_attribution(5, 7)
         torch.testing.assert_close(dla.heads[row], one.heads[0], atol=1e-5, rtol=0)
@@ -186,7 +203,9 @@ def test_stop_positions_filters_and_device() -> None:
         early["z", 2]
     kept = eng.run_with_cache(ids, lambda name: name.endswith("_scale"), positions=[0, -1])
     assert {k[0] for k in kept} == {"ln1_scale", "ln2_scale", "ln_final_scale"}
-    torch.testing.assert_close(kept["ln1_scale", 2], full["ln1_scale", 2][:, [0, -1]], atol=0, rtol=0)
+    torch.testing.assert_close(
+        kept["ln1_scale", 2], full["ln1_scale", 2][:, [0, -1]], atol=0, rtol=0
+    )
     torch.testing.assert_close(full[Site("z", 2, head=1)], full["z", 2][:, :, 1], atol=0, rtol=0)
     long = torch.randint(10, 300, (2, 400), generator=torch.Generator().manual_seed(0))
     with pytest.raises(MemoryBudgetError, match="cache fewer sites") as info:

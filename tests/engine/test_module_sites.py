@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from engine_tiny import Capture
-from engine_tiny import one_thread  # noqa: F401  (autouse fixture)
+from engine_tiny import (
+    Capture,
+    one_thread,  # noqa: F401  (autouse fixture)
+)
 
 from mechscope.engine import Ablate, Engine, Patch, Read, Site
 from mechscope.engine.norms import factor_norm
@@ -48,7 +50,9 @@ def test_module_read_equals_a_plain_forward_hook_in_the_same_pass_as_card_sites(
     torch.testing.assert_close(out[sites[0]], after.value, atol=0, rtol=0)
     torch.testing.assert_close(out[sites[1]], before.value, atol=0, rtol=0)
     # the module's input is the card's mlp_pre, and hooks are gone after the pass
-    torch.testing.assert_close(eng.run(ids, [Read(Site("mlp_pre", 1))])[Site("mlp_pre", 1)], before.value)
+    torch.testing.assert_close(
+        eng.run(ids, [Read(Site("mlp_pre", 1))])[Site("mlp_pre", 1)], before.value
+    )
     assert not act._forward_hooks and not act._forward_pre_hooks
 
 
@@ -102,9 +106,7 @@ def test_norm_scales_equal_the_norms_own_formula_and_patch_exactly(model) -> Non
     def halve(module, args, output):
         return output if bias is None else (output - bias) / 2 + bias
 
-    handle = final.register_forward_hook(
-        halve if bias is not None else (lambda m, a, o: o / 2)
-    )
+    handle = final.register_forward_hook(halve if bias is not None else (lambda m, a, o: o / 2))
     try:
         want = _plain(lm, ids)
     finally:
@@ -115,7 +117,7 @@ def test_norm_scales_equal_the_norms_own_formula_and_patch_exactly(model) -> Non
 def test_bad_paths_shared_modules_and_missing_norms_are_refused_in_one_line() -> None:
     lm = load_model("tiny:llama")
     eng = Engine.of(lm)
-    with pytest.raises(SiteError, match="closest: model.layers.1.mlp.act_fn") as info:
+    with pytest.raises(SiteError, match=r"closest: model\.layers\.1\.mlp\.act_fn") as info:
         eng.run(_ids(), [Read(Site.module("model.layers.1.mlp.act_fm"))])
     assert "\n" not in str(info.value)
     shared = load_model("tiny:llama")
@@ -147,4 +149,6 @@ def test_module_sites_need_a_path_and_only_they_take_one() -> None:
         Site("module")
     with pytest.raises(ValueError, match="'output' or 'input'"):
         Site.module("model.norm", "middle")
-    assert str(Site.module("model.norm", positions=(1,))) == "module('model.norm', 'output')[pos[1]]"
+    assert (
+        str(Site.module("model.norm", positions=(1,))) == "module('model.norm', 'output')[pos[1]]"
+    )

@@ -58,7 +58,7 @@ class LogitAttribution(HtmlRepr):
         """Long table: ``component`` (embed, attn, mlp, head, constant), ``layer``,
         ``head``, ``row`` and ``value`` (neurons: :meth:`top_neurons`)."""
         rows: list[dict[str, Any]] = []
-        b, n_layers = self.attn.shape
+        n_layers = self.attn.shape[1]
 
         def add(component: str, values: torch.Tensor, layer: int = -1, head: int = -1) -> None:
             for r, v in enumerate(values.tolist()):
@@ -82,7 +82,11 @@ class LogitAttribution(HtmlRepr):
         flat = mean.flatten().abs().topk(min(k, mean.numel())).indices
         layer, neuron = flat // mean.shape[1], flat % mean.shape[1]
         return pd.DataFrame(
-            {"layer": layer.numpy(), "neuron": neuron.numpy(), "value": mean.flatten()[flat].numpy()}
+            {
+                "layer": layer.numpy(),
+                "neuron": neuron.numpy(),
+                "value": mean.flatten()[flat].numpy(),
+            }
         )
 
     def figure(self) -> Figure:
@@ -103,7 +107,9 @@ class LogitAttribution(HtmlRepr):
 
     def _repr_summary(self) -> str:
         total = float(self.total().mean())
-        own = "" if self.logit_diff is None else f", the model's {float(self.logit_diff.mean()):.4g}"
+        own = (
+            "" if self.logit_diff is None else f", the model's {float(self.logit_diff.mean()):.4g}"
+        )
         return f"{self.label}: mean total {total:.4g}{own} (final norm scale frozen)"
 
 
@@ -205,15 +211,30 @@ def logit_attribution(cache: Any, a: Any, b: Any = None, *, position: Any = -1) 
     mlp = torch.stack([read(_at(cache["mlp_out", l], pos)) for l in range(n)], 1)
     out = LogitAttribution(label, read(_at(first, pos)), attn, mlp, constant.cpu())
     if ("z", 0) in cache.reads:
-        parts = [_parts(lm, "attn_out", l, _at(cache["z", l], pos).flatten(-2), u, s, attn[:, l]) for l in range(n)]
+        parts = [
+            _parts(lm, "attn_out", l, _at(cache["z", l], pos).flatten(-2), u, s, attn[:, l])
+            for l in range(n)
+        ]
         out.heads = torch.stack([p.unflatten(-1, (lm.n_heads, -1)).sum(-1) for p, _ in parts], 1)
         out.head_rest = torch.stack([r for _, r in parts], 1)
     if ("mlp_post", 0) in cache.reads and lm.card.mlp_down is not None:
-        parts = [_parts(lm, "mlp_out", l, _at(cache["mlp_post", l], pos), u, s, mlp[:, l]) for l in range(n)]
+        parts = [
+            _parts(lm, "mlp_out", l, _at(cache["mlp_post", l], pos), u, s, mlp[:, l])
+            for l in range(n)
+        ]
         out.neurons = torch.stack([p for p, _ in parts], 1)
         out.neuron_rest = torch.stack([r for _, r in parts], 1)
     out.logit_diff = _model_diff(cache, pos, a, b, d.shape[0], lm)
-    for name in ("embed", "attn", "mlp", "constant", "heads", "head_rest", "neurons", "neuron_rest"):
+    for name in (
+        "embed",
+        "attn",
+        "mlp",
+        "constant",
+        "heads",
+        "head_rest",
+        "neurons",
+        "neuron_rest",
+    ):
         value = getattr(out, name)
         if value is not None:
             setattr(out, name, value.cpu())
@@ -221,7 +242,13 @@ def logit_attribution(cache: Any, a: Any, b: Any = None, *, position: Any = -1) 
 
 
 def _parts(
-    lm: Any, site: str, layer: int, x: torch.Tensor, u: torch.Tensor, s: torch.Tensor, whole: torch.Tensor
+    lm: Any,
+    site: str,
+    layer: int,
+    x: torch.Tensor,
+    u: torch.Tensor,
+    s: torch.Tensor,
+    whole: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-input-unit attributions ``[b, d_in]`` of a projection (each head's ``d_head``
     units, each neuron) and the rest ``[b]``, checked to sum to ``whole [b]``."""
@@ -239,12 +266,16 @@ def _parts(
     return parts, rest
 
 
-def _model_diff(cache: Any, pos: torch.Tensor, a: Any, b: Any, batch: int, lm: Any) -> torch.Tensor | None:
+def _model_diff(
+    cache: Any, pos: torch.Tensor, a: Any, b: Any, batch: int, lm: Any
+) -> torch.Tensor | None:
     """The metric on the run's own logits at the attributed positions (None without them)."""
     logits = cache.logits
     if logits is None or logits.shape[1] != cache.tokens.ids.shape[1]:
         return None
-    absolute = pos if cache.positions is None else torch.tensor(cache.positions)[pos] % logits.shape[1]
+    absolute = (
+        pos if cache.positions is None else torch.tensor(cache.positions)[pos] % logits.shape[1]
+    )
     at = _at(logits, absolute)  # [b, vocab]
     if isinstance(a, torch.Tensor) and a.is_floating_point():
         return (at * a.float().to(at.device)).sum(-1).cpu()
@@ -253,4 +284,3 @@ def _model_diff(cache: Any, pos: torch.Tensor, a: Any, b: Any, batch: int, lm: A
     if b is not None:
         value = value - at[rows, _ids(b, lm, batch, "b").to(at.device)]
     return value.cpu()
-

@@ -100,7 +100,9 @@ class Cache(HtmlRepr):
             if isinstance(layer, int) and layer < 0:
                 layer += self.lm.n_layers
             return (name, layer), head
-        raise KeyError(f"index a cache by a Site, a site name, (name, layer) or a module path: {item!r}")
+        raise KeyError(
+            f"index a cache by a Site, a site name, (name, layer) or a module path: {item!r}"
+        )
 
     def __getitem__(self, item: Any) -> torch.Tensor:
         key, head = self.key(item)
@@ -115,9 +117,14 @@ class Cache(HtmlRepr):
         name, layer = key
         kept = sorted({k[0] for k in self.reads})
         why = ""
-        if self.stop_at_layer is not None and isinstance(layer, int) and layer >= self.stop_at_layer:
+        if (
+            self.stop_at_layer is not None
+            and isinstance(layer, int)
+            and layer >= self.stop_at_layer
+        ):
             why = f" (the run stopped at layer {self.stop_at_layer})"
-        return f"{name}{'' if layer is None else f' layer {layer}'} is not in the cache{why}; it holds {', '.join(kept)}"
+        where = "" if layer is None else f" layer {layer}"
+        return f"{name}{where} is not in the cache{why}; it holds {', '.join(kept)}"
 
     def __contains__(self, item: Any) -> bool:
         try:
@@ -144,7 +151,13 @@ class Cache(HtmlRepr):
     def to_frame(self) -> pd.DataFrame:
         """One row per read: site, layer, shape, dtype, device."""
         rows = [
-            {"site": n, "layer": l, "shape": list(v.shape), "dtype": str(v.dtype), "device": str(v.device)}
+            {
+                "site": n,
+                "layer": l,
+                "shape": list(v.shape),
+                "dtype": str(v.dtype),
+                "device": str(v.device),
+            }
             for (n, l), v in self.reads.items()
         ]
         return pd.DataFrame(rows, columns=["site", "layer", "shape", "dtype", "device"])
@@ -254,4 +267,3 @@ class Cache(HtmlRepr):
         from mechscope.engine.attribution import logit_attribution
 
         return logit_attribution(self, a, b, position=position)
-

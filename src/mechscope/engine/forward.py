@@ -19,7 +19,6 @@ from transformers import DynamicCache
 from mechscope.engine import attention, hooks, module_sites, moe
 from mechscope.engine.checks import check_pass, engine_refusals
 from mechscope.engine.edits import select
-from mechscope.engine.norms import SCALE_ROLES, install_scale
 from mechscope.engine.interventions import (
     Ablate,
     Gate,
@@ -29,6 +28,7 @@ from mechscope.engine.interventions import (
     ReduceAttention,
     SuppressAttention,
 )
+from mechscope.engine.norms import SCALE_ROLES, install_scale
 from mechscope.engine.prefix import KVCache, Resume, cache_kwargs, dynamic_cache, tail_plan
 from mechscope.engine.sites import Site
 from mechscope.engine.unembed import FinalHidden, head_is_fp32, unembed
@@ -152,14 +152,11 @@ class Engine:
         calls = module_sites.ModuleCalls()
         stopped = False
         try:
-            self._install(
-                interventions, out, handles, work, expand, int(input_ids.shape[1]), calls
-            )
-            if stop_at_layer is not None:
-                if stop_at_layer != lm.n_layers:
-                    lm.check_layer(stop_at_layer)
-                    handles.append(_stop_at(lm, stop_at_layer))
-                    logits = False
+            self._install(interventions, out, handles, work, expand, int(input_ids.shape[1]), calls)
+            if stop_at_layer is not None and stop_at_layer != lm.n_layers:
+                lm.check_layer(stop_at_layer)
+                handles.append(_stop_at(lm, stop_at_layer))
+                logits = False
             wants_logits = logits is not False or any(s.name == "logits" for s in out.reads)
             if wants_logits and not head_is_fp32(lm):  # logits from the fp32 readout
                 final = FinalHidden(lm)

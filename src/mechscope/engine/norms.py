@@ -3,7 +3,8 @@
 TransformerLens exposes each norm's divisor as ``hook_scale``; transformers' norms compute it
 inside their forward, where no hook reaches. So the engine factors a norm module once into
 
-    ``y = gain ⊙ (x - centre(x)) / scale(x) + bias``,  ``scale(x) = sqrt(mean((x - centre)²) + eps)``
+    ``y = gain ⊙ (x - centre(x)) / scale(x) + bias``,
+    ``scale(x) = sqrt(mean((x - centre)²) + eps)``
 
 (``centre`` is the mean for a layer norm, 0 for an RMS norm), and proves the factoring on
 seeded inputs through an fp32 twin of the module before using it: a norm that does not
@@ -70,7 +71,9 @@ def factor_norm(module: nn.Module, d_model: int) -> NormFactors | str:
     """The factors of ``module`` (a norm over the last axis of width ``d_model``), or why it
     does not factor. Gain and bias are read off the module's own outputs (an fp32 twin), so
     Gemma's ``1 + weight`` and a bias-free layer norm need no special case."""
-    eps = next((getattr(module, n) for n in EPS_NAMES if isinstance(getattr(module, n, None), float)), None)
+    eps = next(
+        (getattr(module, n) for n in EPS_NAMES if isinstance(getattr(module, n, None), float)), None
+    )
     if eps is None:
         return f"{type(module).__name__} names no epsilon ({', '.join(EPS_NAMES)})"
     device = next((p.device for p in module.parameters()), torch.device("cpu"))

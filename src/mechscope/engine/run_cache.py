@@ -120,17 +120,27 @@ def check_memory(
     explicit = any(s.name in SCORE_SITES for s in sites)
     kept = lambda s: seq if s.positions is None else len(s.positions)  # noqa: E731
     cache = sum(site_bytes(dims, s.name, rows, kept(s), seq) for s in sites if s.name != "module")
-    run = pass_bytes(dims, Pass(rows=rows, tokens=seq, logits=seq if logits else 0, explicit=explicit))
+    run = pass_bytes(
+        dims, Pass(rows=rows, tokens=seq, logits=seq if logits else 0, explicit=explicit)
+    )
     model_dev = lm.device
     cache_dev = model_dev if device is None else torch.device(device)
     plan = {"pass": run, "cache": cache}
     same = cache_dev.type == model_dev.type and (cache_dev.index or 0) == (model_dev.index or 0)
-    needs = [(model_dev, run + cache, "the pass and the cache")] if same else [
-        (model_dev, run, "the pass"),
-        (cache_dev, cache, "the cache"),
-    ]
+    needs = (
+        [(model_dev, run + cache, "the pass and the cache")]
+        if same
+        else [
+            (model_dev, run, "the pass"),
+            (cache_dev, cache, "the cache"),
+        ]
+    )
     for dev, nbytes, what in needs:
-        limit = memory_budget(str(memory), dev) if memory is not None else int(FREE_SHARE * free_bytes(dev))
+        limit = (
+            memory_budget(str(memory), dev)
+            if memory is not None
+            else int(FREE_SHARE * free_bytes(dev))
+        )
         if nbytes > limit:
             raise MemoryBudgetError(
                 f"run_with_cache would hold {nbytes / 2**30:.2f} GiB on {dev} for {what} "
