@@ -27,6 +27,7 @@ Run: ``.bench-venv/bin/python benchmarks/bench_cache.py [--quick] [--reps N] [--
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -297,6 +298,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(json.dumps(result), flush=True)
         return result
     batch, seq = (2, 64) if args.quick else (args.batch, args.seq)
+    if importlib.util.find_spec("transformer_lens.model_bridge") is None:
+        reason = "needs TransformerLens 4 (TransformerBridge); the peer venv has an older one"
+        rows = [
+            harness.unavailable(f"{what}, b{batch} s{seq}", "TransformerLens 4 / nnsight", reason)
+            for what in ("run_with_cache every resid_post + z", "DLA of all heads")
+        ]
+        return harness.emit("cache", rows, model=MODEL, dtype="float32", device="cpu")
     reps = args.reps or (2 if args.quick else 5)
     threads = torch.get_num_threads()
     cases = cache_case(batch, seq, reps, threads) + dla_case(batch, seq, reps)
