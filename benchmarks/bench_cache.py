@@ -189,11 +189,15 @@ def _check(ours: dict[str, torch.Tensor], peer: dict[str, torch.Tensor]) -> harn
     return check  # type: ignore[return-value]
 
 
-def cache_case(batch: int, seq: int, reps: int, threads: int) -> list[harness.Case]:
+def sides(batch: int, seq: int) -> tuple[LoadedModel, torch.Tensor, Any, Any]:
+    """mechscope's model (its engine made), the ids, the bridge and the nnsight model."""
     lm = load_model(MODEL)
     Engine.of(lm)
-    ids = token_ids(lm, batch, seq)
-    bridge, nn_model = tl_bridge(), nnsight_model(lm)
+    return lm, token_ids(lm, batch, seq), tl_bridge(), nnsight_model(lm)
+
+
+def cache_case(batch: int, seq: int, reps: int, threads: int) -> list[harness.Case]:
+    lm, ids, bridge, nn_model = sides(batch, seq)
     variants = {
         "ours": lambda: ours_cache(lm, ids),
         "tl": lambda: tl_cache(bridge, ids),
@@ -204,8 +208,8 @@ def cache_case(batch: int, seq: int, reps: int, threads: int) -> list[harness.Ca
     checks = {p: _check(t.last["ours"], t.last[p]) for p in ("tl", "nnsight")}
     t.last.clear()
     variants.clear()  # free the three models before the memory children load theirs
-    sides = ("ours", "tl", "nnsight")
-    mem = {v: harness.peak_in_child(__file__, v, threads, batch=batch, seq=seq) for v in sides}
+    names = ("ours", "tl", "nnsight")
+    mem = {v: harness.peak_in_child(__file__, v, threads, batch=batch, seq=seq) for v in names}
     cases = []
     for peer, label in (
         ("tl", "TransformerLens 4.3 TransformerBridge.run_with_cache"),
@@ -235,10 +239,7 @@ def cache_case(batch: int, seq: int, reps: int, threads: int) -> list[harness.Ca
 
 
 def dla_case(batch: int, seq: int, reps: int) -> list[harness.Case]:
-    lm = load_model(MODEL)
-    Engine.of(lm)
-    ids = token_ids(lm, batch, seq)
-    bridge, nn_model = tl_bridge(), nnsight_model(lm)
+    lm, ids, bridge, nn_model = sides(batch, seq)
     variants = {
         "ours": lambda: ours_dla(lm, ids),
         "tl": lambda: tl_dla(bridge, ids),

@@ -23,7 +23,14 @@ from mechscope.engine.cache import Cache
 from mechscope.engine.inputs import TextOrIds, to_tokens
 from mechscope.engine.interventions import Intervention, Read
 from mechscope.engine.memory_model import FP32, Dims, Pass, pass_bytes
-from mechscope.engine.sites import LAYER_SITES, SCALE_SITES, SCORE_SITES, SITE_NAMES, Site
+from mechscope.engine.sites import (
+    ATTENTION_SITES,
+    LAYER_SITES,
+    SCALE_SITES,
+    SCORE_SITES,
+    SITE_NAMES,
+    Site,
+)
 from mechscope.errors import MemoryBudgetError, SiteError
 from mechscope.models.memory import free_bytes, memory_budget
 
@@ -33,18 +40,8 @@ if TYPE_CHECKING:
 #: What a cache holds by default: every site at a module boundary, cheap to keep. Attention
 #: internals (q, k, v, scores, patterns: the explicit fp32 path) and mixture-of-experts sites
 #: are cached when named.
-DEFAULT_NAMES = (
-    "resid_pre",
-    "resid_mid",
-    "resid_post",
-    "attn_out",
-    "mlp_out",
-    "z",
-    "mlp_pre",
-    "mlp_post",
-    "ln1_scale",
-    "ln2_scale",
-    "ln_final_scale",
+DEFAULT_NAMES = tuple(
+    n for n in SITE_NAMES if n not in (*ATTENTION_SITES, "router", "expert_out", "logits", "module")
 )
 #: Share of the free memory a cache may plan to use when no ``memory`` is given.
 FREE_SHARE = 0.9
