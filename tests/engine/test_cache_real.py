@@ -33,9 +33,7 @@ def _check_identities(lm, prompts: list[str], right, wrong) -> None:
     dla = cache.logit_attribution(right, wrong)
     torch.testing.assert_close(dla.total(), dla.logit_diff, atol=1e-3, rtol=1e-4)
     torch.testing.assert_close(dla.heads.sum(-1) + dla.head_rest, dla.attn, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(
-        dla.neurons.sum(-1) + dla.neuron_rest, dla.mlp, atol=1e-4, rtol=1e-4
-    )
+    torch.testing.assert_close(dla.neurons.sum(-1) + dla.neuron_rest, dla.mlp, atol=1e-4, rtol=1e-4)
     for row, prompt in enumerate(prompts):  # padded rows equal the rows alone
         alone = lm.run_with_cache(prompt, ["resid_post"])
         n = alone.tokens.ids.shape[1]
