@@ -43,9 +43,10 @@ from mechscope.models import DEFAULT_MODEL, LoadedModel, cache_dir, load_model
 
 PEER_VENV = True  # TransformerLens 4 and nnsight live in the peer venv
 MODEL = DEFAULT_MODEL
-#: Tolerance relative to the largest magnitude compared: SDPA against eager attention in
-#: fp32 rounds differently, by a few units of fp32's last place (1.2e-7) of that magnitude.
-RTOL_OF_SCALE = 1e-5
+#: Tolerance relative to the largest magnitude compared: the peers run eager attention,
+#: mechscope SDPA; in fp32 the kernels round differently, and over 30 layers × 512 tokens
+#: the gap grew to 1.2e-5 of max |z| and 8e-7 of max |resid_post| (measured on smollm2).
+RTOL_OF_SCALE = 1e-4
 TIME_TARGET = 1.0
 MEMORY_TARGET = 0.5
 TOKEN_TEXT = (" Mary", " John")  # the attributed logit difference: logit[a] - logit[b]
@@ -61,8 +62,8 @@ def model_dir() -> str:
 
 
 # --- the three sides ---------------------------------------------------------------------------
-def ours_cache(lm: LoadedModel, ids: torch.Tensor) -> dict[str, torch.Tensor]:
-    cache = lm.run_with_cache(ids, ["resid_post", "z"])
+def ours_cache(lm: LoadedModel, ids: torch.Tensor, logits: bool = True) -> dict[str, Any]:
+    cache = lm.run_with_cache(ids, ["resid_post", "z"], logits=logits)
     return _stacked(lm.n_layers, lambda n, l: cache[n, l], cache.logits)
 
 
@@ -208,7 +209,7 @@ def cache_case(batch: int, seq: int, reps: int, threads: int) -> list[harness.Ca
     checks = {p: _check(t.last["ours"], t.last[p]) for p in ("tl", "nnsight")}
     t.last.clear()
     variants.clear()  # free the three models before the memory children load theirs
-    names = ("ours", "tl", "nnsight")
+    names = ("ours", "ours-no-logits", "tl", "nnsight")
     mem = {v: harness.peak_in_child(__file__, v, threads, batch=batch, seq=seq) for v in names}
     cases = []
     for peer, label in (
@@ -218,7 +219,8 @@ def cache_case(batch: int, seq: int, reps: int, threads: int) -> list[harness.Ca
         ratio = mem["ours"]["beyond_mb"] / max(mem[peer]["beyond_mb"], 1e-9)
         note = (
             f"memory beyond the loaded model {mem['ours']['beyond_mb']:.0f} MB vs "
-            f"{mem[peer]['beyond_mb']:.0f} MB ({ratio:.2f}x, target <= {MEMORY_TARGET:g})"
+            f"{mem[peer]['beyond_mb']:.0f} MB ({ratio:.2f}x, target <= {MEMORY_TARGET:g}); "
+            f"without the logits (logits=False) {mem['ours-no-logits']['beyond_mb']:.0f} MB"
         )
         cases.append(
             harness.case_from_check(
@@ -271,9 +273,9 @@ def dla_case(batch: int, seq: int, reps: int) -> list[harness.Case]:
 def mem_child(variant: str, batch: int, seq: int) -> dict[str, Any]:
     lm = load_model(MODEL)
     ids = token_ids(lm, batch, seq)
-    if variant == "ours":
+    if variant.startswith("ours"):
         Engine.of(lm)
-        fn = lambda x: ours_cache(lm, x)  # noqa: E731
+        fn = lambda x: ours_cache(lm, x, logits=variant == "ours")  # noqa: E731
     elif variant == "tl":
         bridge = tl_bridge()
         fn = lambda x: tl_cache(bridge, x)  # noqa: E731
@@ -288,7 +290,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--quick", action="store_true", help="b2 s64, 2 repetitions")
     parser.add_argument("--reps", type=int, default=None, help="repetitions (default 5)")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
-    parser.add_argument("--mem-child", choices=("ours", "tl", "nnsight"), help=argparse.SUPPRESS)
+    children = ("ours", "ours-no-logits", "tl", "nnsight")
+    parser.add_argument("--mem-child", choices=children, help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, default=4, help=argparse.SUPPRESS)
     parser.add_argument("--seq", type=int, default=512, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
