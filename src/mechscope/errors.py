@@ -45,3 +45,8 @@ class UnsupportedInterventionError(MechscopeError, ValueError):
     """A site or intervention the model cannot support exactly (``LoadedModel.refused``, a
     card without the module the site needs, attention computed outside transformers'
     attention interface): raised in one line before any forward work."""
+
+
+class MemoryBudgetError(MechscopeError, MemoryError):
+    """Work that would not fit in the memory it may use (``run_with_cache`` counts the pass
+    and the cache before running): refused in one line naming what to cut."""

@@ -202,7 +202,7 @@ def _shift_site(site: Site, start: int) -> Site:
 
 def _shift(iv: Intervention, start: int, seq: int) -> Intervention:
     if isinstance(iv, Read):
-        return Read(_shift_site(iv.site, start))
+        return Read(_shift_site(iv.site, start), iv.device)
     if isinstance(iv, Patch):
         return _shift_patch(iv, start, seq)
     if isinstance(iv, SuppressAttention):
