@@ -39,7 +39,7 @@ import tenacity
 
 from mechscope.anchors.rollout_cache import Rollout, RolloutCache
 from mechscope.anchors.sampler import _check_generation_args, rollout_seed
-from mechscope.errors import InputError, MechscopeError
+from mechscope.errors import InputError, ResumableError
 
 ProgressFn = Callable[[int, int], None]
 """``progress(done, total)``: called once per rollout of a call, cached ones included."""
@@ -50,7 +50,7 @@ PROBE_TIMEOUT = 30.0
 _MAX_DETAIL = 300  # characters of a server's error message kept in the one-line error
 
 
-class ServerError(MechscopeError, RuntimeError):
+class ServerError(ResumableError, RuntimeError):
     """The server could not be reached or kept failing after every retry (one line)."""
 
 

@@ -8,7 +8,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from mechscope.errors import MechscopeError
+from mechscope.errors import MechscopeError, ResumableError
 from mechscope.runs import interrupt
 from mechscope.runs.executor import ARGV, WorkerDone
 from mechscope.runs.rundir import runs_mark, undo_runs
@@ -90,7 +90,8 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         code = INTERRUPTED
     except (*USER_ERRORS, ValidationError) as exc:
-        undo_runs(since=mark)  # a refused command changes nothing on disk
+        # a refused command changes nothing on disk; a resumable failure keeps finished work
+        undo_runs(since=mark, keep_work=isinstance(exc, ResumableError))
         if debug:
             raise
         message = one_line(exc)

@@ -324,15 +324,15 @@ def runs_mark() -> tuple[int, int]:
     return len(_CREATED), len(_RESUMED)
 
 
-def undo_runs(since: tuple[int, int] = (0, 0)) -> list[Path]:
-    """Take back what this process did to run directories after mark ``since``: a command
-    refused before it finished any work changes nothing on disk. A run directory it created
-    that holds no finished unit yet is removed, with the folders made for it: it would
-    otherwise block the corrected rerun with "config differs". One that does hold finished
-    units (a refusal late in a long run: a server that stopped answering, a value that
-    turned non-finite) is kept and marked ``refused``, so its work is not lost and a rerun
-    resumes it. A run it resumed keeps its files and gets its manifest back, so a finished
-    run does not stay marked "running". Returns the removed paths."""
+def undo_runs(since: tuple[int, int] = (0, 0), *, keep_work: bool = False) -> list[Path]:
+    """Take back what this process did to run directories after mark ``since``: a refused
+    command changes nothing on disk. A run directory it created is removed, with the
+    folders made for it (a refusal's partial run would otherwise block the corrected rerun
+    with "config differs"). With ``keep_work`` (a :class:`~mechscope.errors.ResumableError`:
+    a server that stopped answering, a full disk) one that holds finished units is kept and
+    marked ``stopped`` instead, so the rollouts or shards it paid for are reused when the
+    command runs again. A run it resumed keeps its files and gets its manifest back, so a
+    finished run does not stay marked "running". Returns the removed paths."""
     removed = []
     created, resumed = since
     while len(_RESUMED) > resumed:
@@ -343,8 +343,8 @@ def undo_runs(since: tuple[int, int] = (0, 0)) -> list[Path]:
         path, top = _CREATED.pop()
         if not path.is_dir():
             continue
-        if holds_work(path):
-            RunDir(path).finish(status="refused")
+        if keep_work and holds_work(path):
+            RunDir(path).finish(status="stopped")
             continue
         shutil.rmtree(top, ignore_errors=True)
         removed.append(path)
