@@ -11,6 +11,13 @@ class MechscopeError(Exception):
     """Base class for errors mechscope reports as one clear line."""
 
 
+class ResumableError(MechscopeError):
+    """A failure outside the input, after work was done: a server that stopped answering, a
+    full disk. The command stops in one line but keeps its run's finished units, so running
+    it again (once the server answers or space is freed) resumes where it stopped; any other
+    refusal takes back the run directory it made."""
+
+
 class InputError(MechscopeError, ValueError):
     """Bad user input: names the sample, the field and the expectation.
 
@@ -45,3 +52,8 @@ class UnsupportedInterventionError(MechscopeError, ValueError):
     """A site or intervention the model cannot support exactly (``LoadedModel.refused``, a
     card without the module the site needs, attention computed outside transformers'
     attention interface): raised in one line before any forward work."""
+
+
+class MemoryBudgetError(MechscopeError, MemoryError):
+    """Work that would not fit in the memory it may use (``run_with_cache`` counts the pass
+    and the cache before running): refused in one line naming what to cut."""

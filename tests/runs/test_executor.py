@@ -126,7 +126,7 @@ def test_local_workers_get_their_own_gpu_round_robin():
 def test_bad_executor_options_are_input_errors():
     with pytest.raises(InputError, match="one of inline, local, ray"):
         check_executor("threads", 2, None)
-    with pytest.raises(InputError, match=">= 0"):
+    with pytest.raises(InputError, match="0 to 64 worker processes"):
         check_executor("local", -1, None)
     with pytest.raises(InputError, match="only with --executor ray"):
         check_executor("local", 2, "ray://x:10001")

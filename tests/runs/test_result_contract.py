@@ -16,6 +16,7 @@ import torch
 from mechscope.errors import InputError
 from mechscope.runs.result import (
     RESULT_TYPES,
+    HtmlRepr,
     Result,
     frame_from_payload,
     frame_to_payload,
@@ -56,6 +57,8 @@ def _round_trip(run_path: Path, result: Result) -> Result:
     back = load_result(run_path, "main", type(result))
     pd.testing.assert_frame_equal(back.to_frame(), result.to_frame())
     assert_same(result, back)
+    html = back._repr_html_()  # a notebook shows the result as its main table
+    assert type(result).__name__ in html and "<table" in html
     return back
 
 
@@ -64,6 +67,7 @@ def test_every_registered_result_satisfies_the_protocol():
     assert len(types) == len(RESULT_TYPES)
     for cls in types:
         assert issubclass(cls, Result), cls
+        assert issubclass(cls, HtmlRepr), cls  # renders in Jupyter
         assert all(callable(getattr(cls, m)) for m in ("to_frame", "to_payload", "from_payload"))
     assert not isinstance(pd.DataFrame(), Result)  # to_frame alone is not the contract
 
@@ -74,6 +78,8 @@ REOPENED = (
     "CandidateResult",
     "StudyResult",
     "PatchingResult",
+    "PathResult",
+    "SteeringResult",
     "HeadsResult",
     "ResamplingResult",
     "DistillResult",
@@ -170,6 +176,27 @@ def test_patching_result(tiny, tmp_path):
     spec = PatchSpec(site="z", granularity="span", attribution=True, spans=("S2",))
     result = patch_pairs(tiny, pairs, spec, keep_logits=True, progress=False)
     assert result.pairs[0].attribution is not None and result.pairs[0].logits is not None
+    _round_trip(tmp_path, result)
+
+
+def test_path_result(tiny, tmp_path):
+    from mechscope.patching import path_patch
+
+    ioi_like = _helpers("patching", "patching_reference").ioi_like
+    pairs = [ioi_like("p/0", "Mary", "John", "Mary", "store")]
+    result = path_patch(tiny, pairs, "all", [[(1, 0), (1, 1)], [(0, 0)]], "q")
+    assert np.isnan(result.logit_diff[:, -1, -1]).all()  # a cell without a path survives
+    _round_trip(tmp_path, result)
+
+
+def test_steering_result(tiny, tmp_path):
+    from mechscope.steering import SteerConfig, steer_sweep
+    from mechscope.steering.samples import SteerPrompt
+
+    prompts = [SteerPrompt("p/0", "When Mary and John went", " Mary", " John")]
+    config = SteerConfig(layer=1, alphas=(-2.0, 2.0), max_new_tokens=2, policy="first")
+    result = steer_sweep(tiny, torch.ones(tiny.d_model), prompts, config, progress=False)
+    assert result.generations and result.vector is not None
     _round_trip(tmp_path, result)
 
 

@@ -125,6 +125,38 @@ def test_projection_removes_exactly_the_component(lm, site):
     torch.testing.assert_close(orth(after), orth(before), atol=tol, rtol=0)
 
 
+def test_a_steered_run_with_cache_equals_the_steered_runs_reads(lm):
+    """``run_with_cache(..., interventions=[steer])`` is the steered pass: every cached site
+    (attention probabilities among them, read on the side) and the logits are bit for bit
+    those of ``Engine.run`` with the same steers and explicit reads, and of the steered run
+    with no read at all (reading never changes a number). Padded rows, a residual steer and
+    a per-head steer of the queries, so the attention work is exercised too."""
+    from mechscope.engine.inputs import to_tokens
+
+    eng = Engine.of(lm)
+    gen = torch.Generator().manual_seed(5)
+    steers = [
+        Steer(Site("resid_pre", 1), 3 * torch.randn(lm.d_model, generator=gen), 2.0),
+        Steer(Site("q", 1, head=0), torch.randn(lm.d_head, generator=gen), 1.5),
+    ]
+    names = ["resid_pre", "resid_post", "z", "q", "pattern"]
+    cache = lm.run_with_cache(PROMPTS, names, interventions=steers)
+    tokens = to_tokens(lm, PROMPTS)
+    assert tokens.attention_mask is not None  # the prompts differ in length: padded rows
+    batch = {"attention_mask": tokens.attention_mask, "position_ids": tokens.position_ids}
+    sites = [Site(n, layer) for n in names for layer in range(lm.n_layers)]
+    steered = eng.run(tokens.ids, [*steers, *map(Read, sites)], **batch)
+    assert set(cache) == {s.key for s in sites}
+    for site in sites:
+        assert torch.equal(cache[site.name, site.layer], steered[site]), site
+    assert torch.equal(cache.logits, steered.logits)
+    assert torch.equal(cache.logits, eng.run(tokens.ids, steers, **batch).logits)
+    plain = lm.run_with_cache(PROMPTS, names)
+    assert torch.equal(plain["resid_post", 0], cache["resid_post", 0])  # below the steers
+    assert not torch.equal(plain["resid_pre", 1], cache["resid_pre", 1])  # it steers
+    assert not torch.equal(plain["pattern", 1], cache["pattern", 1])  # so does the q steer
+
+
 def test_caa_vector_equals_the_mean_difference_of_hidden_states(lm):
     pairs = [
         Contrast("a", "The food was wonderful", "The food was terrible"),

@@ -18,7 +18,7 @@ from rich.console import Console
 from mechscope.cli.common import OUT_HELP, computing, finish, open_run, workflow_app
 from mechscope.cli.executor_options import ExecutorOptions, executor_options
 from mechscope.cli.model_options import ModelOptions, model_options
-from mechscope.cli.options import config_from
+from mechscope.cli.options import SEED_OPTION, config_from, number
 from mechscope.errors import InputError
 
 if TYPE_CHECKING:
@@ -88,24 +88,34 @@ def _finish(run, report: bool) -> None:
 def resample(
     input: Path = typer.Argument(..., help=INPUT_HELP),
     out: Path = typer.Option(..., "--out", help=OUT_HELP),
-    n: int = typer.Option(100, "--n", help="Rollouts per chunk position."),
-    n_forced: int = typer.Option(0, "--n-forced", help="Forced-answer rollouts per position."),
-    temperature: float = typer.Option(0.6, "--temperature"),
-    top_p: float = typer.Option(0.95, "--top-p"),
-    max_new_tokens: int = typer.Option(4096, "--max-new-tokens", help="Tokens per rollout."),
-    max_chunks: int | None = typer.Option(None, "--max-chunks", help="Resample chunks 0..m-1."),
-    trace_tokens: int = typer.Option(512, "--trace-tokens", help="Tokens of a base trace."),
-    batch_size: int = typer.Option(
-        64, "--batch-size", help="Rollouts decoded together (continuous batching)."
+    n: int = number(100, "--n", min=1, help="Rollouts per chunk position."),
+    n_forced: int = number(0, "--n-forced", min=0, help="Forced-answer rollouts per position."),
+    temperature: float = number(0.6, "--temperature", min=0.0),
+    top_p: float = number(0.95, "--top-p", min=0.0, above=0.0, max=1.0),
+    max_new_tokens: int = number(4096, "--max-new-tokens", min=1, help="Tokens per rollout."),
+    max_chunks: int | None = number(None, "--max-chunks", min=1, help="Resample chunks 0..m-1."),
+    trace_tokens: int = number(512, "--trace-tokens", min=1, help="Tokens of a base trace."),
+    batch_size: int = number(
+        64, "--batch-size", min=1, help="Rollouts decoded together (continuous batching)."
     ),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = SEED_OPTION,
     server: str | None = typer.Option(None, "--server", help=SERVER_HELP),
     server_model: str | None = typer.Option(
         None, "--server-model", help="Model id on the server (default: its first)."
     ),
-    concurrency: int = typer.Option(16, "--concurrency", help="Requests in flight (--server)."),
-    rate_limit: float | None = typer.Option(
-        None, "--rate-limit", help="Requests per second at most (--server)."
+    concurrency: int | None = number(
+        None, "--concurrency", min=1, help="Requests in flight (--server; default 16)."
+    ),
+    rate_limit: float | None = number(
+        None, "--rate-limit", min=0.0, above=0.0, help="Requests per second at most (--server)."
+    ),
+    server_timeout: float = number(
+        600.0,
+        "--server-timeout",
+        min=0.0,
+        above=0.0,
+        help="Deadline of one request in seconds (--server); 6 × concurrency failed attempts "
+        "in a row end the run.",
     ),
     ex: ExecutorOptions = ExecutorOptions(),
     opts: ModelOptions = ModelOptions(),
@@ -117,19 +127,23 @@ def resample(
     from mechscope.anchors.sampler import EngineSampler
 
     settings = config_from(RolloutSettings, locals())
-    _check_server(server, concurrency, rate_limit)
-    lm = opts.load()
-    if server is not None:
+    _check_server(server, server_model, concurrency, rate_limit)
+    sampler = None
+    if server is not None:  # asked first: a server that does not answer is refused at once
         from mechscope.anchors.server_sampler import ServerSampler
 
         sampler = ServerSampler(
             server,
             server_model,
-            concurrency=concurrency,
+            concurrency=concurrency or 16,
             rate_limit=rate_limit,
+            timeout=server_timeout,
             cache_dir=out / "rollout_cache",  # made on the first rollout, inside the run
         )
-    else:
+        if not (out / "rollout_cache").is_dir():  # a rerun may need no request at all
+            sampler.check()
+    lm = opts.load()
+    if sampler is None:
         sampler = EngineSampler(lm, slots=batch_size)
     run = _open_run(out, opts.model, lm)
     traces = _traces(run, input, lm, batch_size, trace_tokens, sampler)
@@ -139,24 +153,35 @@ def resample(
     finish(run, report=False)
 
 
-def _check_server(server: str | None, concurrency: int, rate_limit: float | None) -> None:
-    """The server options, checked before any model or run directory is touched."""
+def _check_server(
+    server: str | None, server_model: str | None, concurrency: int | None, rate_limit: float | None
+) -> None:
+    """The server options, checked before any model or run directory is touched; an option
+    that applies only to a server is refused without one (never ignored)."""
     if server is not None and not server.startswith(("http://", "https://")):
         raise InputError(f"an http(s):// base URL, got {server!r}", field="--server")
-    if concurrency < 1:
-        raise InputError(f">= 1, got {concurrency}", field="--concurrency")
-    if rate_limit is not None and rate_limit <= 0:
-        raise InputError(f"> 0 requests per second, got {rate_limit}", field="--rate-limit")
+    given = {
+        "--server-model": server_model,
+        "--concurrency": concurrency,
+        "--rate-limit": rate_limit,
+    }
+    for flag, value in given.items():
+        if value is not None and server is None:
+            raise InputError(f"{flag} only with --server", field=flag)
 
 
 @app.command()
 def analyze(
     out: Path = typer.Option(..., "--out", help="Run directory with rollouts."),
     embedder: str = typer.Option("minilm", "--embedder", help="minilm or none."),
-    alpha: float = typer.Option(1.0, "--alpha", help="Laplace smoothing of answer counts."),
+    alpha: float = number(
+        1.0, "--alpha", min=0.0, above=0.0, help="Laplace smoothing of answer counts."
+    ),
     weighting: str = typer.Option("unsmoothed", "--weighting", help="unsmoothed or smoothed."),
     count_no_answer: bool = typer.Option(False, "--count-no-answer/--drop-no-answer"),
-    threshold: float = typer.Option(0.8, "--threshold", help="Cosine of 'same sentence'."),
+    threshold: float = number(
+        0.8, "--threshold", min=-1.0, max=1.0, help="Cosine of 'same sentence'."
+    ),
     report: bool = REPORT_OPTION,
 ) -> None:
     """Chunk metrics, categories and the resampling sentence matrix from stored rollouts."""
@@ -190,13 +215,13 @@ def analyze(
 def receivers(
     input: Path | None = typer.Argument(None, help=INPUT_HELP + " Default: the run's."),
     out: Path = typer.Option(..., "--out", help=OUT_HELP),
-    proximity: int = typer.Option(4, "--proximity", help="Rows at least this much later."),
-    top_k: int = typer.Option(16, "--top-k", help="Receiver heads to keep."),
+    proximity: int = number(4, "--proximity", min=0, help="Rows at least this much later."),
+    top_k: int = number(16, "--top-k", min=1, help="Receiver heads to keep."),
     control_depth: bool = typer.Option(False, "--control-depth", help="Rank-normalise rows."),
     include_layer0: bool = typer.Option(False, "--include-layer0"),
     ablate: bool = typer.Option(True, "--ablate/--no-ablate", help="Receiver vs random heads."),
-    n_random: int = typer.Option(10, "--n-random", help="Random head sets."),
-    seed: int = typer.Option(0, "--seed"),
+    n_random: int = number(10, "--n-random", min=1, help="Random head sets."),
+    seed: int = SEED_OPTION,
     report: bool = REPORT_OPTION,
     opts: ModelOptions = ModelOptions(),
 ) -> None:
@@ -216,11 +241,13 @@ def receivers(
 def suppress(
     input: Path | None = typer.Argument(None, help=INPUT_HELP + " Default: the run's."),
     out: Path = typer.Option(..., "--out", help=OUT_HELP),
-    epsilon: float = typer.Option(1e-9, "--epsilon", help="log(KL + epsilon)."),
-    temperature: float = typer.Option(1.0, "--temperature", help="Softmax temperature."),
+    epsilon: float = number(1e-9, "--epsilon", min=0.0, above=0.0, help="log(KL + epsilon)."),
+    temperature: float = number(
+        1.0, "--temperature", min=0.0, above=0.0, help="Softmax temperature."
+    ),
     alignment: str = typer.Option("next_token", "--alignment", help="next_token|same_position"),
-    first_tokens: int | None = typer.Option(None, "--first-tokens", help="Per target sentence."),
-    rows_per_chunk: int | None = typer.Option(None, "--rows-per-chunk", help="Default: budget."),
+    first_tokens: int | None = number(None, "--first-tokens", min=1, help="Per target sentence."),
+    rows_per_chunk: int | None = number(None, "--rows-per-chunk", min=1, help="Default: budget."),
     report: bool = REPORT_OPTION,
     opts: ModelOptions = ModelOptions(),
 ) -> None:

@@ -192,6 +192,13 @@ def receivers_run(
         for t, p in zip(traces, payloads, strict=True)
     ]
     result = analyze_receivers(per_trace, opts)
+    if not result.heads:  # nothing to score or ablate: say why instead of empty tables
+        raise InputError(
+            "no receiver head: every head's vertical-score kurtosis is undefined (traces "
+            f"need sentences more than proximity {opts.proximity} apart) or every layer is "
+            "excluded",
+            field="receivers",
+        )
     write_table(run, HEADS_TABLE, result.heads_frame())
     write_table(run, SCORES_TABLE, result.scores_frame())
     write_table(run, SUMMARY_TABLE, result.summary_frame(len(traces)))

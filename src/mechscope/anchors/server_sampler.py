@@ -9,10 +9,15 @@ whatever the batching, the concurrency or the order in which the server answers.
 A run resamples thousands of rollouts from a remote machine, so requests are sent
 concurrently from a thread pool, spaced by an optional rate limit, and retried with
 exponential backoff and jitter on connection errors, timeouts, 429 and 5xx. Any other 4xx
-(an unknown model, a prompt longer than the context) will not get better by asking again:
-it stops the call at once with one line. Each finished rollout is written to ``cache_dir``
-as one small JSON file (atomically) before the next is awaited, and the cache is read
-before any request, so a crash loses only the requests in flight and a rerun makes none.
+(an unknown model, a prompt longer than the context) will not get better by asking again: it
+stops the call at once with one line. Nothing waits without bound:
+:meth:`ServerSampler.check` asks the server for its models within ``PROBE_TIMEOUT`` seconds
+before any work (a server that accepts connections and never answers is refused then), every
+request has a deadline (``timeout``), and a run gives up, in one line, after
+``max_failures`` failed attempts in a row across all its requests (a server that went away
+is not asked thousands more times). Each finished rollout is written to ``cache_dir`` as one
+small JSON file (atomically) before the next is awaited, and the cache is read before any
+request, so a crash loses only the requests in flight and a rerun makes none.
 """
 
 from __future__ import annotations
@@ -34,16 +39,18 @@ import tenacity
 
 from mechscope.anchors.rollout_cache import Rollout, RolloutCache
 from mechscope.anchors.sampler import _check_generation_args, rollout_seed
-from mechscope.errors import InputError, MechscopeError
+from mechscope.errors import InputError, ResumableError
 
 ProgressFn = Callable[[int, int], None]
 """``progress(done, total)``: called once per rollout of a call, cached ones included."""
 
 _RETRY_STATUS = frozenset({408, 429}) | frozenset(range(500, 600))
+#: Seconds the server has to answer ``GET /models`` in :meth:`ServerSampler.check`.
+PROBE_TIMEOUT = 30.0
 _MAX_DETAIL = 300  # characters of a server's error message kept in the one-line error
 
 
-class ServerError(MechscopeError, RuntimeError):
+class ServerError(ResumableError, RuntimeError):
     """The server could not be reached or kept failing after every retry (one line)."""
 
 
@@ -81,15 +88,18 @@ class _RateLimiter:
 class ServerSampler:
     """A :class:`~mechscope.anchors.sampler.Sampler` backed by an OpenAI-compatible server.
 
-    ``base_url`` includes the API prefix (``http://127.0.0.1:8000/v1``). ``model`` defaults to
-    the first id of ``GET {base_url}/models`` (asked once, on first use). ``api_key`` defaults
-    to ``$OPENAI_API_KEY`` (none sent when unset). ``max_retries`` counts the attempts after
-    the first; waits grow from ``backoff`` seconds, doubling, with jitter, up to
-    ``max_backoff`` (or the server's ``Retry-After``, whichever is longer). ``rate_limit`` is
-    in requests per second, retries included. ``timeout`` bounds one request in seconds
-    (a long generation on a busy server needs minutes). ``cache_dir`` keeps every rollout;
-    the cache key is the model id, prompt, temperature, top_p, max_tokens and rollout seed,
-    not the URL, so the same model moved to another host keeps its cache.
+    ``base_url`` includes the API prefix (``http://127.0.0.1:8000/v1``). ``model`` defaults
+    to the first id of ``GET {base_url}/models`` (asked once, on first use). ``api_key``
+    defaults to ``$OPENAI_API_KEY`` (none sent when unset). ``max_retries`` counts the
+    attempts after the first; waits grow from ``backoff`` seconds, doubling, with jitter, up
+    to ``max_backoff`` (or the server's ``Retry-After``, whichever is longer).
+    ``rate_limit`` is in requests per second, retries included. ``timeout`` is each
+    request's deadline in seconds (connect, send, and every wait for the answer; a long
+    generation on a busy server needs minutes). ``max_failures``: failed attempts in a row,
+    over all requests, after which every call stops with one line (a success starts the
+    count again). ``cache_dir`` keeps every rollout; the cache key is the model id, prompt,
+    temperature, top_p, max_tokens and rollout seed, not the URL, so the same model moved to
+    another host keeps its cache.
 
     A rollout is reproducible only if the server's output depends on nothing but the
     prompt and the seed. llama.cpp's server honours per-request seeds, but
@@ -117,6 +127,7 @@ class ServerSampler:
         timeout: float = 600.0,
         backoff: float = 1.0,
         max_backoff: float = 60.0,
+        max_failures: int | None = None,
         cache_dir: Path | str | None = None,
         progress: ProgressFn | None = None,
     ):
@@ -128,8 +139,12 @@ class ServerSampler:
             raise InputError(f"max_retries >= 0, got {max_retries}", field="max_retries")
         if rate_limit is not None and not rate_limit > 0:
             raise InputError(f"rate_limit > 0 requests/s, got {rate_limit}", field="rate_limit")
-        if not timeout > 0:
-            raise InputError(f"timeout > 0 seconds, got {timeout}", field="timeout")
+        if not 0 < timeout < float("inf"):
+            raise InputError(f"a finite timeout > 0 seconds, got {timeout}", field="timeout")
+        if max_failures is None:  # every request in flight has used all its attempts
+            max_failures = (max_retries + 1) * concurrency
+        if max_failures < 1:
+            raise InputError(f"max_failures >= 1, got {max_failures}", field="max_failures")
         if backoff < 0 or max_backoff < backoff:
             raise InputError(
                 f"0 <= backoff <= max_backoff, got {backoff} and {max_backoff}", field="backoff"
@@ -138,6 +153,8 @@ class ServerSampler:
         self._model = model
         self.concurrency, self.max_retries = concurrency, max_retries
         self.backoff, self.max_backoff = backoff, max_backoff
+        self.timeout, self.max_failures = timeout, max_failures
+        self._failures = 0  # failed attempts in a row, over every request
         self.progress = progress
         self.n_requests = self.n_cached = 0
         self._count_lock = threading.Lock()
@@ -154,6 +171,19 @@ class ServerSampler:
         )
 
     # -- public -----------------------------------------------------------------------------
+
+    def check(self, timeout: float = PROBE_TIMEOUT) -> None:
+        """Refuse, in one line and within ``timeout`` seconds, a server that does not answer:
+        nothing listening, or a socket that accepts connections and never replies. Any HTTP
+        answer to ``GET /models`` passes (a server without that route can still complete)."""
+        try:
+            self._client.get(self.base_url + "/models", timeout=min(timeout, self.timeout))
+        except httpx.TransportError as exc:
+            raise ServerError(
+                f"server {self.base_url}: no answer to GET /models within "
+                f"{min(timeout, self.timeout):g} s ({type(exc).__name__}: "
+                f"{_one_line(str(exc)) or 'no detail'})"
+            ) from None
 
     @property
     def model(self) -> str:
@@ -294,10 +324,17 @@ class ServerSampler:
 
     def _send(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
         self._limiter.acquire()
-        response = self._client.request(method, self.base_url + path, json=body)
+        try:
+            response = self._client.request(method, self.base_url + path, json=body)
+        except httpx.TransportError as exc:
+            self._failed(method, path, f"{type(exc).__name__}: {_one_line(str(exc))}")
+            raise
         status = response.status_code
         if status in _RETRY_STATUS:
+            self._failed(method, path, _status_line(response))
             raise _Retryable(_status_line(response), _retry_after(response))
+        with self._count_lock:
+            self._failures = 0
         if status >= 400:
             raise InputError(
                 f"server {self.base_url}: {method} {path} answered {_status_line(response)}"
@@ -308,6 +345,17 @@ class ServerSampler:
             raise ServerError(
                 f"server {self.base_url}: {method} {path} answered {status} with no JSON body"
             ) from None
+
+    def _failed(self, method: str, path: str, what: str) -> None:
+        """Count a failed attempt; past ``max_failures`` in a row, give up on every call."""
+        with self._count_lock:
+            self._failures += 1
+            failures = self._failures
+        if failures >= self.max_failures:
+            raise ServerError(
+                f"server {self.base_url}: {failures} failed attempts in a row (deadline "
+                f"{self.timeout:g} s each), giving up; last: {method} {path}: {what}"
+            )
 
     def _wait(self, state: tenacity.RetryCallState) -> float:
         """Exponential backoff with full jitter, but never shorter than Retry-After."""

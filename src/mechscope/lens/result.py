@@ -28,6 +28,7 @@ from mechscope.lens.layout import (
 )
 from mechscope.runs import RunDir, ShardStore, has_table, read_table
 from mechscope.runs.result import (
+    HtmlRepr,
     frame_from_payload,
     frame_to_payload,
     get_payloads,
@@ -155,7 +156,7 @@ class SampleDiff:
 
 
 @dataclass
-class DiffResult:
+class DiffResult(HtmlRepr):
     """All samples of a paired analysis plus the aggregated tables (curves with CIs ...)."""
 
     contrast: tuple[str, str]
@@ -205,7 +206,7 @@ class DiffResult:
 
 
 @dataclass
-class CandidateResult:
+class CandidateResult(HtmlRepr):
     """Scores ``[sample][layer, K]`` and the per-layer curves.
 
     ``label_a`` / ``label_b`` name the sample fields that hold the two labels (the config's

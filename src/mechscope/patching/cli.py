@@ -17,6 +17,7 @@ from mechscope.cli.common import (
 )
 from mechscope.cli.executor_options import ExecutorOptions, executor_options
 from mechscope.cli.model_options import ModelOptions, model_options
+from mechscope.cli.options import SEED_OPTION, number
 from mechscope.errors import InputError
 
 app = workflow_app()
@@ -45,7 +46,7 @@ def run(
         help="JSONL: clean/corrupt/correct/wrong(/spans) or base/source/target/wrong lines.",
     ),
     task: str | None = typer.Option(None, "--task", help="Built-in pairs: ioi, ioi-json, facts."),
-    n: int = typer.Option(16, "--n", help="Number of built-in pairs."),
+    n: int = number(16, "--n", min=1, help="Number of built-in pairs."),
     out: Path = typer.Option(..., "--out", help=OUT_HELP),
     site: str = typer.Option(
         "resid_pre",
@@ -77,7 +78,7 @@ def run(
     attribution: bool = typer.Option(
         False, "--attribution/--no-attribution", help="Also run attribution patching and compare."
     ),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = SEED_OPTION,
     ex: ExecutorOptions = ExecutorOptions(),
     opts: ModelOptions = ModelOptions(),
 ) -> None:
@@ -119,7 +120,7 @@ def run(
         ),
         seed=seed,
     )
-    with ex.alongside():
+    with ex.alongside(units=len(data)):  # units are groups of pairs: at most one per pair
         result = run_patching(rd, lm, data, spec)
     report = finish(rd)
     console.print(
@@ -135,7 +136,7 @@ def path(
         None, "--pairs", help="JSONL of pairs (clean/corrupt of one token length)."
     ),
     task: str | None = typer.Option(None, "--task", help="Built-in pairs: ioi, ioi-json, facts."),
-    n: int = typer.Option(16, "--n", help="Number of built-in pairs."),
+    n: int = number(16, "--n", min=1, help="Number of built-in pairs."),
     out: Path = typer.Option(..., "--out", help=OUT_HELP),
     senders: str = typer.Option(
         "all", "--senders", help="Sender heads: layer.head (9.6), layer.* (9.*) or all."
@@ -162,7 +163,7 @@ def path(
     policy: str = typer.Option(
         "error", "--policy", help="Answers longer than one token: error or first."
     ),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = SEED_OPTION,
     ex: ExecutorOptions = ExecutorOptions(),
     opts: ModelOptions = ModelOptions(),
 ) -> None:

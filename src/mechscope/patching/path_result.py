@@ -18,10 +18,11 @@ import numpy as np
 import pandas as pd
 
 from mechscope.runs import RunDir, ShardStore, read_table
+from mechscope.runs.result import HtmlRepr
 
 
 @dataclass
-class PathResult:
+class PathResult(HtmlRepr):
     """Every pair of one path-patching sweep."""
 
     pair_ids: list[str]
@@ -63,6 +64,11 @@ class PathResult:
         df = pd.DataFrame(rows, columns=["sender", "receiver", "path_effect"])
         order = df["path_effect"].abs().sort_values(ascending=False).index
         return df.loc[order].head(k).reset_index(drop=True)
+
+    def _repr_summary(self) -> str:
+        n_p, n_s, n_r = self.logit_diff.shape
+        into = "logits" if self.receiver_input == "resid_final" else self.receiver_input
+        return f"{n_p} pairs, {n_s} sender × {n_r} receiver groups, into {into}"
 
     def to_frame(self) -> pd.DataFrame:
         """Long format: one row per (pair, sender, receiver) with a path."""

@@ -18,7 +18,7 @@ import pandas as pd
 from mechscope.errors import InputError
 from mechscope.patching.config import METRICS
 from mechscope.runs import RunDir, ShardStore, read_table
-from mechscope.runs.result import get_payloads, put_payloads
+from mechscope.runs.result import HtmlRepr, get_payloads, put_payloads
 
 
 @dataclass
@@ -125,7 +125,7 @@ class PairResult:
 
 
 @dataclass
-class PatchingResult:
+class PatchingResult(HtmlRepr):
     """All pairs of one sweep (one site, one granularity, one or two directions)."""
 
     pairs: list[PairResult]

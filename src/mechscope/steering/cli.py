@@ -9,6 +9,7 @@ from rich.console import Console
 
 from mechscope.cli.common import OUT_HELP, checked_run, finish, parse_list, validated, workflow_app
 from mechscope.cli.model_options import ModelOptions, model_options
+from mechscope.cli.options import SEED_OPTION, number
 from mechscope.errors import InputError
 
 app = workflow_app()
@@ -31,17 +32,17 @@ def sweep(
     prompts: Path | None = typer.Option(
         None, "--prompts", help="JSONL of prompts to steer (prompt, target, versus)."
     ),
-    n: int = typer.Option(64, "--n", help="Number of built-in contrastive pairs."),
+    n: int = number(64, "--n", min=1, help="Number of built-in contrastive pairs."),
     out: Path = typer.Option(..., "--out", help=OUT_HELP),
     site: str = typer.Option("resid_pre", "--site", help="resid_pre, resid_post, mlp_out, z, ..."),
-    layer: int = typer.Option(..., "--layer", help="The layer of the site."),
-    head: int | None = typer.Option(None, "--head", help="One head of z, q, k or v."),
+    layer: int = number(..., "--layer", min=0, help="The layer of the site."),
+    head: int | None = number(None, "--head", min=0, help="One head of z, q, k or v."),
     mode: str = typer.Option("add", "--mode", help="add (h + αv) or project (h − α(h·d)d)."),
     alphas: str = typer.Option("-8,-4,-2,0,2,4,8", "--alphas", help="Scales to sweep."),
     normalize: bool = typer.Option(False, "--normalize", help="Scale the vector to unit length."),
-    max_new_tokens: int = typer.Option(24, "--max-new-tokens", help="Greedy tokens (0: none)."),
+    max_new_tokens: int = number(24, "--max-new-tokens", min=0, help="Greedy tokens (0: none)."),
     policy: str = typer.Option("error", "--policy", help="Multi-token answers: error or first."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = SEED_OPTION,
     opts: ModelOptions = ModelOptions(),
 ) -> None:
     """Sweep a steering vector's scale: the metric per α and greedy continuations."""

@@ -10,14 +10,14 @@ import numpy as np
 import pandas as pd
 
 from mechscope.runs import RunDir
-from mechscope.runs.result import load_result
+from mechscope.runs.result import HtmlRepr, load_result
 
 PART = "steering"
 METRICS = ("logit_diff", "target_logprob", "target_prob")
 
 
 @dataclass
-class SteeringResult:
+class SteeringResult(HtmlRepr):
     """``metrics[name]`` is ``[prompts, alphas]`` (NaN where a prompt has no target, or no
     ``versus`` for the logit difference); ``generations[i][a]`` is prompt ``i``'s greedy
     continuation at ``alphas[a]`` (empty without generation)."""
@@ -42,6 +42,11 @@ class SteeringResult:
         """``[prompts, alphas]``: the metric minus its unsteered value."""
         values = self.metrics[metric]
         return values - values[:, [self.unsteered]]
+
+    def _repr_summary(self) -> str:
+        where = self.site + (f".{self.head}" if self.head is not None else "")
+        n_p, n_a = len(self.prompt_ids), len(self.alphas)
+        return f"{self.mode} at {where} {self.layer}: {n_p} prompts × {n_a} alphas"
 
     def to_frame(self) -> pd.DataFrame:
         """Long format: one row per (prompt, alpha) with every metric and the continuation."""
