@@ -71,6 +71,14 @@ def cache_run(model, ids: torch.Tensor, mlp_name: str = "mlp"):
     return zs, mlps, logits
 
 
+def step_one(model, clean: torch.Tensor, corrupt: torch.Tensor, mlp_name: str = "mlp"):
+    """Step 1, shared by every (sender, receiver) cell of the same pairs: the clean run's
+    ``z`` and MLP outputs, the corrupt run's ``z``."""
+    z_clean, mlp_clean, _ = cache_run(model, clean, mlp_name)
+    z_corrupt, _, _ = cache_run(model, corrupt, mlp_name)
+    return z_clean, mlp_clean, z_corrupt
+
+
 def path_patch_reference(
     model,
     clean: torch.Tensor,  # [P, T]
@@ -81,11 +89,12 @@ def path_patch_reference(
     *,
     freeze_mlps: bool = False,
     mlp_name: str = "mlp",
+    cached: tuple | None = None,
 ) -> torch.Tensor:
-    """``[P, vocab]`` last-position logits of the path-patched clean run."""
+    """``[P, vocab]`` last-position logits of the path-patched clean run. ``cached``: what
+    :func:`step_one` returned for these pairs (computed here when None)."""
     n_heads, d_head = _z_shape(model)
-    z_clean, mlp_clean, _ = cache_run(model, clean, mlp_name)
-    z_corrupt, _, _ = cache_run(model, corrupt, mlp_name)
+    z_clean, mlp_clean, z_corrupt = cached or step_one(model, clean, corrupt, mlp_name)
     low = min(layer for layer, _ in senders)
     blocks = _layers(model)
 
