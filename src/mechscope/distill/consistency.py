@@ -18,9 +18,11 @@ import torch
 from mechscope.distill.pairset import PairSet
 from mechscope.distill.passes import answer_logits, patched_logit_diffs, read_resid
 from mechscope.engine import Engine
+from mechscope.engine.finite import refuse_nonfinite
 from mechscope.engine.unembed import logit_diff
 from mechscope.errors import InputError
 from mechscope.stats import pearson
+from mechscope.stats.finite import require_finite
 
 
 @torch.no_grad()
@@ -46,7 +48,38 @@ def causal_effects(
         hk = read_resid(eng, b.corrupt, b.corrupt_mask, layers)
         deltas.append(ld - patched_logit_diffs(eng, b, sites, hk))  # [K, b]
         clean_lds.append(ld)
-    return torch.cat(deltas, dim=1), torch.cat(clean_lds)
+    delta, clean_ld = torch.cat(deltas, dim=1), torch.cat(clean_lds)
+    _require_finite(eng, data, sites, delta, clean_ld)
+    return delta, clean_ld
+
+
+def _require_finite(
+    eng: Engine,
+    data: PairSet,
+    sites: Sequence[tuple[int, int]],
+    delta: torch.Tensor,  # [K, N]
+    clean_ld: torch.Tensor,  # [N]
+) -> None:
+    """Refuse effects that are not finite, naming the pair: where its clean pass is not
+    finite, the first layer whose output is not; else the first patched site's layer."""
+    bad = (~torch.isfinite(clean_ld)).nonzero().flatten().tolist()
+    if bad:
+        pair = data.subset([bad[0]])
+        refuse_nonfinite(
+            eng,
+            pair.clean,
+            "the clean logit difference",
+            sample=f"pair {bad[0]}",
+            attention_mask=pair.clean_mask,
+        )
+    columns = (~torch.isfinite(delta)).any(dim=0).nonzero().flatten().tolist()
+    if columns:
+        require_finite(
+            delta[:, columns[0]].numpy(),
+            "the patched logit difference",
+            sample=f"pair {columns[0]}",
+            layers=[layer for layer, _ in sites],
+        )
 
 
 def causal_consistency(

@@ -33,6 +33,7 @@ from mechscope.runs.result import (
     get_payloads,
     put_payloads,
 )
+from mechscope.stats.finite import require_finite
 
 #: Metric axis of :attr:`SampleDiff.metrics`: NLL under A and B, ΔNLL = A - B, JS, KL both ways.
 METRICS = ("nll_a", "nll_b", "dnll", "js", "kl_ab", "kl_ba")
@@ -64,6 +65,14 @@ class SampleDiff:
     def metric(self, name: str) -> np.ndarray:
         """``[layer, T]`` values of one metric."""
         return self.metrics[METRICS.index(name)]
+
+    def require_finite(self) -> None:
+        """:class:`~mechscope.errors.NonFiniteError` naming this sample, the first layer and
+        the metrics (or attention masses) that are NaN or infinite there: checked before the
+        sample is stored and again before samples are aggregated."""
+        require_finite(self.metrics, "metrics", sample=self.sample_id, layer_axis=1, names=METRICS)
+        for cond, mass in self.attention.items():
+            require_finite(mass, f"attention mass of {cond}", sample=self.sample_id)
 
     # --- shards ---------------------------------------------------------------------------
     def to_payload(self) -> dict[str, Any]:
