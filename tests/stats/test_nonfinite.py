@@ -317,3 +317,19 @@ def test_the_tables_of_a_flagged_pair_keep_nan_rows():
 
     frame = PatchingResult([_pair()], "resid_pre", "position").to_frame()
     assert isinstance(frame, pd.DataFrame) and frame["normalized_effect"].isna().all()
+
+
+def test_the_lens_kernels_keep_nan_as_nan():
+    """The native kernel clamped a rounding dip below 0 with ``ka > 0 ? ka : 0``, which
+    turned the KL of NaN logits into 0: a finite number from NaN."""
+    from mechscope.lens.divergence import paired_stats, paired_stats_eager
+
+    z = torch.randn(4, 2, 50)
+    z[1, 0, 7] = float("nan")  # row 1, condition A
+    targets = torch.tensor([3, 4, 5, 6])
+    eager = paired_stats_eager(z, targets)  # [5, rows]: NLL_A, NLL_B, JS, KL_AB, KL_BA
+    native = paired_stats(z, targets, kernel="native")
+    expected = torch.tensor([True, False, True, True, True])  # only B's NLL is still defined
+    for out in (eager, native):
+        assert torch.equal(torch.isnan(out[:, 1]), expected)
+        assert torch.isfinite(out[:, [0, 2, 3]]).all()

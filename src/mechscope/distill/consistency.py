@@ -16,9 +16,13 @@ import numpy as np
 import torch
 
 from mechscope.distill.pairset import PairSet
-from mechscope.distill.passes import answer_logits, patched_logit_diffs, read_resid
+from mechscope.distill.passes import (
+    answer_logits,
+    patched_logit_diffs,
+    read_resid,
+    require_finite_clean,
+)
 from mechscope.engine import Engine
-from mechscope.engine.finite import refuse_nonfinite
 from mechscope.engine.unembed import logit_diff
 from mechscope.errors import InputError
 from mechscope.stats import pearson
@@ -62,22 +66,13 @@ def _require_finite(
 ) -> None:
     """Refuse effects that are not finite, naming the pair: where its clean pass is not
     finite, the first layer whose output is not; else the first patched site's layer."""
-    bad = (~torch.isfinite(clean_ld)).nonzero().flatten().tolist()
-    if bad:
-        pair = data.subset([bad[0]])
-        refuse_nonfinite(
-            eng,
-            pair.clean,
-            "the clean logit difference",
-            sample=f"pair {bad[0]}",
-            attention_mask=pair.clean_mask,
-        )
+    require_finite_clean(eng, data, clean_ld)
     columns = (~torch.isfinite(delta)).any(dim=0).nonzero().flatten().tolist()
     if columns:
         require_finite(
             delta[:, columns[0]].numpy(),
             "the patched logit difference",
-            sample=f"pair {columns[0]}",
+            sample=data.ids[columns[0]],
             layers=[layer for layer, _ in sites],
         )
 
@@ -88,7 +83,8 @@ def causal_consistency(
     """``(per-checkpoint Pearson [K], pooled Pearson)`` of teacher vs student effects.
 
     ``delta_t``/``delta_s``: ``[K, N]``. A checkpoint whose effects are constant on either
-    side gives NaN (no correlation is defined); the pooled value uses every effect.
+    side gives NaN (no correlation is defined); the pooled value uses every effect. A NaN
+    or infinite effect is refused (:func:`~mechscope.stats.pearson`).
     """
     t = np.asarray(delta_t, dtype=np.float64)
     s = np.asarray(delta_s, dtype=np.float64)

@@ -58,7 +58,9 @@ def _method_order(df: pd.DataFrame) -> pd.DataFrame:
 
 def summary_table(trials: pd.DataFrame) -> pd.DataFrame:
     """Mean, sample standard deviation (ddof=1) and 95 % t-interval of the mean over seeds
-    (NaN for one seed) of every metric."""
+    (NaN for one seed) of every metric. A seed whose value is undefined (NaN: e.g. the
+    consistency of a checkpoint whose effects are constant) is left out of that metric's
+    numbers, and ``<metric>_n`` says how many seeds they are computed from."""
     rows = []
     for key, g in trials.groupby(GROUP, sort=False):
         row = dict(zip(GROUP, key, strict=True))
@@ -69,6 +71,7 @@ def summary_table(trials: pd.DataFrame) -> pd.DataFrame:
             row[f"{m}_mean"] = float(finite.mean()) if finite.size else float("nan")
             row[f"{m}_std"] = float(finite.std(ddof=1)) if finite.size > 1 else float("nan")
             row[f"{m}_ci_low"], row[f"{m}_ci_high"] = low, high
+            row[f"{m}_n"] = int(finite.size)
         row["n_seeds"] = g["seed"].nunique()
         rows.append(row)
     return _method_order(pd.DataFrame(rows)).reset_index(drop=True)
