@@ -15,7 +15,6 @@ win-rate of 1.0 for label A at every layer.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -26,30 +25,7 @@ from mechscope.cli.errors import run_app
 from mechscope.cli.main import app
 from mechscope.errors import NonFiniteError
 from mechscope.models import load_model
-
-TRACE = (
-    "Question: Tom has 3 apples and buys 5 more. How many?\n<think>\n"
-    "Let me think step by step. Tom starts with 3 apples. He buys 5 more apples. "
-    "So 3 + 5 = 8 apples in total. Therefore, the answer is 8.\n</think>\n\n\\boxed{8}"
-)
-STUDY = {
-    "name": "study",
-    "students": [{"name": "sub", "kind": "layer_subset", "layers": [0, 2]}],
-    "tasks": [
-        {
-            "name": "ioi",
-            "n_train": 12,
-            "n_test": 8,
-            "n_ood": 0,
-            "names": ["Mary", "John", "trophy", "step"],
-        }
-    ],
-    "methods": ["standard_kd"],
-    "seeds": [0],
-    "checkpoints": {"k": 3},
-    "train": {"steps": 2, "batch_size": 4},
-    "eval": {"batch_size": 8, "purity": False},
-}
+from run_inputs import study, write_inputs
 
 
 def _save(path: Path, poison) -> Path:
@@ -81,31 +57,7 @@ def models(tmp_path_factory):
 def inputs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MECHSCOPE_PROGRESS", "0")
-    lens = {
-        "continuation": " hello world",
-        "conditions": {"a": {"prompt": "Hi."}, "b": {"prompt": "Yo."}},
-    }
-    cands = {
-        "prompt": "The sky is",
-        "candidates": [" blue", " green"],
-        "semantic_label": " blue",
-        "prosody_label": " green",
-    }
-    pair = {
-        "clean": "Mary and John went to the store. John gave a drink to",
-        "corrupt": "Mary and John went to the store. Mary gave a drink to",
-        "correct": " Mary",
-        "wrong": " John",
-    }
-    for name, record, prefix in (
-        ("lens.jsonl", lens, "s"),
-        ("cands.jsonl", cands, "c"),
-        ("pairs.jsonl", pair, "p"),
-        ("heads.jsonl", {"prompt": "Once upon a time", "completion": " there was"}, "h"),
-    ):
-        rows = [json.dumps({"id": f"{prefix}{i}", **record}) for i in range(2)]
-        (tmp_path / name).write_text("\n".join(rows) + "\n")
-    (tmp_path / "trace.json").write_text(json.dumps([{"id": "t", "text": TRACE, "gold": "8"}]))
+    write_inputs(tmp_path, n=2)
     return tmp_path
 
 
@@ -231,7 +183,7 @@ def test_distill_refuses_a_nan_teacher_naming_the_pair_and_layer(
     models, inputs, monkeypatch, capsys
 ):
     monkeypatch.setattr("mechscope.models.loading.check_finite_weights", lambda model, spec: None)
-    (inputs / "study.yaml").write_text(yaml.safe_dump({**STUDY, "teacher": str(models["nan"])}))
+    (inputs / "study.yaml").write_text(yaml.safe_dump(study(str(models["nan"]))))
     line = _refused(["distill", "run", "study.yaml", "--root", "runs"], capsys)
     assert "layer 1" in line and "not finite" in line, line
 

@@ -12,60 +12,19 @@ after space is freed gives the undamaged run's tables. The HTML report is not bu
 from __future__ import annotations
 
 import errno
-import json
 import os
 import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
 from mechscope.cli.errors import run_app
 from mechscope.cli.main import app
 from mechscope.runs import ShardStore, atomic
 from mechscope.runs.integrity import table_problem
+from run_inputs import write_inputs
 
-TRACE = (
-    "Question: Tom has 3 apples and buys 5 more. How many?\n<think>\n"
-    "Let me think step by step. Tom starts with 3 apples. He buys 5 more apples. "
-    "So 3 + 5 = 8 apples in total. Therefore, the answer is 8.\n</think>\n\n\\boxed{8}"
-)
-LENS = {
-    "continuation": " hello world",
-    "conditions": {"a": {"prompt": "Hi."}, "b": {"prompt": "Yo."}},
-}
-CANDIDATES = {
-    "prompt": "The sky is",
-    "candidates": [" blue", " green"],
-    "semantic_label": " blue",
-    "prosody_label": " green",
-}
-PAIR = {
-    "clean": "Mary and John went to the store. John gave a drink to",
-    "corrupt": "Mary and John went to the store. Mary gave a drink to",
-    "correct": " Mary",
-    "wrong": " John",
-}
-STUDY = {
-    "name": "study",
-    "teacher": "tiny:llama",
-    "students": [{"name": "sub", "kind": "layer_subset", "layers": [0, 2]}],
-    "tasks": [
-        {
-            "name": "ioi",
-            "n_train": 12,
-            "n_test": 8,
-            "n_ood": 0,
-            "names": ["Mary", "John", "trophy", "step"],
-        }
-    ],
-    "methods": ["standard_kd"],
-    "seeds": [0],
-    "checkpoints": {"k": 3},
-    "train": {"steps": 4, "batch_size": 4, "checkpoint_every": 2},
-    "eval": {"batch_size": 8, "purity": False},
-}
 M = ["-m", "tiny:llama"]
 FSYNC = atomic._fsync_file
 COMMANDS = {
@@ -76,19 +35,6 @@ COMMANDS = {
     "anchors receivers": ["anchors", "receivers", "trace.json", *M],
     "anchors suppress": ["anchors", "suppress", "trace.json", *M],
 }
-
-
-def _write_inputs(d: Path) -> None:
-    def jsonl(name: str, record: dict, prefix: str, n: int = 3) -> None:
-        rows = [json.dumps({"id": f"{prefix}{i}", **record}) for i in range(n)]
-        (d / name).write_text("\n".join(rows) + "\n")
-
-    jsonl("lens.jsonl", LENS, "s")
-    jsonl("cands.jsonl", CANDIDATES, "c")
-    jsonl("pairs.jsonl", PAIR, "p")
-    jsonl("heads.jsonl", {"prompt": "Once upon a time", "completion": " there was"}, "h", 2)
-    (d / "trace.json").write_text(json.dumps([{"id": "t", "text": TRACE, "gold": "8"}]))
-    (d / "study.yaml").write_text(yaml.safe_dump(STUDY))
 
 
 def _argv(name: str, out: str) -> list[str]:
@@ -132,7 +78,7 @@ def _assert_one_line(err: str, *needles: str) -> None:
 def work(tmp_path_factory):
     """A folder with the inputs and one undamaged run of every workflow under ``clean/``."""
     d = tmp_path_factory.mktemp("damaged")
-    _write_inputs(d)
+    write_inputs(d)
     old = Path.cwd()
     os.chdir(d)
     mp = pytest.MonkeyPatch()

@@ -19,7 +19,6 @@ under two configs would silently corrupt the results.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import re
 import shutil
@@ -33,21 +32,25 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from mechscope.errors import DamagedFileError, InputError
+from mechscope.errors import InputError
 from mechscope.runs.atomic import (
     atomic_write_json,
     atomic_write_text,
     is_temp_name,
     temp_writer_alive,
 )
-from mechscope.runs.integrity import first_line, remove_damaged_results
-from mechscope.runs.manifest import config_differences, config_to_dict, new_manifest, now_iso
+from mechscope.runs.integrity import remove_damaged_results
+from mechscope.runs.manifest import (
+    config_differences,
+    config_to_dict,
+    new_manifest,
+    now_iso,
+    read_config,
+    read_manifest,
+)
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MANIFEST_FILE = "manifest.json"
-#: Fields every manifest holds (:func:`~mechscope.runs.manifest.new_manifest`): a manifest
-#: without them is damaged.
-MANIFEST_KEYS = ("format", "status", "seed", "model")
 CONFIG_FILE = "config.yaml"
 SUBDIRS = ("figures", "tables", "arrays", "shards")
 
@@ -219,38 +222,13 @@ class RunDir:
     def config(self) -> dict[str, Any]:
         """The config as written (plain dict, re-read from ``config.yaml`` each time);
         :class:`~mechscope.errors.DamagedFileError` if it does not parse as a mapping."""
-        path = self.path / CONFIG_FILE
-        try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            raise self._damaged(path, f"not YAML: {first_line(exc)}") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise self._damaged(path, f"a YAML {type(loaded).__name__}, not a mapping")
-        return loaded if loaded is not None else {}
+        return read_config(self.path / CONFIG_FILE)
 
     @property
     def manifest(self) -> dict[str, Any]:
         """The manifest as on disk (re-read each time); :class:`~mechscope.errors.
         DamagedFileError` if it is not a JSON object with the fields every manifest has."""
-        path = self.path / MANIFEST_FILE
-        try:
-            loaded = json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
-            raise self._damaged(path, f"not JSON: {first_line(exc)}") from None
-        missing = [k for k in MANIFEST_KEYS if not isinstance(loaded, dict) or k not in loaded]
-        if missing:
-            raise self._damaged(path, f"no {', '.join(missing)}")
-        return loaded
-
-    def _damaged(self, path: Path, problem: str) -> DamagedFileError:
-        """What a run whose config or manifest cannot be read says: the run cannot be checked
-        against a command (config, seed, model), so it is neither resumed nor guessed at."""
-        return DamagedFileError(
-            path,
-            problem,
-            "this run cannot be checked against a command: start a new run (another --out) "
-            f"or remove {self.path}",
-        )
+        return read_manifest(self.path / MANIFEST_FILE)
 
     # ------------------------------------------------------------------ updates
     def _update_manifest(self, change) -> dict[str, Any]:
