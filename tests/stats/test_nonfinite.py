@@ -154,6 +154,18 @@ def test_every_lens_aggregator_refuses_an_infinite_attention_mass(name):
     _one_line(exc, "sample 's2'", "layer 3", "attention mass of a is infinite")
 
 
+def test_nan_at_a_token_no_aggregate_reads_is_left_to_the_source_check():
+    """The HumanEval study reads out semantic tokens only and marks the others NaN; every
+    aggregate reads semantic tokens only. A stored sample is checked over every token."""
+    s = _diff(0)
+    s.semantic[3] = False
+    s.metrics[:, :, 3] = np.nan
+    metric_curves([s, _diff(1), _diff(2)], OPTS)
+    s.require_finite(semantic_only=True)
+    with pytest.raises(NonFiniteError, match="layer 0"):
+        s.require_finite()
+
+
 def test_the_first_bad_layer_over_all_metrics_is_named_with_every_bad_metric():
     s = _diff(0, bad=("kl_ab", 3))
     s.metrics[METRICS.index("nll_b"), 1, 0] = np.nan

@@ -66,13 +66,17 @@ class SampleDiff:
         """``[layer, T]`` values of one metric."""
         return self.metrics[METRICS.index(name)]
 
-    def require_finite(self) -> None:
+    def require_finite(self, *, semantic_only: bool = False) -> None:
         """:class:`~mechscope.errors.NonFiniteError` naming this sample, the first layer and
-        the metrics (or attention masses) that are NaN or infinite there: checked before the
-        sample is stored and again before samples are aggregated."""
-        require_finite(self.metrics, "metrics", sample=self.sample_id, layer_axis=1, names=METRICS)
+        the metrics (or attention masses) that are NaN or infinite there. Checked over every
+        token before the sample is stored, and over its semantic tokens (all that curves,
+        heatmaps and correlations read) before samples are aggregated: a readout that covers
+        semantic tokens only marks the others NaN (the HumanEval study)."""
+        keep = self.semantic if semantic_only else slice(None)
+        sid = self.sample_id
+        require_finite(self.metrics[..., keep], "metrics", sample=sid, layer_axis=1, names=METRICS)
         for cond, mass in self.attention.items():
-            require_finite(mass, f"attention mass of {cond}", sample=self.sample_id)
+            require_finite(mass[:, :, keep], f"attention mass of {cond}", sample=sid)
 
     # --- shards ---------------------------------------------------------------------------
     def to_payload(self) -> dict[str, Any]:
