@@ -11,7 +11,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from mechscope.errors import InputError
+from mechscope.errors import InputError, NonFiniteError
 
 
 @runtime_checkable
@@ -81,9 +81,20 @@ class EngineSampler:
             for p in prompts
         ]
         sampling = Sampling(max_new_tokens, temperature, top_p)
-        out = self.engine.generate(
-            todo, sampling, slots=self.slots, interventions=self.interventions
-        )
+        try:
+            out = self.engine.generate(
+                todo, sampling, slots=self.slots, interventions=self.interventions
+            )
+        except NonFiniteError as exc:  # say which prompt, and where its pass turns NaN
+            import torch
+
+            from mechscope.engine.finite import first_nonfinite_layer
+
+            for i, prompt in enumerate(todo):
+                layer = first_nonfinite_layer(self.engine, torch.tensor([list(prompt.ids)]))
+                if layer is not None:
+                    raise NonFiniteError(exc.what, sample=f"prompt {i}", layer=layer) from None
+            raise
         return [[c.text for c in rollouts] for rollouts in out]
 
 

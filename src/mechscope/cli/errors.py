@@ -8,7 +8,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from mechscope.errors import MechscopeError, ResumableError
+from mechscope.errors import DiskFullError, MechscopeError, ResumableError
 from mechscope.runs import interrupt
 from mechscope.runs.executor import ARGV, WorkerDone
 from mechscope.runs.rundir import runs_mark, undo_runs
@@ -89,7 +89,11 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> None:
         return None
     except KeyboardInterrupt:
         code = INTERRUPTED
-    except (*USER_ERRORS, ValidationError) as exc:
+    except (*USER_ERRORS, ValidationError, OSError) as exc:
+        if isinstance(exc, OSError) and not isinstance(exc, USER_ERRORS):
+            if exc.errno not in DiskFullError.ERRNOS:
+                raise
+            exc = DiskFullError.of(exc)  # a full disk outside the atomic writes
         # a refused command changes nothing on disk; a resumable failure keeps finished work
         undo_runs(since=mark, keep_work=isinstance(exc, ResumableError))
         if debug:

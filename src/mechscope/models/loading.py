@@ -22,6 +22,7 @@ from mechscope.errors import ModelSpecError, UnsupportedFamilyError
 from mechscope.models import diagnose
 from mechscope.models.card import ModelCard, all_cards, find_card
 from mechscope.models.choose import choose_card
+from mechscope.models.finite import check_finite_weights
 from mechscope.models.loaded import LoadedModel
 from mechscope.models.memory import memory_budget
 from mechscope.models.modal import MODAL_AUTO, RESUME_REFUSAL, load_processor, modal_card, modality
@@ -193,6 +194,7 @@ def load_model(
     if device is not None and device_map is None:
         model = model.to(device)
     model.eval()
+    check_finite_weights(model, spec)  # a NaN weight would give NaN curves, not an error
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     chosen, source = choose_card(model, found, choice)
