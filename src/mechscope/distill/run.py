@@ -34,12 +34,11 @@ from mechscope.distill.students import (
     check_model_spec,
     check_student_spec,
     check_student_tokenizer,
-    load_tokenizer,
 )
 from mechscope.distill.teacher_cache import prepare_teacher_task
 from mechscope.distill.trial import Trial, is_finished_dir, read_trial, run_trial
 from mechscope.errors import InputError
-from mechscope.models import LoadedModel, load_model
+from mechscope.models import LoadedModel, load_model, load_tokenizer
 from mechscope.runs import RunDir, ShardStore
 from mechscope.runs.executor import shared_work_done
 from mechscope.runs.shared_work import claimed_loop

@@ -200,6 +200,17 @@ def load_model(
     return lm
 
 
+def load_tokenizer(spec: str) -> Any:
+    """The tokenizer of a model spec, without its weights (an alias is converted once, as
+    :func:`load_model` does; ``tiny:<family>`` gives the tiny models' tokenizer)."""
+    if spec.startswith("tiny:"):
+        return tiny_tokenizer()
+    root = _resolve(spec)
+    if root.suffix == ".gguf":
+        return _load_tokenizer(root.parent, root.name)
+    return _load_tokenizer(root, None)
+
+
 def _check_placement(device: str | torch.device | None, threads: int | None, memory: str | None):
     """One-line errors for placement options, before any file is read."""
     if threads is not None and threads < 1:
