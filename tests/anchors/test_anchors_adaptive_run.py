@@ -168,3 +168,40 @@ def test_result_round_trips(tmp_path, trace):
     back = load_result(tmp_path / "saved", "main", AdaptiveResult)
     pd.testing.assert_frame_equal(back.to_frame(), result.to_frame())
     assert_same(back, result)
+
+
+def test_cli_adaptive_on_the_engine_records_backend_resumes_and_reports(tmp_path):
+    """The command line end to end on a tiny model: --adaptive with a suppression prior,
+    the backend recorded, a rerun reading everything back, analyze and the report."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from mechscope.anchors.cli import app
+    from mechscope.anchors.layout import BACKEND_TABLE
+    from mechscope.runs import read_table
+
+    data = tmp_path / "trace.json"
+    data.write_text(json.dumps([{"id": "t0", "text": TEXT, "gold": "5"}]))
+    out = tmp_path / "run"
+    args = ["resample", str(data), "--out", str(out), "--model", "tiny:llama", "--adaptive"]
+    args += ["--n", "6", "--n-min", "2", "--step", "2", "--max-new-tokens", "3"]
+    args += ["--max-chunks", "2", "--prior", "suppression", "--batch-size", "8"]
+    runner = CliRunner()
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    result = AdaptiveResult.from_run(out)
+    assert len(result.positions) == 3 and (result.positions["rollouts"] >= 2).all()
+    assert "fixed design" in res.output
+    backend = read_table(out, BACKEND_TABLE)
+    assert backend["backend"].tolist() == ["engine"] and backend["model"].tolist() == ["tiny:llama"]
+    before = ShardStore(RunDir(out), ROLLOUTS_PART).read_all()
+    res = runner.invoke(app, args)  # every batch read back, the same decisions
+    assert res.exit_code == 0, res.output
+    assert ShardStore(RunDir(out), ROLLOUTS_PART).read_all() == before
+    assert_same(AdaptiveResult.from_run(out), result)
+    assert len(read_table(out, BACKEND_TABLE)) == 2  # one row per command
+    res = runner.invoke(app, ["analyze", "--out", str(out), "--embedder", "none"])
+    assert res.exit_code == 0, res.output
+    html = (out / "report.html").read_text()
+    assert "Adaptive resampling" in html and "Rollouts per position" in html

@@ -106,6 +106,11 @@ def plan(
         n_positions=positions,
         seeds=seeds,
     )
+    if published is not None:
+        from mechscope.anchors.simulate import short_name
+
+        table.index = [short_name(str(t)) for t in table.index]
+        table.index.name = "trace"
     print_table(table, f"Plan: n = {n}, {throughput:,.0f} generated tokens/s per GPU")
     if csv is not None:
         table.to_csv(csv)
@@ -146,7 +151,13 @@ def simulate(
     against the fixed design and recovery of the published importances, per trace."""
     from mechscope.anchors.figures_adaptive import frontier_figure
     from mechscope.anchors.published import load_published
-    from mechscope.anchors.simulate import design_summary, per_trace_table, simulate
+    from mechscope.anchors.simulate import (
+        design_summary,
+        markdown,
+        per_trace_table,
+        short_name,
+        simulate,
+    )
 
     for value, field in ((n, "--n"), (seeds, "--seeds")):
         _positive(value, field)
@@ -162,6 +173,7 @@ def simulate(
                 designs[f"adaptive τ={tau:g}"] = replace(rule, threshold=tau)
     frame = simulate(traces, designs, n=n, seeds=seeds, seed=seed, confidence=rule.confidence)
     table = per_trace_table(frame, "adaptive", f"fixed {n}")
+    table.index = [short_name(t) for t in table.index]
     table.index.name = "trace"
     print_table(table, f"Adaptive vs fixed {n}: {len(traces)} traces × {seeds} seeds")
     summary = design_summary(frame)
@@ -170,6 +182,9 @@ def simulate(
         out.mkdir(parents=True, exist_ok=True)
         table.to_csv(out / "anchors-adaptive-validation.csv")
         summary.to_csv(out / "anchors-adaptive-designs.csv")
+        (out / "anchors-adaptive-validation.md").write_text(
+            markdown(table) + "\n" + markdown(summary)
+        )
         if frontier:
             for metric in ("top5", "spearman"):
                 frontier_figure(summary, metric, rule).save_static(

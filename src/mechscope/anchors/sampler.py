@@ -81,6 +81,8 @@ def sample_requests(
     """The continuations of every request, ``out[i][k]`` = rollout ``first + k`` of request
     ``i``: in one ``generate_requests`` call when the sampler has it (sampled together),
     else one ``generate`` call per request (``first`` passed only when it is not 0)."""
+    if not requests:
+        return []
     if hasattr(sampler, "generate_requests"):
         return sampler.generate_requests(
             list(requests), temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens

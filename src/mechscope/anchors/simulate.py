@@ -21,7 +21,6 @@ Everything is seeded (``numpy.random.default_rng([seed, trace index])``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, replace
 
 import numpy as np
 import pandas as pd
@@ -110,7 +109,7 @@ def simulate(
                 else:
                     out = simulate_fixed(trace.accuracy, int(design), confidence, rng)
                 row = {"design": name, "trace": trace.id, "seed": s}
-                row["chunks"] = trace.n_positions - 1
+                row["positions"] = trace.n_positions
                 rows.append(row | _score(trace, out, fixed_total))
     return pd.DataFrame(rows)
 
@@ -122,7 +121,7 @@ def per_trace_table(frame: pd.DataFrame, adaptive: str, fixed: str) -> pd.DataFr
     a, f = mean.loc[adaptive], mean.loc[fixed]
     table = pd.DataFrame(
         {
-            "chunks": f["chunks"].astype(int),
+            "positions": f["positions"].astype(int),
             "fixed_rollouts": f["rollouts"].round().astype(int),
             "adaptive_rollouts": a["rollouts"].round().astype(int),
             "saving": 1 - a["rollouts"] / f["rollouts"],
@@ -135,7 +134,7 @@ def per_trace_table(frame: pd.DataFrame, adaptive: str, fixed: str) -> pd.DataFr
     )
     total = table.sum(numeric_only=True)
     table.loc["all"] = table.mean(numeric_only=True)
-    for col in ("chunks", "fixed_rollouts", "adaptive_rollouts"):
+    for col in ("positions", "fixed_rollouts", "adaptive_rollouts"):
         table.loc["all", col] = total[col]
     table.loc["all", "saving"] = 1 - total["adaptive_rollouts"] / total["fixed_rollouts"]
     return table
@@ -146,6 +145,34 @@ def design_summary(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.groupby("design", sort=False)[["share", "spearman", "top5", "coverage"]].mean()
 
 
-def settings_row(adaptive: AdaptiveSettings) -> dict:
-    """The adaptive settings as a flat record (for a table's caption)."""
-    return asdict(replace(adaptive))
+def short_name(trace_id: str) -> str:
+    """``deepseek-r1-distill-qwen-14b/correct_base_solution/problem_1591`` ->
+    ``qwen-14b/correct/1591``."""
+    parts = trace_id.split("/")
+    if len(parts) != 3:
+        return trace_id
+    model, solution, problem = parts
+    return "/".join(
+        [model.removeprefix("deepseek-r1-distill-"), solution.removesuffix("_base_solution"),
+         problem.removeprefix("problem_")]
+    )  # fmt: skip
+
+
+def markdown(table: pd.DataFrame, digits: int = 2) -> str:
+    """``table`` as a GitHub Markdown table: integers with thousands separators, shares and
+    correlations to ``digits`` decimals."""
+
+    def cell(v) -> str:
+        if isinstance(v, str):
+            return v
+        if pd.isna(v):
+            return ""
+        if float(v).is_integer() and abs(v) >= 10:
+            return f"{int(v):,}"
+        return f"{v:.{digits}f}"
+
+    head = [table.index.name or ""] + [str(c) for c in table.columns]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, row in table.iterrows():
+        lines.append("| " + " | ".join([str(name)] + [cell(v) for v in row]) + " |")
+    return "\n".join(lines) + "\n"
