@@ -76,6 +76,7 @@ REOPENED = (
     "PatchingResult",
     "HeadsResult",
     "ResamplingResult",
+    "AdaptiveResult",
     "DistillResult",
 )
 

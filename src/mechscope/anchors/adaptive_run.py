@@ -118,6 +118,16 @@ def _checked(store: ShardStore, batch: Batch, settings, adaptive) -> dict[str, A
     return payload
 
 
+def _sample(sampler: Sampler, requests, settings: RolloutSettings, max_new_tokens: int):
+    return sample_requests(
+        sampler,
+        requests,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        max_new_tokens=max_new_tokens,
+    )
+
+
 def _draw(
     sampler: Sampler,
     group: list[Batch],
@@ -134,13 +144,7 @@ def _draw(
         )
         for b in group
     ]
-    texts = sample_requests(
-        sampler,
-        free,
-        temperature=settings.temperature,
-        top_p=settings.top_p,
-        max_new_tokens=settings.max_new_tokens,
-    )
+    texts = _sample(sampler, free, settings, settings.max_new_tokens)
     starts = [b for b in group if b.first == 0 and settings.n_forced > 0]
     forced_requests = [
         RolloutRequest(
@@ -150,13 +154,7 @@ def _draw(
         )
         for b in starts
     ]
-    forced_texts = sample_requests(
-        sampler,
-        forced_requests,
-        temperature=settings.temperature,
-        top_p=settings.top_p,
-        max_new_tokens=settings.forced_max_new_tokens,
-    )
+    forced_texts = _sample(sampler, forced_requests, settings, settings.forced_max_new_tokens)
     forced_of = {b.id: f for b, f in zip(starts, forced_texts, strict=True)}
     for b, sampled in zip(group, texts, strict=True):
         store.write(b.id, _payload(b, sampled, forced_of.get(b.id, []), settings, adaptive))

@@ -114,7 +114,7 @@ def resample(
         rule.check_against(n)
     check_server(server, concurrency, rate_limit, grouping)
     if batch_size < 1:
-        raise InputError(f">= 1, got {batch_size}", field="--batch-size")
+        raise InputError(f">= 1, got {batch_size}", field="batch_size")
     lm = opts.load()
     cache = out / "rollout_cache"  # made on the first rollout, inside the run
     sampler = make_sampler(

@@ -103,7 +103,40 @@ def sample_requests(
     return out
 
 
-class EngineSampler:
+class RequestSampler:
+    """What a sampler built on ``generate_requests`` gets for free: ``generate``, with rollout
+    ``first + k`` of ``seed`` as ``out[i][k]`` for prompt ``i``."""
+
+    def generate(
+        self,
+        prompts: list[str],
+        *,
+        n: int,
+        temperature: float,
+        top_p: float,
+        max_new_tokens: int,
+        seed: int,
+        first: int = 0,
+    ) -> list[list[str]]:
+        """``n`` continuations (new text only) of each prompt, ``out[i][k]``, rollout ``k``
+        being rollout ``first + k`` of ``seed`` (:func:`rollout_seed`)."""
+        requests = [RolloutRequest(p, seed, n, first) for p in prompts]
+        return self.generate_requests(
+            requests, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens
+        )
+
+    def generate_requests(
+        self,
+        requests: list[RolloutRequest],
+        *,
+        temperature: float,
+        top_p: float,
+        max_new_tokens: int,
+    ) -> list[list[str]]:
+        raise NotImplementedError
+
+
+class EngineSampler(RequestSampler):
     """Rollouts from the local model on the engine (:mod:`mechscope.engine.generate`):
     one prefill per prompt shared by its ``n`` rollouts, continuous batching over ``slots``
     rows, and rollout ``k`` drawn with :func:`rollout_seed` ``(seed, k)`` so the same call
@@ -126,24 +159,6 @@ class EngineSampler:
         self.engine = engine if isinstance(engine, Engine) else Engine.of(engine)
         self.slots, self.add_special_tokens = slots, add_special_tokens
         self.interventions = list(interventions)
-
-    def generate(
-        self,
-        prompts: list[str],
-        *,
-        n: int,
-        temperature: float,
-        top_p: float,
-        max_new_tokens: int,
-        seed: int,
-        first: int = 0,
-    ) -> list[list[str]]:
-        """``n`` continuations of each prompt, ``out[i][k]`` for prompt ``i``, rollout
-        ``first + k``."""
-        requests = [RolloutRequest(p, seed, n, first) for p in prompts]
-        return self.generate_requests(
-            requests, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens
-        )
 
     def generate_requests(
         self,

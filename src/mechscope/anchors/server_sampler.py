@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mechscope.anchors.rollout_cache import Rollout, RolloutCache
-from mechscope.anchors.sampler import RolloutRequest, _check_requests
+from mechscope.anchors.sampler import RequestSampler, RolloutRequest, _check_requests
 from mechscope.anchors.server_client import MAX_DETAIL, ServerClient, ServerError, one_line
 from mechscope.anchors.server_info import server_info
 from mechscope.errors import InputError
@@ -49,7 +49,7 @@ MAX_N = 128  # rollouts in one request with grouping="n"
 Grouping = Literal["prefix", "n"]
 
 
-class ServerSampler:
+class ServerSampler(RequestSampler):
     """A :class:`~mechscope.anchors.sampler.Sampler` backed by an OpenAI-compatible server.
 
     ``base_url`` includes the API prefix (``http://127.0.0.1:8000/v1``). ``model`` defaults to
@@ -131,26 +131,6 @@ class ServerSampler:
             self._model = self._first_model()
         return self._model
 
-    def generate(
-        self,
-        prompts: list[str],
-        *,
-        n: int,
-        temperature: float,
-        top_p: float,
-        max_new_tokens: int,
-        seed: int,
-        first: int = 0,
-    ) -> list[list[str]]:
-        """``n`` continuations of each prompt (new text only), ``out[i][k]``; rollout ``k``
-        is rollout ``first + k`` of ``seed`` (:func:`~mechscope.anchors.sampler.rollout_seed`).
-        Cached rollouts are not requested; the same prompt twice in one call is requested
-        once."""
-        requests = [RolloutRequest(p, seed, n, first) for p in prompts]
-        return self.generate_requests(
-            requests, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens
-        )
-
     def generate_requests(
         self,
         requests: list[RolloutRequest],
@@ -159,7 +139,9 @@ class ServerSampler:
         top_p: float,
         max_new_tokens: int,
     ) -> list[list[str]]:
-        """Every request's rollouts, ``out[i][k]``, sent grouped by prefix (``grouping``)."""
+        """Every request's rollouts, ``out[i][k]``, sent grouped by prefix (``grouping``).
+        Cached rollouts are not requested; the same rollout twice in one call is requested
+        once."""
         _check_requests(requests, temperature, top_p, max_new_tokens)
         model = self.model if requests else ""
         grid = [
