@@ -11,6 +11,7 @@ positions by a few rollouts each round (:func:`sample_requests`).
 from __future__ import annotations
 
 import hashlib
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -103,7 +104,7 @@ def sample_requests(
     return out
 
 
-class RequestSampler:
+class RequestSampler(ABC):
     """What a sampler built on ``generate_requests`` gets for free: ``generate``, with rollout
     ``first + k`` of ``seed`` as ``out[i][k]`` for prompt ``i``."""
 
@@ -125,6 +126,7 @@ class RequestSampler:
             requests, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens
         )
 
+    @abstractmethod
     def generate_requests(
         self,
         requests: list[RolloutRequest],
@@ -133,7 +135,7 @@ class RequestSampler:
         top_p: float,
         max_new_tokens: int,
     ) -> list[list[str]]:
-        raise NotImplementedError
+        """Every request's rollouts, ``out[i][k]`` = rollout ``first + k`` of request ``i``."""
 
 
 class EngineSampler(RequestSampler):
