@@ -156,14 +156,27 @@ def test_a_resumed_run_removes_the_temp_files_of_killed_writes(tmp_path):
     assert not stale.exists() and kept.read_bytes() == b"done"
 
 
-def test_a_refused_command_discards_only_its_own_empty_run(tmp_path):
-    from mechscope.runs.rundir import created_runs, discard_unused_runs
+def test_a_refused_command_takes_back_only_what_it_did_to_runs(tmp_path):
+    from mechscope.runs.rundir import runs_mark, undo_runs
 
     earlier = RunDir.create(tmp_path, "earlier", {"a": 1})  # made before the command
-    mark = created_runs()
+    finished = RunDir.create(tmp_path, "finished", {"a": 1})
+    finished.finish()
+    before = finished.manifest
+    mark = runs_mark()
     mine = RunDir.create(tmp_path / "made" / "for", "it", {"a": 1})
+    claimed = RunDir.create(tmp_path, "claimed", {"a": 1})
+    (claimed.shards_dir / "s0.claim").write_text("{}")  # a claim is no finished unit
     worked = RunDir.create(tmp_path, "worked", {"a": 1})
-    (worked.tables_dir / "t.parquet").write_bytes(b"x")  # holds work: kept
-    assert discard_unused_runs(since=mark) == [mine.path]
+    (worked.shards_dir / "s0.json").write_bytes(b"x")  # a finished unit: the run is kept
+    again = RunDir.create(tmp_path, "finished", {"a": 1})  # resumed: marked running
+    (again.tables_dir / "kept.parquet").write_bytes(b"y")
+    assert again.manifest["status"] == "running"
+    assert undo_runs(since=mark) == [claimed.path, mine.path]
     assert not (tmp_path / "made").exists()  # with the folders made for it
-    assert earlier.path.is_dir() and worked.path.is_dir()
+    assert not claimed.path.exists()
+    assert (worked.shards_dir / "s0.json").is_file()  # late refusal: its work is not lost
+    assert RunDir.open(worked.path).manifest["status"] == "refused"
+    assert earlier.path.is_dir()
+    assert finished.manifest == before  # "finished" again, its files kept
+    assert (finished.tables_dir / "kept.parquet").is_file()

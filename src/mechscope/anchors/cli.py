@@ -22,7 +22,7 @@ from mechscope.anchors.cli_resample import INPUT_HELP, resample
 from mechscope.anchors.cli_scale import plan, simulate
 from mechscope.cli.common import OUT_HELP, computing, finish, open_run, workflow_app
 from mechscope.cli.model_options import ModelOptions, model_options
-from mechscope.cli.options import config_from
+from mechscope.cli.options import SEED_OPTION, config_from, number
 from mechscope.errors import InputError
 
 if TYPE_CHECKING:
@@ -84,10 +84,14 @@ def _finish(run, report: bool) -> None:
 def analyze(
     out: Path = typer.Option(..., "--out", help="Run directory with rollouts."),
     embedder: str = typer.Option("minilm", "--embedder", help="minilm or none."),
-    alpha: float = typer.Option(1.0, "--alpha", help="Laplace smoothing of answer counts."),
+    alpha: float = number(
+        1.0, "--alpha", min=0.0, above=0.0, help="Laplace smoothing of answer counts."
+    ),
     weighting: str = typer.Option("unsmoothed", "--weighting", help="unsmoothed or smoothed."),
     count_no_answer: bool = typer.Option(False, "--count-no-answer/--drop-no-answer"),
-    threshold: float = typer.Option(0.8, "--threshold", help="Cosine of 'same sentence'."),
+    threshold: float = number(
+        0.8, "--threshold", min=-1.0, max=1.0, help="Cosine of 'same sentence'."
+    ),
     report: bool = REPORT_OPTION,
 ) -> None:
     """Chunk metrics, categories and the resampling sentence matrix from stored rollouts."""
@@ -121,13 +125,13 @@ def analyze(
 def receivers(
     input: Path | None = typer.Argument(None, help=INPUT_HELP + " Default: the run's."),
     out: Path = typer.Option(..., "--out", help=OUT_HELP),
-    proximity: int = typer.Option(4, "--proximity", help="Rows at least this much later."),
-    top_k: int = typer.Option(16, "--top-k", help="Receiver heads to keep."),
+    proximity: int = number(4, "--proximity", min=0, help="Rows at least this much later."),
+    top_k: int = number(16, "--top-k", min=1, help="Receiver heads to keep."),
     control_depth: bool = typer.Option(False, "--control-depth", help="Rank-normalise rows."),
     include_layer0: bool = typer.Option(False, "--include-layer0"),
     ablate: bool = typer.Option(True, "--ablate/--no-ablate", help="Receiver vs random heads."),
-    n_random: int = typer.Option(10, "--n-random", help="Random head sets."),
-    seed: int = typer.Option(0, "--seed"),
+    n_random: int = number(10, "--n-random", min=1, help="Random head sets."),
+    seed: int = SEED_OPTION,
     report: bool = REPORT_OPTION,
     opts: ModelOptions = ModelOptions(),
 ) -> None:
@@ -147,11 +151,13 @@ def receivers(
 def suppress(
     input: Path | None = typer.Argument(None, help=INPUT_HELP + " Default: the run's."),
     out: Path = typer.Option(..., "--out", help=OUT_HELP),
-    epsilon: float = typer.Option(1e-9, "--epsilon", help="log(KL + epsilon)."),
-    temperature: float = typer.Option(1.0, "--temperature", help="Softmax temperature."),
+    epsilon: float = number(1e-9, "--epsilon", min=0.0, above=0.0, help="log(KL + epsilon)."),
+    temperature: float = number(
+        1.0, "--temperature", min=0.0, above=0.0, help="Softmax temperature."
+    ),
     alignment: str = typer.Option("next_token", "--alignment", help="next_token|same_position"),
-    first_tokens: int | None = typer.Option(None, "--first-tokens", help="Per target sentence."),
-    rows_per_chunk: int | None = typer.Option(None, "--rows-per-chunk", help="Default: budget."),
+    first_tokens: int | None = number(None, "--first-tokens", min=1, help="Per target sentence."),
+    rows_per_chunk: int | None = number(None, "--rows-per-chunk", min=1, help="Default: budget."),
     report: bool = REPORT_OPTION,
     opts: ModelOptions = ModelOptions(),
 ) -> None:

@@ -16,7 +16,9 @@ from rich.console import Console
 from rich.table import Table
 
 from mechscope.anchors.cli_adaptive import adaptive_options
+from mechscope.anchors.cli_resample import check_server, server_sampler
 from mechscope.anchors.config import AdaptiveSettings
+from mechscope.cli.options import SEED_OPTION, number
 from mechscope.errors import InputError
 
 console = Console(stderr=True)
@@ -38,28 +40,29 @@ def print_table(table: pd.DataFrame, title: str) -> None:
     Console().print(out)
 
 
-def _positive(value: float | int, field: str) -> None:
-    if not value > 0:
-        raise InputError(f"> 0, got {value}", field=field)
-
-
 @adaptive_options
 def plan(
     input: Path | None = typer.Argument(None, help="JSON/JSONL of traces (id, text, gold)."),
     published: Path | None = typer.Option(None, "--published", help=PUBLISHED_HELP),
     model_folder: str | None = typer.Option(None, "--model-folder", help=FOLDER_HELP),
-    n: int = typer.Option(100, "--n", help="Rollouts per position of the fixed design."),
-    max_new_tokens: int = typer.Option(16384, "--max-new-tokens", help="Tokens per rollout."),
-    throughput: float | None = typer.Option(
-        None, "--throughput", help="Generated tokens/s per GPU (else measured: --probe)."
+    n: int = number(100, "--n", min=1, help="Rollouts per position of the fixed design."),
+    max_new_tokens: int = number(16384, "--max-new-tokens", min=1, help="Tokens per rollout."),
+    throughput: float | None = number(
+        None,
+        "--throughput",
+        min=0.0,
+        above=0.0,
+        help="Generated tokens/s per GPU (else measured: --probe).",
     ),
     probe: bool = typer.Option(False, "--probe", help="Measure the throughput first."),
-    probe_rollouts: int = typer.Option(16, "--probe-rollouts", help="Rollouts of the probe."),
-    probe_tokens: int = typer.Option(64, "--probe-tokens", help="Tokens per probe rollout."),
-    server: str | None = typer.Option(None, "--server", help="Probe this server (else local)."),
-    server_model: str | None = typer.Option(None, "--server-model"),
+    probe_rollouts: int = number(16, "--probe-rollouts", min=1, help="Rollouts of the probe."),
+    probe_tokens: int = number(64, "--probe-tokens", min=1, help="Tokens per probe rollout."),
+    server: str | None = typer.Option(
+        None, "--server", help="--probe: this server (else the local model)."
+    ),
+    server_model: str | None = typer.Option(None, "--server-model", help="--server: model id."),
     model: str = typer.Option("smollm2-135m", "--model", "-m", help="Tokenizer (and probe)."),
-    seeds: int = typer.Option(10, "--seeds", help="Simulated adaptive runs per trace."),
+    seeds: int = number(10, "--seeds", min=1, help="Simulated adaptive runs per trace."),
     csv: Path | None = typer.Option(None, "--csv", help="Write the table here too."),
     rule: AdaptiveSettings = AdaptiveSettings(),
 ) -> None:
@@ -75,12 +78,9 @@ def plan(
         raise InputError("either INPUT or --published, not both", field="input")
     if throughput is None and not probe:
         raise InputError("a throughput: --throughput TOKENS_PER_S or --probe", field="--throughput")
-    for value, field in ((n, "--n"), (max_new_tokens, "--max-new-tokens"), (seeds, "--seeds")):
-        _positive(value, field)
-    for value, field in ((probe_rollouts, "--probe-rollouts"), (probe_tokens, "--probe-tokens")):
-        _positive(value, field)
-    if throughput is not None:
-        _positive(throughput, "--throughput")
+    check_server(server, server_model)
+    if server is not None and not probe:
+        raise InputError("--server only with --probe (it measures that server)", field="--server")
     rule.check_against(n)
     if published is not None:
         pubs = load_published(published, model_folder)
@@ -117,14 +117,15 @@ def plan(
 
 
 def _probe(model, server, server_model, tokenizer, trace, rollouts, tokens) -> float:
-    from mechscope.anchors.cli_resample import make_sampler
     from mechscope.anchors.plan import measure_throughput
-    from mechscope.models import load_model
 
-    lm = None if server is not None else load_model(model)
-    sampler = make_sampler(lm, server=server, server_model=server_model, concurrency=rollouts,
-                           rate_limit=None, grouping="prefix", batch_size=rollouts,
-                           cache_dir=None)  # fmt: skip
+    if server is not None:
+        sampler = server_sampler(server, server_model, concurrency=rollouts)
+    else:
+        from mechscope.anchors.sampler import EngineSampler
+        from mechscope.models import load_model
+
+        sampler = EngineSampler(load_model(model), slots=rollouts)
     rate, count, seconds = measure_throughput(
         sampler, tokenizer, trace.prefix(0), rollouts=rollouts, max_new_tokens=tokens
     )
@@ -138,9 +139,9 @@ def simulate(
     model_folder: str | None = typer.Option(
         "deepseek-r1-distill-qwen-14b", "--model-folder", help=FOLDER_HELP
     ),
-    n: int = typer.Option(100, "--n", help="Rollouts per position of the fixed design."),
-    seeds: int = typer.Option(20, "--seeds", help="Simulated runs per trace and design."),
-    seed: int = typer.Option(0, "--seed"),
+    n: int = number(100, "--n", min=1, help="Rollouts per position of the fixed design."),
+    seeds: int = number(20, "--seeds", min=1, help="Simulated runs per trace and design."),
+    seed: int = SEED_OPTION,
     frontier: bool = typer.Option(
         True, "--frontier/--no-frontier", help="Also fixed N and other thresholds (figure)."
     ),
@@ -159,8 +160,6 @@ def simulate(
         simulate,
     )
 
-    for value, field in ((n, "--n"), (seeds, "--seeds")):
-        _positive(value, field)
     rule.check_against(n)
     if out is not None and out.exists() and not out.is_dir():
         raise InputError(f"a folder, got the file {out}", field="--out")

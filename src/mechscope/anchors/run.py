@@ -79,7 +79,7 @@ from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 from mechscope.progress import track
 from mechscope.runs import RunDir, ShardStore, has_table, read_table, write_arrays, write_table
-from mechscope.runs.executor import shared_work_done
+from mechscope.runs.executor import is_worker, shared_work_done
 
 
 def base_traces(
@@ -141,9 +141,13 @@ def resample_run(
 def record_backend(run: RunDir, description: dict[str, Any]) -> None:
     """Add what samples this command's rollouts (``sampler.describe()``: the engine's model,
     or a server's URL, model id and version) to the run's ``anchors_backend`` table, one row
-    per command, with the time it started."""
+    per command, with the time it started. An executor's worker adds none: it samples with
+    the backend of the command that started it, which records it once."""
     import json
     import time
+
+    if is_worker():
+        return
 
     row = {k: json.dumps(v) if isinstance(v, list | dict) else v for k, v in description.items()}
     row = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **row}
@@ -219,6 +223,13 @@ def receivers_run(
         for t, p in zip(traces, payloads, strict=True)
     ]
     result = analyze_receivers(per_trace, opts)
+    if not result.heads:  # nothing to score or ablate: say why instead of empty tables
+        raise InputError(
+            "no receiver head: every head's vertical-score kurtosis is undefined (traces "
+            f"need sentences more than proximity {opts.proximity} apart) or every layer is "
+            "excluded",
+            field="receivers",
+        )
     write_table(run, HEADS_TABLE, result.heads_frame())
     write_table(run, SCORES_TABLE, result.scores_frame())
     write_table(run, SUMMARY_TABLE, result.summary_frame(len(traces)))

@@ -4,7 +4,11 @@ Every request is retried with exponential backoff and jitter on connection error
 timeouts, 429 and 5xx (never sooner than the server's ``Retry-After``); any other 4xx (an
 unknown model, a prompt longer than the context) will not get better by asking again and
 stops at once with one line. Request starts are spaced by an optional rate limit, across
-threads.
+threads. Nothing waits without bound: :meth:`ServerClient.check` asks the server for its
+models within ``PROBE_TIMEOUT`` seconds before any work (a server that accepts connections
+and never answers is refused then), every request has a deadline (``timeout``), and the
+client gives up, in one line, after ``max_failures`` failed attempts in a row across all its
+requests (a server that went away is not asked thousands more times).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ import tenacity
 from mechscope.errors import InputError, MechscopeError
 
 _RETRY_STATUS = frozenset({408, 429}) | frozenset(range(500, 600))
+#: Seconds the server has to answer ``GET /models`` in :meth:`ServerClient.check`.
+PROBE_TIMEOUT = 30.0
 MAX_DETAIL = 300  # characters of a server's error message kept in the one-line error
 
 
@@ -67,8 +73,13 @@ class ServerClient:
     ``api_key`` defaults to ``$OPENAI_API_KEY`` (none sent when unset). ``max_retries``
     counts the attempts after the first; waits grow from ``backoff`` seconds, doubling, with
     jitter, up to ``max_backoff`` (or the server's ``Retry-After``, whichever is longer).
-    ``rate_limit`` is in requests per second, retries included; ``timeout`` bounds one
-    request in seconds. ``n_requests`` counts every request sent, retries included.
+    ``rate_limit`` is in requests per second, retries included. ``timeout`` is each
+    request's deadline in seconds (connect, send, and every wait for the answer; a long
+    generation on a busy server needs minutes). ``max_failures``: failed attempts in a row,
+    over all requests, after which every call stops with one line (a success starts the
+    count again); by default the attempts its requests in flight can make,
+    ``(max_retries + 1) × concurrency``, so a server that restarts mid-call is still waited
+    for. ``n_requests`` counts every request sent, retries included.
     """
 
     def __init__(
@@ -82,6 +93,7 @@ class ServerClient:
         timeout: float = 600.0,
         backoff: float = 1.0,
         max_backoff: float = 60.0,
+        max_failures: int | None = None,
     ):
         if not re.match(r"^https?://[^/]", base_url or ""):
             raise InputError(f"an http(s) URL, got {base_url!r}", field="base_url")
@@ -91,8 +103,12 @@ class ServerClient:
             raise InputError(f"max_retries >= 0, got {max_retries}", field="max_retries")
         if rate_limit is not None and not rate_limit > 0:
             raise InputError(f"rate_limit > 0 requests/s, got {rate_limit}", field="rate_limit")
-        if not timeout > 0:
-            raise InputError(f"timeout > 0 seconds, got {timeout}", field="timeout")
+        if not 0 < timeout < float("inf"):
+            raise InputError(f"a finite timeout > 0 seconds, got {timeout}", field="timeout")
+        if max_failures is None:  # every request in flight has used all its attempts
+            max_failures = (max_retries + 1) * concurrency
+        if max_failures < 1:
+            raise InputError(f"max_failures >= 1, got {max_failures}", field="max_failures")
         if backoff < 0 or max_backoff < backoff:
             raise InputError(
                 f"0 <= backoff <= max_backoff, got {backoff} and {max_backoff}", field="backoff"
@@ -100,6 +116,8 @@ class ServerClient:
         self.base_url = base_url.rstrip("/")
         self.max_retries = max_retries
         self.backoff, self.max_backoff = backoff, max_backoff
+        self.timeout, self.max_failures = timeout, max_failures
+        self._failures = 0  # failed attempts in a row, over every request
         self.n_requests = 0
         self._count_lock = threading.Lock()
         self._limiter = _RateLimiter(rate_limit)
@@ -112,6 +130,19 @@ class ServerClient:
             limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
             event_hooks={"request": [self._count_request]},
         )
+
+    def check(self, timeout: float = PROBE_TIMEOUT) -> None:
+        """Refuse, in one line and within ``timeout`` seconds, a server that does not answer:
+        nothing listening, or a socket that accepts connections and never replies. Any HTTP
+        answer to ``GET /models`` passes (a server without that route can still complete)."""
+        deadline = min(timeout, self.timeout)
+        try:
+            self._client.get(self.base_url + "/models", timeout=deadline)
+        except httpx.TransportError as exc:
+            raise ServerError(
+                f"server {self.base_url}: no answer to GET /models within {deadline:g} s "
+                f"({type(exc).__name__}: {one_line(str(exc)) or 'no detail'})"
+            ) from None
 
     def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         """One JSON request to ``base_url + path``, retried (see the class docstring)."""
@@ -152,10 +183,17 @@ class ServerClient:
 
     def _send(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
         self._limiter.acquire()
-        response = self._client.request(method, self.base_url + path, json=body)
+        try:
+            response = self._client.request(method, self.base_url + path, json=body)
+        except httpx.TransportError as exc:
+            self._failed(method, path, f"{type(exc).__name__}: {one_line(str(exc))}")
+            raise
         status = response.status_code
         if status in _RETRY_STATUS:
+            self._failed(method, path, _status_line(response))
             raise _Retryable(_status_line(response), _retry_after(response))
+        with self._count_lock:
+            self._failures = 0
         if status >= 400:
             raise InputError(
                 f"server {self.base_url}: {method} {path} answered {_status_line(response)}"
@@ -166,6 +204,17 @@ class ServerClient:
             raise ServerError(
                 f"server {self.base_url}: {method} {path} answered {status} with no JSON body"
             ) from None
+
+    def _failed(self, method: str, path: str, what: str) -> None:
+        """Count a failed attempt; past ``max_failures`` in a row, give up on every call."""
+        with self._count_lock:
+            self._failures += 1
+            failures = self._failures
+        if failures >= self.max_failures:
+            raise ServerError(
+                f"server {self.base_url}: {failures} failed attempts in a row (deadline "
+                f"{self.timeout:g} s each), giving up; last: {method} {path}: {what}"
+            )
 
     def _wait(self, state: tenacity.RetryCallState) -> float:
         """Exponential backoff with full jitter, but never shorter than Retry-After."""

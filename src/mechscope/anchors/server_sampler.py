@@ -18,10 +18,13 @@ samples with deterministic inference on): use ``"prefix"`` there.
 
 A run resamples thousands of rollouts from a remote machine, so requests are sent
 concurrently from a thread pool through :class:`~mechscope.anchors.server_client.ServerClient`
-(rate limit, retries with backoff on connection errors, 429 and 5xx; one line for any other
-4xx). Each finished rollout is written to ``cache_dir``
-as one small JSON file (atomically) before the next is awaited, and the cache is read
-before any request, so a crash loses only the requests in flight and a rerun makes none.
+(rate limit, retries with backoff on connection errors, timeouts, 429 and 5xx; one line for
+any other 4xx). Nothing waits without bound: :meth:`ServerSampler.check` asks the server for
+its models within ``PROBE_TIMEOUT`` seconds before any work, every request has a deadline
+(``timeout``), and a run gives up, in one line, after ``max_failures`` failed attempts in a
+row across all its requests. Each finished rollout is written to ``cache_dir`` as one small
+JSON file (atomically) before the next is awaited, and the cache is read before any
+request, so a crash loses only the requests in flight and a rerun makes none.
 """
 
 from __future__ import annotations
@@ -36,7 +39,13 @@ from typing import Any, Literal
 
 from mechscope.anchors.rollout_cache import Rollout, RolloutCache
 from mechscope.anchors.sampler import RequestSampler, RolloutRequest, _check_requests
-from mechscope.anchors.server_client import MAX_DETAIL, ServerClient, ServerError, one_line
+from mechscope.anchors.server_client import (
+    MAX_DETAIL,
+    PROBE_TIMEOUT,
+    ServerClient,
+    ServerError,
+    one_line,
+)
 from mechscope.anchors.server_info import server_info
 from mechscope.errors import InputError
 
@@ -52,15 +61,18 @@ Grouping = Literal["prefix", "n"]
 class ServerSampler(RequestSampler):
     """A :class:`~mechscope.anchors.sampler.Sampler` backed by an OpenAI-compatible server.
 
-    ``base_url`` includes the API prefix (``http://127.0.0.1:8000/v1``). ``model`` defaults to
-    the first id of ``GET {base_url}/models`` (asked once, on first use). ``api_key`` defaults
-    to ``$OPENAI_API_KEY`` (none sent when unset). ``max_retries`` counts the attempts after
-    the first; waits grow from ``backoff`` seconds, doubling, with jitter, up to
-    ``max_backoff`` (or the server's ``Retry-After``, whichever is longer). ``rate_limit`` is
-    in requests per second, retries included. ``timeout`` bounds one request in seconds
-    (a long generation on a busy server needs minutes). ``cache_dir`` keeps every rollout;
-    the cache key is the model id, prompt, temperature, top_p, max_tokens and rollout seed,
-    not the URL, so the same model moved to another host keeps its cache.
+    ``base_url`` includes the API prefix (``http://127.0.0.1:8000/v1``). ``model`` defaults
+    to the first id of ``GET {base_url}/models`` (asked once, on first use). ``api_key``
+    defaults to ``$OPENAI_API_KEY`` (none sent when unset). ``max_retries`` counts the
+    attempts after the first; waits grow from ``backoff`` seconds, doubling, with jitter, up
+    to ``max_backoff`` (or the server's ``Retry-After``, whichever is longer).
+    ``rate_limit`` is in requests per second, retries included. ``timeout`` is each
+    request's deadline in seconds (connect, send, and every wait for the answer; a long
+    generation on a busy server needs minutes). ``max_failures``: failed attempts in a row,
+    over all requests, after which every call stops with one line (a success starts the
+    count again; by default ``(max_retries + 1) × concurrency``). ``cache_dir`` keeps every
+    rollout; the cache key is the model id, prompt, temperature, top_p, max_tokens and
+    rollout seed, not the URL, so the same model moved to another host keeps its cache.
 
     A rollout is reproducible only if the server's output depends on nothing but the
     prompt and the seed. llama.cpp's server honours per-request seeds, but
@@ -93,6 +105,7 @@ class ServerSampler(RequestSampler):
         timeout: float = 600.0,
         backoff: float = 1.0,
         max_backoff: float = 60.0,
+        max_failures: int | None = None,
         cache_dir: Path | str | None = None,
         progress: ProgressFn | None = None,
         grouping: Grouping = "prefix",
@@ -108,6 +121,7 @@ class ServerSampler(RequestSampler):
             timeout=timeout,
             backoff=backoff,
             max_backoff=max_backoff,
+            max_failures=max_failures,
         )
         self.base_url, self.concurrency, self.grouping = self.http.base_url, concurrency, grouping
         self._model = model
@@ -123,6 +137,11 @@ class ServerSampler(RequestSampler):
         return self.http.n_requests
 
     # -- public -----------------------------------------------------------------------------
+
+    def check(self, timeout: float = PROBE_TIMEOUT) -> None:
+        """Refuse, in one line and within ``timeout`` seconds, a server that does not answer
+        (:meth:`~mechscope.anchors.server_client.ServerClient.check`)."""
+        self.http.check(timeout)
 
     @property
     def model(self) -> str:

@@ -48,8 +48,10 @@ CONFIG_FILE = "config.yaml"
 SUBDIRS = ("figures", "tables", "arrays", "shards")
 
 #: Run directories this process created (not resumed), each with the highest folder above
-#: it that did not exist before, for :func:`discard_unused_runs`.
+#: it that did not exist before, and those it resumed, each with its manifest before: what
+#: :func:`undo_runs` takes back when a command is refused.
 _CREATED: list[tuple[Path, Path]] = []
+_RESUMED: list[tuple[Path, dict[str, Any]]] = []
 
 
 def check_name(name: str, field: str = "name") -> str:
@@ -121,6 +123,7 @@ class RunDir:
             run = cls.open(path)
             run._check_resume(cfg, seed=seed, model_fingerprint=model_fingerprint)
             remove_stale_temp_files(path)
+            _RESUMED.append((path, run.manifest))
             run._update_manifest(lambda m: _mark_resumed(m))
             run.resumed = True
             return run
@@ -315,28 +318,52 @@ def remove_stale_temp_files(path: Path) -> list[Path]:
     return stale
 
 
-def created_runs() -> int:
-    """How many run directories this process has created so far (a mark for
-    :func:`discard_unused_runs`)."""
-    return len(_CREATED)
+def runs_mark() -> tuple[int, int]:
+    """How many run directories this process has created and resumed so far (a mark for
+    :func:`undo_runs`)."""
+    return len(_CREATED), len(_RESUMED)
 
 
-def discard_unused_runs(since: int = 0) -> list[Path]:
-    """Remove the run directories this process created after mark ``since`` that hold
-    nothing but their config and manifest (empty subfolders, an empty shard folder): a
-    command refused after it made its run directory leaves nothing behind, so a rerun with
-    the corrected option is a new run, not a "config differs" refusal. Returns the removed
-    paths."""
+def undo_runs(since: tuple[int, int] = (0, 0)) -> list[Path]:
+    """Take back what this process did to run directories after mark ``since``: a command
+    refused before it finished any work changes nothing on disk. A run directory it created
+    that holds no finished unit yet is removed, with the folders made for it: it would
+    otherwise block the corrected rerun with "config differs". One that does hold finished
+    units (a refusal late in a long run: a server that stopped answering, a value that
+    turned non-finite) is kept and marked ``refused``, so its work is not lost and a rerun
+    resumes it. A run it resumed keeps its files and gets its manifest back, so a finished
+    run does not stay marked "running". Returns the removed paths."""
     removed = []
-    while len(_CREATED) > since:
+    created, resumed = since
+    while len(_RESUMED) > resumed:
+        path, manifest = _RESUMED.pop()
+        if (path / MANIFEST_FILE).is_file():
+            atomic_write_json(path / MANIFEST_FILE, manifest)
+    while len(_CREATED) > created:
         path, top = _CREATED.pop()
         if not path.is_dir():
             continue
-        files = [p for p in top.rglob("*") if p.is_file()]
-        if all(p.parent == path and p.name in (CONFIG_FILE, MANIFEST_FILE) for p in files):
-            shutil.rmtree(top, ignore_errors=True)  # with the folders made for it
-            removed.append(path)
+        if holds_work(path):
+            RunDir(path).finish(status="refused")
+            continue
+        shutil.rmtree(top, ignore_errors=True)
+        removed.append(path)
     return removed
+
+
+def holds_work(path: Path) -> bool:
+    """Whether a run directory holds anything but its config, its manifest, claims and the
+    temporary files of writes: a finished unit that a rerun would reuse."""
+    from mechscope.runs.claims import SUFFIX as CLAIM_SUFFIX  # claims import this module
+
+    bookkeeping = {CONFIG_FILE, MANIFEST_FILE}
+    return any(
+        p.is_file()
+        and p.name not in bookkeeping
+        and not p.name.endswith(CLAIM_SUFFIX)
+        and not is_temp_name(p.name)
+        for p in path.rglob("*")
+    )
 
 
 def check_writable(path: Path) -> None:
