@@ -209,6 +209,17 @@ def load_model(
     return lm
 
 
+def load_tokenizer(spec: str) -> Any:
+    """The tokenizer of a model spec, without its weights (an alias is converted once, as
+    :func:`load_model` does; ``tiny:<family>`` gives the tiny models' tokenizer)."""
+    if spec.startswith("tiny:"):
+        return tiny_tokenizer()
+    root = _resolve(spec)
+    if root.suffix == ".gguf":
+        return _load_tokenizer(root.parent, root.name)
+    return _load_tokenizer(root, None)
+
+
 def _tiny(name: str, seed: int) -> tuple[transformers.PreTrainedModel, Any, ModelCard | None, Any]:
     """``tiny:<family>`` (a card's own tiny config), ``tiny:<model_type>`` (any causal LM
     of the installed transformers, shrunk: :mod:`mechscope.models.tiny_types`) or a tiny
