@@ -90,8 +90,15 @@ def resample(
     out: Path = typer.Option(..., "--out", help=OUT_HELP),
     n: int = number(100, "--n", min=1, help="Rollouts per chunk position."),
     n_forced: int = number(0, "--n-forced", min=0, help="Forced-answer rollouts per position."),
-    temperature: float = number(0.6, "--temperature", min=0.0),
-    top_p: float = number(0.95, "--top-p", min=0.0, above=0.0, max=1.0),
+    temperature: float = number(0.6, "--temperature", min=0.0, help="Sampling temperature."),
+    top_p: float = number(
+        0.95,
+        "--top-p",
+        min=0.0,
+        above=0.0,
+        max=1.0,
+        help="Nucleus sampling: probability mass kept.",
+    ),
     max_new_tokens: int = number(4096, "--max-new-tokens", min=1, help="Tokens per rollout."),
     max_chunks: int | None = number(None, "--max-chunks", min=1, help="Resample chunks 0..m-1."),
     trace_tokens: int = number(512, "--trace-tokens", min=1, help="Tokens of a base trace."),
@@ -178,7 +185,11 @@ def analyze(
         1.0, "--alpha", min=0.0, above=0.0, help="Laplace smoothing of answer counts."
     ),
     weighting: str = typer.Option("unsmoothed", "--weighting", help="unsmoothed or smoothed."),
-    count_no_answer: bool = typer.Option(False, "--count-no-answer/--drop-no-answer"),
+    count_no_answer: bool = typer.Option(
+        False,
+        "--count-no-answer/--drop-no-answer",
+        help="Rollouts without an answer: one more answer, and wrong; or left out (published).",
+    ),
     threshold: float = number(
         0.8, "--threshold", min=-1.0, max=1.0, help="Cosine of 'same sentence'."
     ),
@@ -218,7 +229,9 @@ def receivers(
     proximity: int = number(4, "--proximity", min=0, help="Rows at least this much later."),
     top_k: int = number(16, "--top-k", min=1, help="Receiver heads to keep."),
     control_depth: bool = typer.Option(False, "--control-depth", help="Rank-normalise rows."),
-    include_layer0: bool = typer.Option(False, "--include-layer0"),
+    include_layer0: bool = typer.Option(
+        False, "--include-layer0", help="Layer 0's heads may be receivers (left out by default)."
+    ),
     ablate: bool = typer.Option(True, "--ablate/--no-ablate", help="Receiver vs random heads."),
     n_random: int = number(10, "--n-random", min=1, help="Random head sets."),
     seed: int = SEED_OPTION,
