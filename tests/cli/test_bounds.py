@@ -81,6 +81,6 @@ def test_a_success_starts_the_count_again():
     sampler = ServerSampler(
         "http://h/v1", "m", backoff=0.0, max_backoff=0.0, max_failures=2, concurrency=1
     )
-    sampler._client = httpx.Client(transport=httpx.MockTransport(handler))
+    sampler.http._client = httpx.Client(transport=httpx.MockTransport(handler))
     out = sampler.generate(["a"], n=5, temperature=0.0, top_p=1.0, max_new_tokens=2, seed=0)
     assert out == [["x"] * 5]  # 5 failures in all, never 2 in a row

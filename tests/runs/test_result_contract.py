@@ -82,6 +82,7 @@ REOPENED = (
     "SteeringResult",
     "HeadsResult",
     "ResamplingResult",
+    "AdaptiveResult",
     "DistillResult",
 )
 

@@ -144,16 +144,18 @@ def test_bad_names_and_foreign_folders_refused(tmp_path):
 
 
 def test_a_resumed_run_removes_the_temp_files_of_killed_writes(tmp_path):
-    from mechscope.runs import RunDir
+    import pandas as pd
+
+    from mechscope.runs import RunDir, write_table
     from mechscope.runs.atomic import TEMP_MARKER
 
     run = RunDir.create(tmp_path, "r", {"a": 1})
     stale = run.tables_dir / f".notes{TEMP_MARKER}abc123.parquet"  # a write that was killed
     stale.write_bytes(b"half")
-    kept = run.tables_dir / "notes.parquet"
-    kept.write_bytes(b"done")
+    kept = write_table(run, "notes", pd.DataFrame({"x": [1]}))
+    done = kept.read_bytes()
     RunDir.create(tmp_path, "r", {"a": 1})  # resume
-    assert not stale.exists() and kept.read_bytes() == b"done"
+    assert not stale.exists() and kept.read_bytes() == done
 
 
 def test_a_refused_command_takes_back_only_what_it_did_to_runs(tmp_path):

@@ -19,7 +19,6 @@ under two configs would silently corrupt the results.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import re
 import shutil
@@ -40,7 +39,15 @@ from mechscope.runs.atomic import (
     is_temp_name,
     temp_writer_alive,
 )
-from mechscope.runs.manifest import config_differences, config_to_dict, new_manifest, now_iso
+from mechscope.runs.integrity import remove_damaged_results
+from mechscope.runs.manifest import (
+    config_differences,
+    config_to_dict,
+    new_manifest,
+    now_iso,
+    read_config,
+    read_manifest,
+)
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MANIFEST_FILE = "manifest.json"
@@ -124,7 +131,8 @@ class RunDir:
             run._check_resume(cfg, seed=seed, model_fingerprint=model_fingerprint)
             remove_stale_temp_files(path)
             _RESUMED.append((path, run.manifest))
-            run._update_manifest(lambda m: _mark_resumed(m))
+            repaired = remove_damaged_results(path)  # rebuilt from the shards by this rerun
+            run._update_manifest(lambda m: _mark_resumed(m, redo_parts=bool(repaired)))
             run.resumed = True
             return run
         if path.exists() and any(path.iterdir()) and not _interrupted_creation(path):
@@ -215,14 +223,15 @@ class RunDir:
 
     @property
     def config(self) -> dict[str, Any]:
-        """The config as written (plain dict, re-read from ``config.yaml`` each time)."""
-        loaded = yaml.safe_load((self.path / CONFIG_FILE).read_text(encoding="utf-8"))
-        return loaded if loaded is not None else {}
+        """The config as written (plain dict, re-read from ``config.yaml`` each time);
+        :class:`~mechscope.errors.DamagedFileError` if it does not parse as a mapping."""
+        return read_config(self.path / CONFIG_FILE)
 
     @property
     def manifest(self) -> dict[str, Any]:
-        """The manifest as on disk (re-read each time)."""
-        return json.loads((self.path / MANIFEST_FILE).read_text(encoding="utf-8"))
+        """The manifest as on disk (re-read each time); :class:`~mechscope.errors.
+        DamagedFileError` if it is not a JSON object with the fields every manifest has."""
+        return read_manifest(self.path / MANIFEST_FILE)
 
     # ------------------------------------------------------------------ updates
     def _update_manifest(self, change) -> dict[str, Any]:
@@ -380,9 +389,15 @@ def check_writable(path: Path) -> None:
             return
 
 
-def _mark_resumed(manifest: dict[str, Any]) -> None:
+def _mark_resumed(manifest: dict[str, Any], *, redo_parts: bool = False) -> None:
+    """A resumed run is running again; with ``redo_parts`` (a table or array was damaged and
+    removed) no part counts as done, so a demo reruns each part from its shards and writes
+    its tables again."""
     manifest.setdefault("resumed", []).append(now_iso())
     manifest["status"], manifest["end"] = "running", None
+    if redo_parts:
+        for entry in manifest.get("parts", {}).values():
+            entry["done"] = False
 
 
 def _free_timestamp_name(root: Path) -> str:
