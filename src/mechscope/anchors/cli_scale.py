@@ -130,6 +130,7 @@ def _probe(opts, server, server_model, tokenizer, trace, rollouts, tokens) -> fl
         sampler = server_sampler(server, server_model, concurrency=rollouts)
     else:
         from mechscope.anchors.sampler import EngineSampler
+
         sampler = EngineSampler(opts.load(), slots=rollouts)
     rate, count, seconds = measure_throughput(
         sampler, tokenizer, trace.prefix(0), rollouts=rollouts, max_new_tokens=tokens
