@@ -17,6 +17,7 @@ them with their docstrings.
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without the 10 ms of importing typing
 if TYPE_CHECKING:
+    from mechscope.data.pairs import ContrastivePair
     from mechscope.engine import (
         Ablate,
         Engine,
@@ -48,7 +49,9 @@ if TYPE_CHECKING:
     from mechscope.patching.path import path_patch
     from mechscope.patching.path_result import PathResult
     from mechscope.steering.config import SteerConfig
+    from mechscope.steering.result import SteeringResult
     from mechscope.steering.run import steer_sweep
+    from mechscope.steering.samples import Contrast, SteerPrompt
     from mechscope.steering.vectors import caa_vector
 
 #: Public name -> the module that defines it (its import path in the API reference).
@@ -76,11 +79,15 @@ EXPORTS = {
     "Components": "mechscope.engine.cache",
     "LogitAttribution": "mechscope.engine.attribution",
     # path patching and steering
+    "ContrastivePair": "mechscope.data.pairs",
     "path_patch": "mechscope.patching.path",
     "PathResult": "mechscope.patching.path_result",
+    "Contrast": "mechscope.steering.samples",
     "caa_vector": "mechscope.steering.vectors",
-    "steer_sweep": "mechscope.steering.run",
+    "SteerPrompt": "mechscope.steering.samples",
     "SteerConfig": "mechscope.steering.config",
+    "steer_sweep": "mechscope.steering.run",
+    "SteeringResult": "mechscope.steering.result",
     # helpers
     "to_tokens": "mechscope.engine.inputs",
     "Tokens": "mechscope.engine.inputs",
@@ -102,6 +109,8 @@ __all__ = [
     "Cache",
     "Completion",
     "Components",
+    "Contrast",
+    "ContrastivePair",
     "Engine",
     "Gate",
     "InputError",
@@ -123,6 +132,8 @@ __all__ = [
     "SiteError",
     "Steer",
     "SteerConfig",
+    "SteerPrompt",
+    "SteeringResult",
     "SuppressAttention",
     "Tokens",
     "UnsupportedInterventionError",

@@ -10,10 +10,13 @@ if TYPE_CHECKING:  # the exports, each imported on first use (mechscope.lazy)
     from mechscope.steering.config import SteerConfig
     from mechscope.steering.result import SteeringResult
     from mechscope.steering.run import run_steering, steer_sweep
+    from mechscope.steering.samples import Contrast, SteerPrompt
     from mechscope.steering.vectors import caa_vector, mean_activation
 
 __all__ = [
+    "Contrast",
     "SteerConfig",
+    "SteerPrompt",
     "SteeringResult",
     "caa_vector",
     "mean_activation",
