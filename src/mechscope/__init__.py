@@ -17,6 +17,7 @@ them with their docstrings.
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without the 10 ms of importing typing
 if TYPE_CHECKING:
+    from mechscope.data.pairs import ContrastivePair
     from mechscope.engine import (
         Ablate,
         Engine,
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
         ReduceAttention,
         RunOutput,
         Site,
+        Steer,
         SuppressAttention,
     )
     from mechscope.engine.attribution import LogitAttribution
@@ -44,6 +46,13 @@ if TYPE_CHECKING:
         UnsupportedInterventionError,
     )
     from mechscope.models import LoadedModel, ModelCard, load_model
+    from mechscope.patching.path import path_patch
+    from mechscope.patching.path_result import PathResult
+    from mechscope.steering.config import SteerConfig
+    from mechscope.steering.result import SteeringResult
+    from mechscope.steering.run import steer_sweep
+    from mechscope.steering.samples import Contrast, SteerPrompt
+    from mechscope.steering.vectors import caa_vector
 
 #: Public name -> the module that defines it (its import path in the API reference).
 EXPORTS = {
@@ -61,6 +70,7 @@ EXPORTS = {
     "Gate": "mechscope.engine.interventions",
     "SuppressAttention": "mechscope.engine.interventions",
     "ReduceAttention": "mechscope.engine.interventions",
+    "Steer": "mechscope.engine.interventions",
     "Resume": "mechscope.engine.prefix",
     "KVCache": "mechscope.engine.prefix",
     # the cache and its decompositions
@@ -68,6 +78,16 @@ EXPORTS = {
     "Cache": "mechscope.engine.cache",
     "Components": "mechscope.engine.cache",
     "LogitAttribution": "mechscope.engine.attribution",
+    # path patching and steering
+    "ContrastivePair": "mechscope.data.pairs",
+    "path_patch": "mechscope.patching.path",
+    "PathResult": "mechscope.patching.path_result",
+    "Contrast": "mechscope.steering.samples",
+    "caa_vector": "mechscope.steering.vectors",
+    "SteerPrompt": "mechscope.steering.samples",
+    "SteerConfig": "mechscope.steering.config",
+    "steer_sweep": "mechscope.steering.run",
+    "SteeringResult": "mechscope.steering.result",
     # helpers
     "to_tokens": "mechscope.engine.inputs",
     "Tokens": "mechscope.engine.inputs",
@@ -89,6 +109,8 @@ __all__ = [
     "Cache",
     "Completion",
     "Components",
+    "Contrast",
+    "ContrastivePair",
     "Engine",
     "Gate",
     "InputError",
@@ -99,6 +121,7 @@ __all__ = [
     "MemoryBudgetError",
     "ModelCard",
     "Patch",
+    "PathResult",
     "Prompt",
     "Read",
     "ReduceAttention",
@@ -107,12 +130,19 @@ __all__ = [
     "Sampling",
     "Site",
     "SiteError",
+    "Steer",
+    "SteerConfig",
+    "SteerPrompt",
+    "SteeringResult",
     "SuppressAttention",
     "Tokens",
     "UnsupportedInterventionError",
+    "caa_vector",
     "load_model",
     "logit_diff",
+    "path_patch",
     "run_with_cache",
+    "steer_sweep",
     "to_tokens",
     "unembed",
 ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import bench_cache
 import bench_lens
 import bench_logit_lens
+import bench_path_patching
 import bench_pattern
 import numpy as np
 import patching_contract
@@ -127,3 +128,22 @@ def test_executor_check_fails_on_a_perturbed_table(tmp_path) -> None:
     frame.to_parquet(tmp_path / "b" / "tables" / "heads_attributions.parquet")
     check = bench_executor.same_tables(tmp_path / "a", tmp_path / "b")
     assert not check.ok and check.max_abs == pytest.approx(1e-3, rel=1e-6)
+
+
+def test_path_patching_check_fails_on_a_perturbed_grid(tiny) -> None:
+    from mechscope.data.pairs import ContrastivePair
+
+    text = "When Mary and John went to the store, {} gave a drink to"
+    clean, corrupt = text.format("John"), text.format("Mary")
+    pair = ContrastivePair("p", "test", clean, corrupt, " Mary", " John", {}, {})
+    heads = [(layer, h) for layer in range(tiny.n_layers) for h in range(tiny.n_heads)]
+    grid = bench_path_patching.run_mechscope(tiny, [pair], heads, heads, "q")
+    ids = torch.tensor([tiny.tokenizer(pair.clean)["input_ids"]])
+    atol = bench_path_patching.tolerance(tiny, ids)
+    assert bench_path_patching.check(grid, grid.copy(), atol).ok
+    moved = grid.copy()
+    moved[0, 0, -1] += 10 * atol
+    assert not bench_path_patching.check(grid, moved, atol).ok
+    holes = grid.copy()
+    holes[0, -1, -1] = 0.0  # a cell without a path (sender in the last layer) filled in
+    assert not bench_path_patching.check(grid, holes, atol).ok

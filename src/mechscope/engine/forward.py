@@ -26,6 +26,7 @@ from mechscope.engine.interventions import (
     Patch,
     Read,
     ReduceAttention,
+    Steer,
     SuppressAttention,
 )
 from mechscope.engine.norms import SCALE_ROLES, install_scale
@@ -255,7 +256,7 @@ class Engine:
         lm = self.lm
         ops: dict[tuple[str, int], list[Any]] = defaultdict(list)
         for iv in interventions:
-            if isinstance(iv, Read | Patch | Ablate):
+            if isinstance(iv, Read | Patch | Ablate | Steer):
                 site = iv.site
                 if site.name == "pattern":
                     if not isinstance(iv, Read):

@@ -11,9 +11,9 @@ while others are still going. Each rollout samples with its own seed
 
 Interventions apply during generation as in any pass: those that name positions act on the
 prompt pass (their positions must lie in the prompt, which every later step only reads);
-position-free ones (a gate, a suppressed key span, an ablation of a site everywhere) act on
-the prompt pass and on every decode step. Reads are refused: run :meth:`Engine.run` on the
-finished text to read it.
+position-free ones (a gate, a suppressed key span, an ablation of a site everywhere, a
+steering vector at every position) act on the prompt pass and on every decode step. Reads
+are refused: run :meth:`Engine.run` on the finished text to read it.
 
 Continuous batching is exact only where every layer sees every earlier position (no
 sliding window, local window or attention chunk shorter than prompt + budget:
@@ -41,6 +41,7 @@ from mechscope.engine.interventions import (
     Patch,
     Read,
     ReduceAttention,
+    Steer,
     SuppressAttention,
 )
 from mechscope.engine.prefix import KVCache, Resume, can_resume
@@ -77,7 +78,13 @@ def step_interventions(interventions: Sequence[Intervention]) -> list[Interventi
             raise UnsupportedInterventionError(
                 f"{type(iv).__name__} during generation: run Engine.run on the finished text"
             )
-        if isinstance(iv, Patch | Ablate):
+        if (isinstance(iv, Patch) and iv.rows is not None) or (
+            isinstance(iv, Steer) and iv.per_row
+        ):
+            raise UnsupportedInterventionError(
+                f"a per-row {type(iv).__name__} during generation: give one value for all rows"
+            )
+        if isinstance(iv, Patch | Ablate | Steer):
             if iv.site.positions is None and getattr(iv, "mask", None) is None:
                 steps.append(iv)  # the whole site, at every position: every step too
         elif isinstance(iv, Gate):

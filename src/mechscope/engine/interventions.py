@@ -7,6 +7,7 @@ the value after the edits listed before it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -14,6 +15,11 @@ from typing import Any, Literal
 import torch
 
 from mechscope.engine.sites import Site
+from mechscope.errors import InputError
+
+#: Sites a :class:`Steer` can edit: every site with a vector per position.
+STEER_SITES = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "mlp_post")
+STEER_HEAD_SITES = ("z", "q", "k", "v")
 
 
 @dataclass(eq=False)
@@ -38,11 +44,17 @@ class Patch:
       broadcast) with a full-shape ``value``; entries where the mask is True take ``value``.
       This is how sweeps patch a different position in every batch row in one forward;
     - neither: the whole activation is replaced.
+
+    ``rows``: a 1-D index, one entry per batch row: row ``r`` takes ``value[rows[r]]``. The
+    value then holds one entry per *source* (a prompt, a variant) instead of one per row,
+    and the gather happens inside the hook, one layer at a time, so a sweep of many
+    variants of a few sources never holds ``[rows, seq, ...]`` values for every layer.
     """
 
     site: Site
     value: torch.Tensor
     mask: torch.Tensor | None = None
+    rows: torch.Tensor | None = None
 
 
 @dataclass(eq=False)
@@ -102,6 +114,55 @@ class ReduceAttention:
     layers: Sequence[int] | None = None
 
 
-Intervention = Read | Patch | Gate | Ablate | SuppressAttention | ReduceAttention
+@dataclass(eq=False)
+class Steer:
+    """Steer ``site`` along ``vector``.
+
+    ``mode="add"``: ``h + alpha * vector`` (activation addition: ActAdd, contrastive
+    activation addition). ``mode="project"``: ``h - alpha * (h · d) d`` with
+    ``d = vector / |vector|`` (directional ablation: ``alpha = 1`` removes the component
+    exactly, leaving the orthogonal part as it was).
+
+    ``vector`` has the trailing shape of the site's slice: ``[d_model]`` for the residual
+    sites, ``[d_mlp]`` for ``mlp_post``, ``[d_head]`` for one head of ``z``/``q``/``k``/``v``
+    (``[heads, d_head]`` for all of them; a projection then runs over the flattened
+    ``heads * d_head``). ``alpha``: a number, or a 1-D tensor with one scale per batch row
+    (an alpha sweep packed into one forward). ``site.positions`` limits the edit to those
+    positions; without them every position is steered, and during generation every new
+    token too. ``alpha == 0`` leaves the activation untouched, bit for bit. The edit is
+    computed in fp32 and written back in the activation's dtype.
+    """
+
+    site: Site
+    vector: torch.Tensor
+    alpha: float | torch.Tensor = 1.0
+    mode: Literal["add", "project"] = "add"
+
+    def __post_init__(self) -> None:
+        name = self.site.name
+        if name not in STEER_SITES + STEER_HEAD_SITES:
+            known = ", ".join(STEER_SITES + STEER_HEAD_SITES)
+            raise InputError(f"expected a site among {known}, got {name!r}", field="site")
+        if self.mode not in ("add", "project"):
+            raise InputError(f"expected mode 'add' or 'project', got {self.mode!r}", field="mode")
+        vec = torch.as_tensor(self.vector)
+        if vec.dim() == 0 or not bool(torch.isfinite(vec).all()):
+            raise InputError("expected a finite vector of at least one dimension", field="vector")
+        if self.mode == "project" and float(vec.float().norm()) == 0.0:
+            raise InputError("expected a non-zero direction to project out", field="vector")
+        alpha = self.alpha
+        if isinstance(alpha, torch.Tensor):
+            if alpha.dim() > 1 or not bool(torch.isfinite(alpha).all()):
+                raise InputError("expected alpha finite, a number or one per row", field="alpha")
+        elif not math.isfinite(float(alpha)):
+            raise InputError(f"expected a finite alpha, got {alpha}", field="alpha")
+
+    @property
+    def per_row(self) -> bool:
+        """Whether ``alpha`` gives one scale per batch row."""
+        return isinstance(self.alpha, torch.Tensor) and self.alpha.dim() == 1
+
+
+Intervention = Read | Patch | Gate | Ablate | SuppressAttention | ReduceAttention | Steer
 """Any intervention :meth:`Engine.run <mechscope.engine.forward.Engine.run>` takes: a pass
 gets a list of them, applied in list order within a site."""

@@ -169,15 +169,16 @@ def run_with_cache(
     or ids ``[batch, seq]`` (with their ``attention_mask``). ``names_filter``: None (every
     cheap site the model supports: :data:`DEFAULT_NAMES`), a site name, a list of names, or a
     predicate ``fn(name) -> bool``. ``sites``: more sites to keep (``Site.module(...)``, one
-    head, ...). ``interventions``: edits of the same pass (patches, ablations, gates), applied
-    before the cache's reads, which then see the edited values. ``stop_at_layer``: stop at
-    the input of that layer (its ``resid_pre`` is kept; no logits). ``positions``: keep only
-    these positions of every site (query positions of patterns). ``device``: where reads are
-    kept. ``logits``: keep the ``[batch, seq, vocab]`` fp32 logits. ``memory``: what the pass
-    and the cache may hold (bytes, ``"8GiB"``, or a share of free memory like ``0.5``;
-    default 0.9 of the free memory of each device); a cache over it is refused before any
-    forward work (:class:`~mechscope.errors.MemoryBudgetError`). Module sites are not
-    counted (their shapes are the module's).
+    head, ...). ``interventions``: edits of the same pass (patches, ablations, gates,
+    steers), applied before the cache's reads, which then see the edited values.
+    ``stop_at_layer``: stop at the input of that layer (its ``resid_pre`` is kept; no
+    logits). ``positions``: keep only these positions of every site (query positions of
+    patterns). ``device``: where reads are kept. ``logits``: keep the ``[batch, seq, vocab]``
+    fp32 logits. ``memory``: what the pass and the cache may hold (bytes, ``"8GiB"``, or a
+    share of free memory like ``0.5``; default 0.9 of the free memory of each device); a
+    cache over it is refused before any forward work
+    (:class:`~mechscope.errors.MemoryBudgetError`). Module sites are not counted (their
+    shapes are the module's).
     """
     lm = engine.lm
     tokens = to_tokens(lm, inputs, attention_mask)

@@ -10,6 +10,13 @@ from mechscope.patching.figures import (
     layer_curves,
     position_heatmap,
 )
+from mechscope.patching.path_figures import (
+    sender_grid,
+    sender_receiver_heatmap,
+    single_heads,
+    top_paths,
+)
+from mechscope.patching.path_result import PathResult
 from mechscope.patching.result import PatchingResult
 from mechscope.report import (
     Block,
@@ -29,6 +36,34 @@ def saved_parts(run: RunDir) -> list[str]:
     return sorted(
         p.name[: -len(SPEC_SUFFIX)] for p in run.tables_dir.glob(f"patching*{SPEC_SUFFIX}")
     )
+
+
+def saved_path_parts(run: RunDir) -> list[str]:
+    """Names of the path-patching sweeps saved in ``run``."""
+    return sorted(
+        p.name[: -len(SPEC_SUFFIX)] for p in run.tables_dir.glob(f"path_patching*{SPEC_SUFFIX}")
+    )
+
+
+def path_blocks(run: RunDir, part: str) -> list[Block]:
+    """A path-patching sweep: its settings, the senders × receivers heatmap (or the
+    per-sender grid for one receiver group), the strongest paths and the baselines."""
+    spec = read_table(run, f"{part}_spec").iloc[0].to_dict()
+    result = PathResult.from_run(run, part)
+    blocks: list[Block] = [
+        TextBlock(f"#### path patching → {result.receiver_input} ({part})"),
+        KeyValueBlock(spec, caption="what was path-patched"),
+    ]
+    stem = part.replace("_", "-")
+    one_receiver = len(result.receivers) == 1
+    if one_receiver and single_heads(result.senders) is not None:
+        blocks.append(FigureBlock(sender_grid(result), name=f"{stem}-senders"))
+    elif not one_receiver or len(result.senders) > 1:
+        blocks.append(FigureBlock(sender_receiver_heatmap(result), name=f"{stem}-matrix"))
+    blocks.append(FigureBlock(top_paths(result), name=f"{stem}-top"))
+    blocks.append(TableBlock(result.top_paths(20), "the strongest paths (mean over pairs)"))
+    blocks.append(TableBlock(result.baselines(), "unpatched runs per pair"))
+    return blocks
 
 
 def sweep_blocks(run: RunDir, part: str) -> list[Block]:
@@ -95,8 +130,8 @@ def sweep_blocks(run: RunDir, part: str) -> list[Block]:
 
 @register_section("patching", "Activation patching")
 def patching_section(run: RunDir) -> list[Block] | None:
-    parts = saved_parts(run)
-    if not parts:
+    parts, paths = saved_parts(run), saved_path_parts(run)
+    if not parts and not paths:
         return None
     blocks: list[Block] = [
         TextBlock(
@@ -109,4 +144,17 @@ def patching_section(run: RunDir) -> list[Block] | None:
     ]
     for part in parts:
         blocks.extend(sweep_blocks(run, part))
+    if paths:
+        blocks.append(
+            TextBlock(
+                "*Path patching* (Wang et al. 2023) asks what travels along one path: a "
+                "sender head's output is taken from the corrupt run and written only into the "
+                "receivers' queries, keys or values (or the final residual stream), every other "
+                "head frozen at its clean value. The path effect is (patched − clean) / "
+                "(clean − corrupt) of the logit difference: −1 = the path alone carries the "
+                "whole drop."
+            )
+        )
+    for part in paths:
+        blocks.extend(path_blocks(run, part))
     return blocks
