@@ -16,9 +16,11 @@ from mechscope.stats.binning import (
 )
 from mechscope.stats.bootstrap import (
     CurveCI,
+    cell_ci,
     curve_ci,
     group_curve_cis,
     group_difference_ci,
+    mean_ci,
     stratified_curve_ci,
 )
 from mechscope.stats.correlation import (
@@ -47,6 +49,7 @@ __all__ = [
     "anchor_align",
     "bh_adjust",
     "bh_reject",
+    "cell_ci",
     "cosine",
     "curve_ci",
     "entropy_from_logp",
@@ -57,6 +60,7 @@ __all__ = [
     "kl_from_logp",
     "kurtosis_across",
     "mcnemar_exact",
+    "mean_ci",
     "nanmean_stack",
     "nll_of_targets",
     "pairwise_pearson_matrix",
