@@ -62,17 +62,22 @@ def run(
     mixed: int = typer.Option(0, "--mixed", help="Use N samples per task of the mixed set."),
     objective: str = typer.Option("nll", "--objective", help="nll, diffusion or logit_diff."),
     path: list[str] = typer.Option(
-        ["joint", "per_layer"], "--path", help="joint, per_layer, staggered, random (repeatable)."
+        ["per_layer"],
+        "--path",
+        help="per_layer, joint, staggered, random (repeatable). joint IG often misses "
+        "completeness on real models (the report warns when it does).",
     ),
     steps: int = typer.Option(32, "--steps", help="Quadrature nodes (joint, staggered)."),
-    per_layer_steps: int | None = typer.Option(None, "--per-layer-steps"),
+    per_layer_steps: int | None = typer.Option(
+        4, "--per-layer-steps", help="Quadrature nodes per layer (per_layer)."
+    ),
     method: str = typer.Option("gauss_legendre", "--method", help="Quadrature rule."),
     baseline: float = typer.Option(0.0, "--baseline", help="Gate value at the start, in [0, 1)."),
     batch: int | None = typer.Option(None, "--batch", help="Rows per forward+backward."),
     postprocess: str = typer.Option("signed", "--postprocess", help="signed, abs or relu."),
     prune: bool = typer.Option(True, "--prune/--no-prune", help="Pruning validation."),
     prune_by: list[str] = typer.Option(
-        ["joint"], "--prune-by", help="Importances that order pruning (repeatable)."
+        ["per_layer"], "--prune-by", help="Importances that order pruning (repeatable)."
     ),
     refine: float | None = typer.Option(
         None, "--refine", help="Double steps where completeness error > this."
