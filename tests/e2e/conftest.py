@@ -153,6 +153,7 @@ def loaded(browser, demo_report: Report) -> Iterator[LoadedPage]:
     page.on("pageerror", lambda e: state.page_errors.append(str(e)))
     page.on("request", lambda r: state.requests.append(r.url))
     page.on("requestfailed", lambda r: state.failed.append(f"{r.url}: {r.failure}"))
+    page.set_default_timeout(120_000)  # a full demo's report on two busy cores is slow to draw
     page.goto(demo_report.path.resolve().as_uri(), wait_until="load")
     page.wait_for_function(
         "() => [...document.querySelectorAll('.js-plotly-plot, .plotly-graph-div')]"

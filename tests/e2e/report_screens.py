@@ -71,7 +71,8 @@ def open_report(browser, report: Path):
     """A page of ``browser`` at :data:`VIEWPORT` with ``report`` loaded and every plot drawn."""
     context = browser.new_context(viewport=VIEWPORT, device_scale_factor=1)
     page = context.new_page()
-    page.goto(report.resolve().as_uri(), wait_until="load", timeout=120_000)
+    page.set_default_timeout(120_000)  # a full demo's report on two busy cores is slow to draw
+    page.goto(report.resolve().as_uri(), wait_until="load")
     page.wait_for_function(
         "() => [...document.querySelectorAll('.js-plotly-plot, .plotly-graph-div')]"
         ".every(d => d.querySelector('.main-svg'))",

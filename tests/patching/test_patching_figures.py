@@ -64,4 +64,4 @@ def test_head_heatmap_marks_heads_whose_interval_excludes_zero():
     ci = stats.bootstrap((stacked[:, 2, 1],), np.mean, n_resamples=2000, method="percentile", rng=0)
     assert ci.confidence_interval.low > 0
     assert "95% CI [" in fig.spec.hover_text[1][2] and "over 8 pairs" in fig.spec.hover_text[1][2]
-    assert "head L2H1" in strongest_cell(res, "denoising")
+    assert strongest_cell(res, "denoising").startswith("denoising, patching head L2H1 recovers")

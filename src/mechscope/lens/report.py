@@ -109,9 +109,9 @@ def candidate_finding(result: CandidateResult) -> str:
     last = table[table["layer"] == table["layer"].max()].set_index("metric")
     win_a, win_b, margin = last.loc["win_a"], last.loc["win_b"], last.loc["margin"]
     return (
-        f"At the last layer the {a} label wins "
-        f"{with_interval(win_a['mean'], win_a['low'], win_a['high'])} of samples and the {b} "
-        f"label {with_interval(win_b['mean'], win_b['low'], win_b['high'])} "
+        f"At the last layer, {a} wins "
+        f"{with_interval(win_a['mean'], win_a['low'], win_a['high'])} of samples and {b} "
+        f"{with_interval(win_b['mean'], win_b['low'], win_b['high'])} "
         f"({ci_words(int(win_a['n']), 'samples')}); margin score({b}) − score({a}) "
         f"{with_interval(margin['mean'], margin['low'], margin['high'])}."
     )
@@ -124,7 +124,7 @@ def candidate_blocks(run: RunDir) -> tuple[str | None, list]:
     figs = [
         FigureBlock(f, name=f"lens-candidates-{i}") for i, f in enumerate(candidate_figures(result))
     ]
-    blocks: list = [TextBlock(f"#### Candidate readout\n\n{candidate_finding(result)}"), figs[0]]
+    blocks: list = [TextBlock("#### Candidate readout"), figs[0]]  # its finding: the section's
     method = (
         "**Candidate readout.** At the last prompt token each layer is read through the logit "
         "lens restricted to the candidate words."

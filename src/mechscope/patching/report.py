@@ -60,7 +60,7 @@ def saved_parts(run: RunDir) -> list[str]:
 
 def strongest_cell(result: PatchingResult, direction: str) -> str:
     """The cell with the largest mean effect (denoising: recovery; noising: removal), with
-    its interval over pairs, in words."""
+    its interval over pairs, in words (the sweep's site is said by the caller)."""
     values, _ = shown_values(result, "normalized_effect", direction)  # [pairs, L, U, H]
     ci = cell_ci(values)  # [L, U, H]
     mean, low, high = ci.mean, ci.low, ci.high
@@ -77,8 +77,8 @@ def strongest_cell(result: PatchingResult, direction: str) -> str:
     cell = (layer, unit, head)
     value = with_interval(mean[cell], low[cell], high[cell], missing="")
     return (
-        f"{result.site} {direction}: patching {where} {verb} **{value}** of the clean logit "
-        f"difference ({ci_words(values.shape[0], 'pairs')})"
+        f"{direction}, patching {where} {verb} **{value}** of the clean logit difference "
+        f"({ci_words(values.shape[0], 'pairs')})"
     )
 
 
@@ -124,14 +124,14 @@ def patching_section(run: RunDir) -> list[Block] | None:
         part: [strongest_cell(r.modal_shape(), d) for d in r.directions]
         for part, r in results.items()
     }
-    lead = [sentences[0] for sentences in findings.values()][:2]
+    lead = [f"{results[part].site} {found[0]}" for part, found in findings.items()][:2]
     blocks: list[Block] = [FindingBlock("; ".join(lead) + "." if lead else "No pairs ran.")]
     settings, baselines, agreement = {}, [], []
     for k, (part, result) in enumerate(results.items()):
         figs = sweep_figures(result, part)
         if k == 0 and figs:  # the first sweep's heatmap is the section's key figure
             blocks.append(figs.pop(0))
-        title = f"{result.site} · {result.granularity}: " + "; ".join(findings[part])
+        title = f"{result.site} × {result.granularity} ({part}): " + "; ".join(findings[part])
         note = _shape_note(result)
         body: list[Block] = [*figs] if not note else [TextBlock(note.strip()), *figs]
         blocks.append(DetailsBlock(f"{title} — {len(figs)} more figure(s)", body))

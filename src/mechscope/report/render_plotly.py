@@ -122,12 +122,21 @@ def _heatmap(spec: HeatmapSpec) -> go.Figure:
                 showlegend=bool(spec.mark_label),
             )
         )
-        fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0})
-    fig.update_xaxes(title_text=axis_title(spec.x_title), showgrid=False, **_ticks(spec.x_labels))
+        top_right = {"yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0}
+        fig.update_layout(legend={"orientation": "h"} | top_right)  # clear of ticks and title
+    # the cells fill the axes exactly: no zero lines through row or column 0, no margin the
+    # dots' trace would add
+    cells = {"showgrid": False, "zeroline": False}
+    fig.update_xaxes(
+        title_text=axis_title(spec.x_title),
+        range=[-0.5, cols - 0.5],
+        **cells,
+        **_ticks(spec.x_labels),
+    )
     fig.update_yaxes(
         title_text=axis_title(spec.y_title, Y_TITLE_CHARS),
-        showgrid=False,
-        autorange="reversed",
+        range=[rows - 0.5, -0.5],  # row 0 at the top
+        **cells,
         **_ticks(spec.y_labels),
     )
     fig.update_layout(height=int(min(760, max(320, 160 + 18 * rows))))
