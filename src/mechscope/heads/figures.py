@@ -32,13 +32,6 @@ LEAD_ORDER = ("per_layer", "staggered", "joint", "random", "gradient")
 SATURATE = 0.98  # head maps: colours span the 98th percentile of |importance|
 
 
-def order_label(kind: str) -> str:
-    """``"joint/least_first"`` -> ``"joint: least important first"``."""
-    ranking, _, order = kind.rpartition("/")
-    name = KIND_NAMES.get(order, order)
-    return f"{ranking}: {name}" if ranking else name
-
-
 def head_heatmap(
     values: np.ndarray, title: str, what: str, per_sample: np.ndarray | None = None
 ) -> Figure:
