@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import pandas as pd
 
 from mechscope.anchors import figures as F
 from mechscope.anchors.layout import (
     ABLATION_TABLE,
+    ADAPTIVE_TABLE,
     CHUNKS_TABLE,
     HEADS_TABLE,
     SCORES_TABLE,
@@ -19,6 +18,7 @@ from mechscope.anchors.layout import (
     SUPPRESSION_TABLE,
     TRACES_TABLE,
 )
+from mechscope.anchors.report_parts import MAX_TRACE_FIGURES, Part, adaptive_part
 from mechscope.anchors.result import ResamplingResult
 from mechscope.report import (
     DetailsBlock,
@@ -32,21 +32,7 @@ from mechscope.report import (
 from mechscope.report.findings import number, with_interval
 from mechscope.runs import RunDir, has_table, read_table
 
-MAX_TRACE_FIGURES = 3
 MIN_SCORED_SENTENCES = 8
-
-
-@dataclass
-class Part:
-    """What one analysis adds to the section: finding sentences, figures, cautions shown
-    beside the key figure, method notes and tables."""
-
-    rank: int  # where its finding goes in the section's (lower first)
-    finding: list[str] = field(default_factory=list)
-    figures: list[FigureBlock] = field(default_factory=list)
-    cautions: list[TextBlock] = field(default_factory=list)
-    method: list[TextBlock] = field(default_factory=list)
-    tables: list[TableBlock] = field(default_factory=list)
 
 
 def _blackbox(result: ResamplingResult) -> Part:
@@ -234,13 +220,14 @@ def _graphs(run: RunDir, sentences: pd.DataFrame, result: ResamplingResult | Non
 
 @register_section("anchors", "Thought Anchors: which sentences of a reasoning trace matter")
 def anchors_section(run: RunDir) -> list | None:
-    if not any(
-        has_table(run, t) for t in (TRACES_TABLE, CHUNKS_TABLE, HEADS_TABLE, SUPPRESSION_TABLE)
-    ):
+    tables = (TRACES_TABLE, CHUNKS_TABLE, HEADS_TABLE, SUPPRESSION_TABLE, ADAPTIVE_TABLE)
+    if not any(has_table(run, t) for t in tables):
         return None
     sentences = read_table(run, SENTENCES_TABLE) if has_table(run, SENTENCES_TABLE) else None
     resampling = ResamplingResult.from_run(run) if has_table(run, CHUNKS_TABLE) else None
     parts = []
+    if has_table(run, ADAPTIVE_TABLE):
+        parts.append(adaptive_part(run))
     if resampling is not None:
         parts.append(_blackbox(resampling))
     if has_table(run, HEADS_TABLE):

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
+from mechscope.cli.help import App
 from mechscope.errors import InputError
 
 if TYPE_CHECKING:
@@ -33,11 +34,11 @@ OUT_HELP = "Run directory (resumed if it exists)."
 
 
 def workflow_app(**kwargs: Any) -> typer.Typer:
-    """A workflow's typer group (mounted by :mod:`mechscope.cli`); ``kwargs`` override the
-    defaults (a group that is itself the command takes ``invoke_without_command=True,
-    no_args_is_help=False``)."""
+    """A workflow's typer group (mounted by :mod:`mechscope.cli`, its help rendered by
+    :mod:`mechscope.cli.help`); ``kwargs`` override the defaults (a group that is itself the
+    command takes ``invoke_without_command=True, no_args_is_help=False``)."""
     defaults = {"no_args_is_help": True, "add_completion": False}
-    return typer.Typer(**(defaults | kwargs), pretty_exceptions_enable=False)
+    return App(**(defaults | kwargs), pretty_exceptions_enable=False)
 
 
 def open_run(
@@ -71,10 +72,13 @@ def checked_run(
 
 
 @contextmanager
-def computing(run: RunDir, part: str, ex: ExecutorOptions | None = None) -> Iterator[None]:
+def computing(
+    run: RunDir, part: str, ex: ExecutorOptions | None = None, units: int | None = None
+) -> Iterator[None]:
     """The block computes the run's ``part``: timed under that name in the run, with the
-    executor's workers computing alongside when ``ex`` is given."""
-    with run.timed(part), ex.alongside() if ex is not None else nullcontext():
+    executor's workers computing alongside when ``ex`` is given (no more than ``units``
+    of work need, when known)."""
+    with run.timed(part), ex.alongside(units) if ex is not None else nullcontext():
         yield
 
 

@@ -40,7 +40,13 @@ from mechscope.stats.divergences import (
 )
 from mechscope.stats.kurtosis import kurtosis_across
 from mechscope.stats.multiple import bh_adjust, bh_reject
-from mechscope.stats.proportions import Rate, mcnemar_exact, pass_rate
+from mechscope.stats.proportions import (
+    Rate,
+    difference_intervals,
+    mcnemar_exact,
+    pass_rate,
+    wilson_intervals,
+)
 
 __all__ = [
     "CurveCI",
@@ -52,6 +58,7 @@ __all__ = [
     "cell_ci",
     "cosine",
     "curve_ci",
+    "difference_intervals",
     "entropy_from_logp",
     "first_k",
     "group_curve_cis",
@@ -73,4 +80,5 @@ __all__ = [
     "split_half_reliability",
     "stratified_curve_ci",
     "summary_offdiag",
+    "wilson_intervals",
 ]
