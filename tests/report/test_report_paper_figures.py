@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
+import matplotlib.image
 import numpy as np
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -83,6 +84,23 @@ def test_small_multiples_share_names_colours_and_one_legend():
     static = _drawn(fig)
     assert len([ax for ax in static.axes if ax.get_visible()]) == 3
     assert len(static.legends) == 1
+
+
+def test_one_panel_legend_of_long_names_stays_inside_the_file(tmp_path):
+    """The demo's pruning figure with one ranking: its legend of three long names used to
+    run past both edges of the PNG."""
+    line = np.array([1.0, 2.0, 3.0])
+    names = ("least important first", "most important first", "random orders (3 seeds)")
+    fig = panels([0.0, 0.25, 0.5], {"ranked by per_layer": [Series(n, line) for n in names]}, "P")
+    static = _drawn(fig)
+    static.canvas.draw()
+    (legend,) = static.legends
+    box, page = legend.get_window_extent(), static.bbox
+    assert box.x0 >= page.x0 and box.x1 <= page.x1, (box, page)
+    assert legend._ncols < len(names)  # stacked, not one row wider than the figure
+    png = fig.save_static(tmp_path, "p")[0]
+    width, _ = matplotlib.image.imread(png).shape[1::-1]
+    assert width >= box.width * 150 / static.dpi - 2  # the file holds the whole legend
 
 
 def test_heatmap_marks_cells_whose_interval_excludes_zero():

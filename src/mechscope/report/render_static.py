@@ -82,7 +82,11 @@ def save_static(figure: Figure, directory: Path, stem: str) -> list[Path]:
         for ext, (extra, meta) in FORMATS.items():
             path = directory / f"{stem}.{ext}"
             with atomic_path(path) as tmp:
-                fig.savefig(tmp, format=ext, metadata=meta, **extra)
+                # the tight box takes in every artist (a legend below the axes, a long
+                # colour-bar title), so no label is cut at the file's edge
+                fig.savefig(
+                    tmp, format=ext, metadata=meta, bbox_inches="tight", pad_inches=0.05, **extra
+                )
             written.append(path)
     return written
 
@@ -169,7 +173,16 @@ def _panels(spec: PanelsSpec, fig: MplFigure) -> None:
     for ax in axes[::ncols]:
         ax.set_ylabel(spec.y_title)
     handles = [Line2D([], [], color=c, lw=1.6, label=name) for name, c in colors.items()]
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4))
+    ncols = legend_columns(list(colors), fig.get_figwidth())
+    fig.legend(handles=handles, loc="outside lower center", ncols=ncols)
+
+
+def legend_columns(labels: list[str], width_in: float, fontsize: float = 10) -> int:
+    """How many legend entries fit side by side in ``width_in`` inches (at most 4): an entry
+    is its handle (about 3 font sizes) and its text (a character about 0.55 of the font
+    size), so a one-panel figure stacks long names instead of running past its edges."""
+    entry_in = max((3 + 0.55 * len(label)) * fontsize / 72 for label in labels)
+    return max(1, min(len(labels), 4, int(width_in / entry_in)))
 
 
 def _name_colors(spec: PanelsSpec) -> dict[str, str]:
