@@ -12,7 +12,7 @@ from mechscope.lens.layout import TABLES
 from mechscope.lens.report import lens_section
 from mechscope.lens.run import run_diff
 from mechscope.lens.samples import parse_sample
-from mechscope.report import FigureBlock
+from mechscope.report import FigureBlock, FindingBlock, walk
 from mechscope.runs import RunDir, ShardStore, read_table
 
 
@@ -56,7 +56,8 @@ def test_report_section_builds_figures(tiny, tmp_path):
     run = RunDir.create(tmp_path, "r", config)
     run_diff(run, tiny, _samples()[:3], config, progress=False)
     blocks = lens_section(run)
-    figures = [b for b in blocks if isinstance(b, FigureBlock)]
+    assert isinstance(blocks[0], FindingBlock) and isinstance(blocks[1], FigureBlock)
+    figures = [b for b in walk(blocks) if isinstance(b, FigureBlock)]
     assert len(figures) >= 6
     for block in figures:
         block.figure.to_plotly()

@@ -21,7 +21,7 @@ from mechscope.patching.figures import (
 from mechscope.patching.report import patching_section
 from mechscope.patching.result import PatchingResult
 from mechscope.patching.samples import load_pairs_jsonl
-from mechscope.report import FigureBlock
+from mechscope.report import FigureBlock, FindingBlock, walk
 from mechscope.runs import RunDir, ShardStore, read_table
 from mechscope.stats import curve_ci
 
@@ -60,7 +60,8 @@ def test_run_dir_tables_and_resume(lm, pairs, tmp_path):
     for p in first.pairs:
         assert by_key[(p.pair_id, p.direction)].roles == p.roles == ["S2"]
     blocks = patching_section(run)
-    assert sum(isinstance(b, FigureBlock) for b in blocks) >= 4
+    assert isinstance(blocks[0], FindingBlock) and isinstance(blocks[1], FigureBlock)
+    assert sum(isinstance(b, FigureBlock) for b in walk(blocks)) >= 4
 
 
 def test_a_reopened_run_holds_only_the_pairs_of_its_table(lm, pairs, tmp_path):
