@@ -156,7 +156,10 @@ def test_run_directory_report_and_round_trip(lm, pairs, tmp_path):
     again = load_result(tmp_path / "out", "main", PathResult)
     np.testing.assert_array_equal(again.path_effect(), result.path_effect())
     blocks = patching_section(run)
-    names = [getattr(b, "name", None) for b in blocks]
+    from mechscope.report.sections import walk
+
+    names = [getattr(b, "name", None) for b in walk(blocks)]
     assert "path-patching-senders" in names and "path-patching-top" in names
+    assert type(blocks[0]).__name__ == "FindingBlock" and "path " in blocks[0].content
     rerun = run_path_patching(run, lm, pairs, spec)  # every shard reused
     np.testing.assert_array_equal(rerun.logit_diff, result.logit_diff)

@@ -247,5 +247,9 @@ def test_run_directory_report_and_round_trip(tmp_path):
     assert back.generations == result.generations and len(result.generations[0]) == 3
     save_result(tmp_path / "o", "main", result)
     assert load_result(tmp_path / "o", "main", SteeringResult).to_frame().equals(result.to_frame())
-    names = [getattr(b, "name", None) for b in steering_section(run)]
+    from mechscope.report.sections import walk
+
+    blocks = steering_section(run)
+    names = [getattr(b, "name", None) for b in walk(blocks)]
+    assert type(blocks[0]).__name__ == "FindingBlock" and "α = " in blocks[0].content
     assert "steering-logit_diff" in names and "steering-target_prob" in names
