@@ -18,6 +18,11 @@ that does not go through the card's site definitions:
 The first five are structural: if one fails the card is wrong and the model is refused in
 one line naming the check. The last three concern attention and the key/value cache: if one
 fails, only what depends on it is refused (``lm.refused``), each with its reason.
+
+Each comparison allows what rounding alone explains (:mod:`mechscope.tolerance`: ``K · eps
+· scale · √depth`` in the model's dtype), so a right card passes on any CPU's summation
+order and a wrong one, whose errors are thousands of times larger, does not. The report
+keeps each check's largest error as a fraction of its tolerance (``margins``).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from mechscope.engine.sites import Site
 from mechscope.errors import MechscopeError, UnsupportedFamilyError
 from mechscope.models.loaded import LoadedModel
 from mechscope.models.trace import probe_ids
+from mechscope.tolerance import pass_depth, rounding_margin, scale_of, score_scale
 
 STRUCTURAL = ("hidden", "residual", "z", "lens", "gate")
 #: What each attention/cache check guards: refused when the check fails.
@@ -56,10 +62,12 @@ class NotApplicable(Exception):
 
 @dataclass
 class ProbeReport:
-    """Each check's outcome: ``ok``, ``failed: …`` or ``n/a: …``."""
+    """Each check's outcome: ``ok``, ``failed: …`` or ``n/a: …``, and for each check that
+    ran to the end its largest error as a fraction of its rounding tolerance."""
 
     family: str
     results: dict[str, str] = field(default_factory=dict)
+    margins: dict[str, float] = field(default_factory=dict)
 
     @property
     def structural_failure(self) -> str | None:
@@ -69,22 +77,28 @@ class ProbeReport:
         return None
 
 
-def _tol(lm: LoadedModel) -> float:
-    """Relative tolerance: fp32 round-off, or the half-precision model's own rounding."""
-    return 1e-4 if lm.dtype == torch.float32 else 3e-2
-
-
-def _close(lm: LoadedModel, got: torch.Tensor, ref: torch.Tensor, what: str) -> None:
-    got, ref = got.float(), ref.float().to(got.device)
+def _close(
+    lm: LoadedModel,
+    got: torch.Tensor,
+    ref: torch.Tensor,
+    what: str,
+    *,
+    depth: int,
+    scale: float | None = None,
+) -> float:
+    """Raise unless ``got`` equals ``ref`` within rounding (``depth`` stages at ``scale``,
+    by default the values' own); return the error as a fraction of the tolerance."""
     if got.shape != ref.shape:
         raise ProbeFailed(f"{what}: shape {tuple(got.shape)} != {tuple(ref.shape)}")
-    scale = max(float(ref.abs().max()), 1.0)
-    err = float((got - ref).abs().max())
-    if not err <= _tol(lm) * scale:
-        raise ProbeFailed(f"{what} off by {err:.3g} (scale {scale:.3g})")
+    err, tol = rounding_margin(got.float(), ref.float(), depth, scale=scale, dtype=lm.dtype)
+    if not err <= tol:
+        raise ProbeFailed(
+            f"{what} off by {err:.3g}, {err / tol:.3g} times what rounding explains ({tol:.3g})"
+        )
+    return err / tol if tol > 0 else 0.0
 
 
-def check_hidden(eng: Engine, ids: torch.Tensor) -> None:
+def check_hidden(eng: Engine, ids: torch.Tensor) -> float:
     lm = eng.lm
     with torch.no_grad():
         ref = lm.model(input_ids=ids.to(lm.device), output_hidden_states=True)
@@ -93,26 +107,32 @@ def check_hidden(eng: Engine, ids: torch.Tensor) -> None:
         raise NotApplicable("the model returns no per-layer hidden states")
     L = lm.n_layers
     out = eng.run(ids, [Read(Site("resid_pre", l)) for l in range(L)], logits=False)
-    for l in range(L):
-        _close(lm, out[Site("resid_pre", l)], hidden[l], f"resid_pre {l}")
+    return max(
+        _close(lm, out[Site("resid_pre", l)], hidden[l], f"resid_pre {l}", depth=pass_depth(L, l))
+        for l in range(L)
+    )
 
 
-def check_residual(eng: Engine, ids: torch.Tensor) -> None:
+def check_residual(eng: Engine, ids: torch.Tensor) -> float:
+    """One layer's additions, rounded at the residual stream's scale (not the difference's)."""
     lm = eng.lm
     names = ("resid_pre", "resid_post", "attn_out", "mlp_out")
     reads = [Read(Site(n, l)) for l in range(lm.n_layers) for n in names]
     out = eng.run(ids, reads, logits=False)
+    margin = 0.0
     for l in range(lm.n_layers):
         pre, post, attn, mlp = (out[Site(n, l)].float() for n in names)
-        _close(
-            lm, attn + mlp, post - pre, f"layer {l}: attn_out + mlp_out vs resid_post - resid_pre"
-        )
+        what = f"layer {l}: attn_out + mlp_out vs resid_post - resid_pre"
+        scale = scale_of(pre, post, attn, mlp)
+        margin = max(margin, _close(lm, attn + mlp, post - pre, what, depth=1, scale=scale))
+    return margin
 
 
-def check_z(eng: Engine, ids: torch.Tensor) -> None:
+def check_z(eng: Engine, ids: torch.Tensor) -> float:
     lm = eng.lm
     reads = [Read(Site(n, l)) for l in range(lm.n_layers) for n in ("z", "attn_out")]
     out = eng.run(ids, reads, logits=False)
+    margin = 0.0
     for l in range(lm.n_layers):
         z = out[Site("z", l)]  # [b, s, heads, d_head]
         with torch.no_grad():
@@ -125,10 +145,12 @@ def check_z(eng: Engine, ids: torch.Tensor) -> None:
                 contribution = lm.layer_part("attn_out", l)(contribution)
         if lm.residual_scale is not None:
             contribution = contribution * lm.residual_scale
-        _close(lm, contribution, out[Site("attn_out", l)], f"layer {l}: o_proj(z) vs attn_out")
+        what = f"layer {l}: o_proj(z) vs attn_out"  # the same modules on the same input
+        margin = max(margin, _close(lm, contribution, out[Site("attn_out", l)], what, depth=1))
+    return margin
 
 
-def check_lens(eng: Engine, ids: torch.Tensor) -> None:
+def check_lens(eng: Engine, ids: torch.Tensor) -> float:
     """The lens of the last layer against the model's own head, called outside the engine
     (a half-precision model's pass logits are the lens itself)."""
     lm = eng.lm
@@ -136,10 +158,11 @@ def check_lens(eng: Engine, ids: torch.Tensor) -> None:
     out = eng.run(ids, [Read(last)], logits=False)
     with torch.no_grad():
         ref = lm.model(input_ids=ids.to(lm.device)).logits
-        _close(lm, eng.unembed(out[last]), ref, "lens(last layer) vs logits")
+        what = "lens(last layer) vs logits"  # the final norm and head, recomputed
+        return _close(lm, eng.unembed(out[last]), ref, what, depth=1)
 
 
-def check_gate(eng: Engine, ids: torch.Tensor) -> None:
+def check_gate(eng: Engine, ids: torch.Tensor) -> float:
     lm = eng.lm
     layer, head = lm.n_layers // 2, lm.n_heads - 1
     alpha = torch.ones(lm.n_layers, lm.n_heads)
@@ -147,9 +170,11 @@ def check_gate(eng: Engine, ids: torch.Tensor) -> None:
     gated = eng.run(ids, [Gate(alpha)]).logits
     with _zeroed_head_columns(lm, layer, head):
         zeroed = eng.run(ids).logits
-    _close(lm, gated, zeroed, f"gate 0 on layer {layer} head {head} vs zeroed o_proj columns")
+    what = f"gate 0 on layer {layer} head {head} vs zeroed o_proj columns"
+    margin = _close(lm, gated, zeroed, what, depth=pass_depth(lm.n_layers))
     if float((gated - eng.run(ids).logits).abs().max()) == 0:
         raise ProbeFailed(f"gate 0 on layer {layer} head {head} changes nothing")
+    return margin
 
 
 @contextmanager
@@ -188,11 +213,14 @@ def _eager(lm: LoadedModel) -> Iterator[None]:
         lm.model.set_attn_implementation(current)
 
 
-def check_pattern(eng: Engine, ids: torch.Tensor) -> None:
+def check_pattern(eng: Engine, ids: torch.Tensor) -> float:
+    """Probabilities carry their scores' absolute error: the scale is the largest score."""
     lm = eng.lm
     if not lm.causal:
         raise NotApplicable("the eager reference builds a causal mask")
-    out = eng.run(ids, [Read(Site("pattern", l)) for l in range(lm.n_layers)], logits=False)
+    L = lm.n_layers
+    reads = [Read(Site(n, l)) for l in range(L) for n in ("pattern", "attn_scores")]
+    out = eng.run(ids, reads, logits=False)
     missing = [l for l in range(lm.n_layers) if Site("pattern", l) not in out.reads]
     if missing:
         raise ProbeFailed(f"attention never reached the engine in layers {missing}")
@@ -200,11 +228,20 @@ def check_pattern(eng: Engine, ids: torch.Tensor) -> None:
         ref = lm.model(input_ids=ids.to(lm.device), output_attentions=True).attentions
     if not ref or ref[0] is None:
         raise NotApplicable("eager attention returns no probabilities")
-    for l in range(lm.n_layers):
-        _close(lm, out[Site("pattern", l)], ref[l], f"layer {l}: pattern vs eager")
+    return max(
+        _close(
+            lm,
+            out[Site("pattern", l)],
+            ref[l],
+            f"layer {l}: pattern vs eager",
+            depth=pass_depth(L, l),
+            scale=score_scale(out[Site("attn_scores", l)]),
+        )
+        for l in range(L)
+    )
 
 
-def check_suppression(eng: Engine, ids: torch.Tensor) -> None:
+def check_suppression(eng: Engine, ids: torch.Tensor) -> float:
     lm = eng.lm
     if not lm.causal:
         raise NotApplicable("the 4-D mask reference is causal")
@@ -222,10 +259,11 @@ def check_suppression(eng: Engine, ids: torch.Tensor) -> None:
             ref = lm.model(input_ids=ids.to(lm.device), attention_mask=mask).logits
         except (RuntimeError, ValueError, TypeError, IndexError) as exc:
             raise NotApplicable(f"the model takes no 4-D attention mask ({exc})") from exc
-    _close(lm, got, ref, "suppression vs eager with a 4-D mask")
+    what = "suppression vs eager with a 4-D mask"
+    return _close(lm, got, ref, what, depth=pass_depth(lm.n_layers))
 
 
-def check_resume(eng: Engine, ids: torch.Tensor) -> None:
+def check_resume(eng: Engine, ids: torch.Tensor) -> float:
     lm = eng.lm
     if not can_resume(lm, ids.shape[1]):
         raise NotApplicable("the engine does not resume this model at this length (sliding window)")
@@ -235,10 +273,11 @@ def check_resume(eng: Engine, ids: torch.Tensor) -> None:
     if base.cache is None:
         raise NotApplicable("the model keeps no key/value cache")
     tail = eng.run(ids, resume=Resume(base.cache, start)).logits
-    _close(lm, tail, full[:, start:], f"pass resumed at {start} vs full pass")
+    what = f"pass resumed at {start} vs full pass"
+    return _close(lm, tail, full[:, start:], what, depth=pass_depth(lm.n_layers))
 
 
-CHECKS: dict[str, Callable[[Engine, torch.Tensor], None]] = {
+CHECKS: dict[str, Callable[[Engine, torch.Tensor], float]] = {
     "hidden": check_hidden,
     "residual": check_residual,
     "z": check_z,
@@ -261,7 +300,7 @@ def run_probe(eng: Engine, *, seq: int = 10) -> ProbeReport:
             report.results[name] = f"n/a: {lm.refused[GUARDS[name][0]]}"
             continue
         try:
-            check(eng, ids)
+            margin = check(eng, ids)
         except NotApplicable as exc:
             report.results[name] = f"n/a: {exc}"
         except ProbeFailed as exc:
@@ -272,6 +311,7 @@ def run_probe(eng: Engine, *, seq: int = 10) -> ProbeReport:
             report.results[name] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"
         else:
             report.results[name] = "ok"
+            report.margins[name] = margin
     return report
 
 
