@@ -31,21 +31,34 @@ def test_gemma3_conformance(gemma3, check) -> None:
     check(gemma3, eng, _ids(gemma3, seq=10, batch=1))
 
 
-@pytest.mark.parametrize("mutant", MASK_MUTANTS)
-def test_gemma3_catches_a_wrong_mask(gemma3, mutant, monkeypatch) -> None:
-    move = wrong_span(MASK_MUTANTS[mutant])
-    monkeypatch.setattr(test_conformance, "SuppressAttention", move)
-    with pytest.raises(AssertionError, match=r"suppression vs 4-D mask.*times the rounding"):
-        check_suppression_mask(gemma3, Engine.of(gemma3), _ids(gemma3, seq=10, batch=1))
-    monkeypatch.setattr(probe, "SuppressAttention", move)
-    with pytest.raises(probe.ProbeFailed, match="times what rounding explains"):
-        probe.check_suppression(Engine.of(gemma3), probe_ids(gemma3.vocab_size, batch=2, seq=10))
+#: name: (what is replaced, by what, the conformance check and what it names, the probe's)
+MISTAKES = {
+    **{
+        f"mask {name}": (
+            "SuppressAttention",
+            wrong_span(move),
+            check_suppression_mask,
+            "suppression vs 4-D mask",
+            probe.check_suppression,
+        )
+        for name, move in MASK_MUTANTS.items()
+    },
+    "gate on the neighbouring head": (
+        "Gate",
+        neighbour_head,
+        check_gates,
+        "gate 0 on head ",
+        probe.check_gate,
+    ),
+}
 
 
-def test_gemma3_catches_a_gate_on_the_wrong_head(gemma3, monkeypatch) -> None:
-    monkeypatch.setattr(test_conformance, "Gate", neighbour_head)
-    with pytest.raises(AssertionError, match=r"gate 0 on head .*times the rounding"):
-        check_gates(gemma3, Engine.of(gemma3), _ids(gemma3, seq=10, batch=1))
-    monkeypatch.setattr(probe, "Gate", neighbour_head)
+@pytest.mark.parametrize("mistake", MISTAKES)
+def test_gemma3_catches_a_mistake(gemma3, mistake, monkeypatch) -> None:
+    name, fake, check, what, probe_check = MISTAKES[mistake]
+    monkeypatch.setattr(test_conformance, name, fake)
+    with pytest.raises(AssertionError, match=f"{what}.*times the rounding"):
+        check(gemma3, Engine.of(gemma3), _ids(gemma3, seq=10, batch=1))
+    monkeypatch.setattr(probe, name, fake)
     with pytest.raises(probe.ProbeFailed, match="times what rounding explains"):
-        probe.check_gate(Engine.of(gemma3), probe_ids(gemma3.vocab_size, batch=2, seq=10))
+        probe_check(Engine.of(gemma3), probe_ids(gemma3.vocab_size, batch=2, seq=10))
