@@ -33,10 +33,8 @@ import numpy as np
 import torch
 
 from mechscope.tolerance import (  # noqa: F401  (re-exported for the tests)
-    K,
     divergence_bound,
     divergence_scale,
-    eps,
     logprob_scale,
     pass_depth,
     rounding_margin,
