@@ -12,7 +12,8 @@ measured; the conformance probe uses the same formula):
   the scores for attention probabilities (:func:`score_scale`).
 - ``depth``: the stages the values went through (:func:`depth_of`: ``layer + 1`` for a site
   of that layer, ``n_layers + 1`` for logits and what is read off them; 1 for one module
-  recomputed on the same input).
+  recomputed on the same input; ``T`` for a sum of ``T`` rounded terms, such as a row of
+  attention probabilities).
 
 Comparisons that must be exact stay exact (``atol=0``, ``torch.equal``), and statistics
 with a natural scale of their own (probabilities of a finite sample, float64 formulas)
