@@ -19,22 +19,23 @@ difference two correct computations may show is
 - ``depth``: the number of stages whose rounding errors add up (:func:`pass_depth`: a site
   of layer ``l`` is ``l + 1`` deep, the logits ``n_layers + 1``, one module recomputed on the
   same input is 1). Errors of independent stages add like a random walk, hence ``√depth``.
-- ``K``: what one stage may contribute, in units of ``eps · scale`` (:data:`K`), about five
-  times the most any check was measured to need. A stage of an fp32 model reorders fp32
+- ``K``: what one stage may contribute, in units of ``eps · scale`` (:data:`K`). A stage of
+  an fp32 model reorders fp32
   sums of hundreds to thousands of terms in several matmuls: the conformance checks needed
   at most 6.8 (Gemma 3 270M, suppression against eager with a 4-D mask, with torch's
   generic CPU kernels), over tiny models of 15 families, stories260K, SmolLM2 and Gemma 3
   under MKL's and torch's other code paths and thread counts; the Intel Xeon run that
-  failed the former absolute 1e-4 needed 2.3. K = 32. A half-precision stage stores each
-  result rounded to its own dtype while its sums accumulate in fp32, so that rounding
-  dominates: at most 0.95 measured, K = 4.
+  failed the former absolute 1e-4 needed 2.3. K = 32, about five times the most measured.
+  A half-precision stage stores each result rounded to its own dtype while its sums
+  accumulate in fp32, so that rounding dominates: at most 1.6 measured (Gemma 3 in bf16,
+  the same check and kernels), K = 4.
 
 A real error is far outside. A suppressed span one key off or a gate on the neighbouring
 head moves the compared logits by 1.6·10⁵ to 4·10⁶ times ``eps · scale · √depth`` in fp32
 (tiny models and Gemma 3: tests/engine/test_tolerance_power.py and
-test_conformance_gemma3.py). In half precision the same mistakes measure 6 to 30 times:
-within a few roundings of what the model itself can resolve, which is why K stays small
-there.
+test_conformance_gemma3.py). In half precision the same mistakes measure 6 to 30 times on
+small models: within a few roundings of what the model itself can resolve, which is why K
+cannot be larger there.
 """
 
 from __future__ import annotations
