@@ -124,21 +124,6 @@ def _log(what: str, err: float, tol: float) -> None:
         fh.write(json.dumps(row) + "\n")
 
 
-def rounding_close(
-    got: Any,
-    ref: Any,
-    *,
-    depth: int,
-    scale: float | None = None,
-    dtype: torch.dtype = torch.float32,
-) -> bool:
-    """Whether ``got`` equals ``ref`` up to rounding (same shape, or ``ref`` a scalar)."""
-    if _shape(ref) not in ((), _shape(got)):
-        return False
-    err, tol = rounding_margin(got, ref, depth, scale=scale, dtype=dtype)
-    return err <= tol
-
-
 def assert_rounding_close(
     got: Any,
     ref: Any,
