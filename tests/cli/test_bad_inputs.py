@@ -77,6 +77,55 @@ def write_inputs(d: Path) -> None:
     (d / "study_task.yaml").write_text(
         yaml.safe_dump({**STUDY, "tasks": [{"name": "poetry", "n_train": 8, "n_test": 4}]})
     )
+    # text that is not UTF-8, and a lone surrogate escape (valid JSON, not a character)
+    (d / "latin1.jsonl").write_bytes(
+        (json.dumps(LENS, ensure_ascii=False) + "\n")
+        .replace("hello", "h\u00e9llo")
+        .encode("latin-1")
+    )
+    (d / "latin1_pairs.jsonl").write_bytes(
+        json.dumps({**PAIR, "correct": " Zo\u00eb"}, ensure_ascii=False).encode("latin-1")
+    )
+    (d / "latin1_trace.json").write_bytes(
+        json.dumps(
+            [{"id": "t", "text": TRACE + " caf\u00e9", "gold": "8"}], ensure_ascii=False
+        ).encode("latin-1")
+    )
+    (d / "latin1_study.yaml").write_bytes(
+        yaml.safe_dump({**STUDY, "name": "b\u00e9"}, allow_unicode=True).encode("latin-1")
+    )
+    (d / "surrogate.jsonl").write_text(json.dumps(LENS).replace("hello", "\\ud800hello") + "\n")
+    (d / "surrogate_trace.json").write_text(
+        json.dumps([{"id": "t", "text": TRACE, "gold": "8"}]).replace("apples", "\\udfffapples")
+    )
+    (d / "groups.jsonl").write_text(
+        "".join(
+            json.dumps({**LENS, "id": f"s{i}", "group": g}) + "\n"
+            for i, g in enumerate(["G1", "G1", "G2"])
+        )
+    )
+    (d / "study_layers.yaml").write_text(
+        yaml.safe_dump(
+            {**STUDY, "students": [{"name": "sub", "kind": "layer_subset", "layers": [0, 99]}]}
+        )
+    )
+    (d / "study_narrow.yaml").write_text(
+        yaml.safe_dump(
+            {
+                **STUDY,
+                "students": [
+                    {"name": "nar", "kind": "narrow", "hidden": 30, "n_layers": 1, "n_heads": 4}
+                ],
+            }
+        )
+    )
+    bad = d / "badtypes"
+    bad.mkdir()
+    (bad / "config.json").write_text(
+        json.dumps(
+            {"model_type": "llama", "hidden_size": "big", "num_hidden_layers": 2, "vocab_size": 64}
+        )
+    )
 
 
 M = ["-m", "tiny:llama"]
@@ -108,11 +157,11 @@ CASES: dict[str, tuple[list[str], str]] = {
         ["lens", "diff", "lens.jsonl", "--contrast", "ab", *M, *OUT],
         "contrast",
     ),
-    "lens: resamples 0": ([*LENS_DIFF, "--resamples", "0"], "n_resamples"),
-    "lens: resamples negative": ([*LENS_DIFF, "--resamples", "-5"], "n_resamples"),
-    "lens: bins 0": ([*LENS_DIFF, "--bins", "0"], "n_bins"),
-    "lens: first-k 0": ([*LENS_DIFF, "--first-k", "0"], "first_k"),
-    "lens: chunk 0": ([*LENS_DIFF, "--chunk", "0"], "chunk"),
+    "lens: resamples 0": ([*LENS_DIFF, "--resamples", "0"], "--resamples"),
+    "lens: resamples negative": ([*LENS_DIFF, "--resamples", "-5"], "--resamples"),
+    "lens: bins 0": ([*LENS_DIFF, "--bins", "0"], "--bins"),
+    "lens: first-k 0": ([*LENS_DIFF, "--first-k", "0"], "--first-k"),
+    "lens: chunk 0": ([*LENS_DIFF, "--chunk", "0"], "--chunk"),
     "lens: bad regex": ([*LENS_DIFF, "--anchor", "re:("], "regex"),
     "lens: unknown anchor": ([*LENS_DIFF, "--anchor", "bogus"], "anchor"),
     "lens: out is a file": (
@@ -139,7 +188,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "candidates: missing input": (["lens", "candidates", "nope.jsonl", *M, *OUT], "nope.jsonl"),
     "candidates: bad policy": ([*CANDS, "--policy", "mean"], "policy"),
     "candidates: no candidates": (["lens", "candidates", "nocands.jsonl", *M, *OUT], "candidates"),
-    "candidates: resamples 0": ([*CANDS, "--resamples", "0"], "n_resamples"),
+    "candidates: resamples 0": ([*CANDS, "--resamples", "0"], "--resamples"),
     "candidates: out is a file": (
         ["lens", "candidates", "cands.jsonl", *M, "--out", "afile"],
         "--out",
@@ -188,10 +237,37 @@ CASES: dict[str, tuple[list[str], str]] = {
     "resample: missing input": (["anchors", "resample", "nope.json", *M, *OUT], "nope.json"),
     "resample: n 0": ([*RESAMPLE, "--n", "0"], ""),
     "resample: negative temperature": ([*RESAMPLE, "--temperature", "-1"], "temperature"),
-    "resample: batch size 0": ([*RESAMPLE, "--batch-size", "0"], "batch_size"),
+    "resample: batch size 0": ([*RESAMPLE, "--batch-size", "0"], "--batch-size"),
     "resample: server not a URL": ([*RESAMPLE, "--server", "localhost:8000"], "--server"),
     "resample: concurrency 0": ([*RESAMPLE, "--server", URL, "--concurrency", "0"], "concurrency"),
     "resample: rate limit 0": ([*RESAMPLE, "--server", URL, "--rate-limit", "0"], "rate-limit"),
+    "resample: adaptive width 0": ([*RESAMPLE, "--adaptive", "--width", "0"], "width"),
+    "resample: adaptive negative budget": ([*RESAMPLE, "--adaptive", "--budget", "-1"], "budget"),
+    "resample: adaptive budget below n-min": (
+        [*RESAMPLE, "--adaptive", "--budget", "0.05"],
+        "budget",
+    ),
+    "resample: adaptive n-min 0": ([*RESAMPLE, "--adaptive", "--n-min", "0"], "--n-min"),
+    "resample: adaptive n-min above n": ([*RESAMPLE, "--adaptive", "--n-min", "200"], "n_min"),
+    "resample: adaptive negative threshold": (
+        [*RESAMPLE, "--adaptive", "--threshold", "-0.1"],
+        "threshold",
+    ),
+    "resample: adaptive bad correction": ([*RESAMPLE, "--adaptive", "--correction", "x"], ""),
+    "resample: adaptive bad prior": ([*RESAMPLE, "--adaptive", "--prior", "oracle"], "prior"),
+    "resample: bad grouping": ([*RESAMPLE, "--server", URL, "--grouping", "all"], "grouping"),
+    "plan: no throughput": (["anchors", "plan", "trace.json"], "throughput"),
+    "plan: negative throughput": (
+        ["anchors", "plan", "trace.json", "--throughput", "-5"],
+        "throughput",
+    ),
+    "plan: width 0": (["anchors", "plan", "trace.json", "--throughput", "9", "--width", "0"], ""),
+    "plan: input and published": (
+        ["anchors", "plan", "trace.json", "--published", "afile", "--throughput", "9"],
+        "INPUT",
+    ),
+    "simulate: seeds 0": (["anchors", "simulate", "--published", ".", "--seeds", "0"], "seeds"),
+    "simulate: no published traces": (["anchors", "simulate", "--published", "."], "published"),
     "resample: trace without gold": (
         ["anchors", "resample", "trace_nogold.json", *M, *OUT],
         "gold",
@@ -214,6 +290,104 @@ CASES: dict[str, tuple[list[str], str]] = {
         "steps",
     ),
     "distill summarize: no study": (["distill", "summarize", "nowhere"], ""),
+    # text that is not UTF-8 or holds a lone surrogate, in every kind of input file
+    "lens: not UTF-8": (["lens", "diff", "latin1.jsonl", "--contrast", "a-b", *M, *OUT], "UTF-8"),
+    "lens: lone surrogate": (
+        ["lens", "diff", "surrogate.jsonl", "--contrast", "a-b", *M, *OUT],
+        "surrogate",
+    ),
+    "patch: pairs not UTF-8": (
+        ["patch", "run", "--pairs", "latin1_pairs.jsonl", *M, *OUT],
+        "UTF-8",
+    ),
+    "resample: trace not UTF-8": (["anchors", "resample", "latin1_trace.json", *M, *OUT], "UTF-8"),
+    "resample: lone surrogate": (
+        ["anchors", "resample", "surrogate_trace.json", *M, *OUT],
+        "surrogate",
+    ),
+    "distill check: config not UTF-8": (["distill", "check", "latin1_study.yaml"], "UTF-8"),
+    # a model folder whose config.json has a value of the wrong type
+    "inspect: config.json wrong type": (["inspect", "-m", "badtypes"], "hidden_size"),
+    "lens: config.json wrong type": (
+        ["lens", "diff", "lens.jsonl", "--contrast", "a-b", "-m", "badtypes", *OUT],
+        "hidden_size",
+    ),
+    # non-finite numbers, placement options that would be ignored or fail deep
+    "resample: NaN temperature": ([*RESAMPLE, "--temperature", "nan"], "--temperature"),
+    "suppress: infinite temperature": ([*SUPPRESS, "--temperature", "inf"], "--temperature"),
+    "heads: NaN baseline": ([*HEADS_RUN, "--baseline", "nan"], "--baseline"),
+    "lens: device-map on a tiny model": ([*LENS_DIFF, "--device-map", "auto"], "device_map"),
+    "lens: unknown device-map": (
+        [
+            "lens",
+            "diff",
+            "lens.jsonl",
+            "--contrast",
+            "a-b",
+            "-m",
+            "badtypes",
+            *OUT,
+            "--device-map",
+            "everywhere",
+        ],
+        "everywhere",
+    ),
+    "lens: device-map and device": (
+        [
+            "lens",
+            "diff",
+            "lens.jsonl",
+            "--contrast",
+            "a-b",
+            "-m",
+            "badtypes",
+            *OUT,
+            "--device-map",
+            "auto",
+            "--device",
+            "cpu",
+        ],
+        "device_map",
+    ),
+    # options that do not apply: refused, never ignored
+    "lens: group-diff names no group": (
+        ["lens", "diff", "groups.jsonl", "--contrast", "a-b", *M, *OUT, "--group-diff", "G1-G9"],
+        "G9",
+    ),
+    "lens: group-diff group of one": (
+        ["lens", "diff", "groups.jsonl", "--contrast", "a-b", *M, *OUT, "--group-diff", "G1-G2"],
+        "G2",
+    ),
+    "resample: server model without server": (
+        [*RESAMPLE, "--server-model", "m"],
+        "--server-model",
+    ),
+    "resample: concurrency without server": ([*RESAMPLE, "--concurrency", "4"], "--concurrency"),
+    "resample: grouping without server": ([*RESAMPLE, "--grouping", "n"], "--grouping"),
+    "plan: server without probe": (
+        ["anchors", "plan", "trace.json", "--throughput", "9", "--server", URL],
+        "--probe",
+    ),
+    "plan: server model without server": (
+        ["anchors", "plan", "trace.json", "--throughput", "9", "--server-model", "m"],
+        "--server-model",
+    ),
+    "receivers: no receiver head": ([*RECEIVERS, "--proximity", "1000"], "receiver head"),
+    "distill check: student layer 99": (["distill", "check", "study_layers.yaml"], "99"),
+    "distill run: student layer 99": (
+        ["distill", "run", "study_layers.yaml", "--root", "runs"],
+        "99",
+    ),
+    "distill check: narrow width": (["distill", "check", "study_narrow.yaml"], "divisible"),
+    "distill run: narrow width": (
+        ["distill", "run", "study_narrow.yaml", "--root", "runs"],
+        "divisible",
+    ),
+    "media speech-demo: out is a file": (["media", "speech-demo", "--out", "afile"], "--out"),
+    "patch: ray address unreachable": (
+        [*PATCH, "--executor", "ray", "--address", "127.0.0.1:9"],
+        "--address",
+    ),
     # the rest
     "report: no run": (["report", "nowhere"], "nowhere"),
     "demo: unknown part": (

@@ -82,19 +82,22 @@ def test_one_line_of_a_validation_error():
 
 
 @pytest.mark.parametrize(
-    ("option", "field"),
+    ("option", "flag"),
     [
-        (["--resamples", "0"], "n_resamples"),
-        (["--resamples", "-5"], "n_resamples"),
-        (["--bins", "0"], "n_bins"),
+        (["--resamples", "0"], "--resamples"),
+        (["--resamples", "-5"], "--resamples"),
+        (["--bins", "0"], "--bins"),
     ],
 )
-def test_lens_options_refused_before_any_work(tmp_path, capsys, option, field):
+def test_lens_options_refused_before_any_work(tmp_path, capsys, option, flag):
     with pytest.raises(SystemExit) as exc:
         run_app(app, lens_diff(tmp_path, *option, "--out", str(tmp_path / "r")))
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"error: field '{field}': Input should be greater than or equal to 1"
+    assert err == (
+        f"error: Invalid value for '{flag}': Input should be greater than or equal to 1 "
+        "(see mechscope lens diff --help)"
+    )
     assert not (tmp_path / "r").exists()
 
 

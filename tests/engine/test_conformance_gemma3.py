@@ -19,7 +19,7 @@ import test_conformance
 from test_conformance import CHECKS, _ids, check_gates, check_suppression_mask
 from test_tolerance_power import MASK_MUTANTS, neighbour_head, wrong_span
 
-from mechscope.engine import Engine, probe
+from mechscope.engine import Engine, probe, probe_attention
 from mechscope.models.trace import probe_ids
 
 pytestmark = pytest.mark.slow
@@ -31,7 +31,8 @@ def test_gemma3_conformance(gemma3, check) -> None:
     check(gemma3, eng, _ids(gemma3, seq=10, batch=1))
 
 
-#: name: (what is replaced, by what, the conformance check and what it names, the probe's)
+#: name: (what is replaced, by what, the conformance check and what it names, the probe's
+#: module and check)
 MISTAKES = {
     **{
         f"mask {name}": (
@@ -39,7 +40,8 @@ MISTAKES = {
             wrong_span(move),
             check_suppression_mask,
             "suppression vs 4-D mask",
-            probe.check_suppression,
+            probe_attention,
+            probe_attention.check_suppression,
         )
         for name, move in MASK_MUTANTS.items()
     },
@@ -48,6 +50,7 @@ MISTAKES = {
         neighbour_head,
         check_gates,
         "gate 0 on head ",
+        probe,
         probe.check_gate,
     ),
 }
@@ -55,10 +58,10 @@ MISTAKES = {
 
 @pytest.mark.parametrize("mistake", MISTAKES)
 def test_gemma3_catches_a_mistake(gemma3, mistake, monkeypatch) -> None:
-    name, fake, check, what, probe_check = MISTAKES[mistake]
+    name, fake, check, what, module, probe_check = MISTAKES[mistake]
     monkeypatch.setattr(test_conformance, name, fake)
     with pytest.raises(AssertionError, match=f"{what}.*times the rounding"):
         check(gemma3, Engine.of(gemma3), _ids(gemma3, seq=10, batch=1))
-    monkeypatch.setattr(probe, name, fake)
+    monkeypatch.setattr(module, name, fake)
     with pytest.raises(probe.ProbeFailed, match="times what rounding explains"):
         probe_check(Engine.of(gemma3), probe_ids(gemma3.vocab_size, batch=2, seq=10))

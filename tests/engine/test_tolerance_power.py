@@ -1,6 +1,6 @@
 """The rounding tolerances still fail on a real error.
 
-The conformance checks (test_conformance.py) and the probe (engine/probe.py) allow
+The conformance checks (test_conformance.py) and the probe (engine/probe*.py) allow
 ``K · eps · scale · √depth`` (mechscope.tolerance), what summing in another order explains.
 Here each runs with a deliberate mistake in what the engine is asked to do: the suppressed
 span one key short or one key late, or the gate put on the neighbouring head. Each must
@@ -18,7 +18,7 @@ import test_conformance
 import torch
 from test_conformance import _ids, check_gates, check_suppression_layer0, check_suppression_mask
 
-from mechscope.engine import Engine, Gate, SuppressAttention, probe
+from mechscope.engine import Engine, Gate, SuppressAttention, probe, probe_attention
 from mechscope.errors import UnsupportedFamilyError
 from mechscope.models import load_model
 from mechscope.models.trace import probe_ids
@@ -53,6 +53,8 @@ def test_the_checks_pass_without_a_mistake(model):
         check(lm, eng, _ids(lm))
     report = probe.run_probe(Engine(lm))
     assert all(r == "ok" or r.startswith("n/a") for r in report.results.values()), report
+    passed = {name for name, result in report.results.items() if result == "ok"}
+    assert set(report.margins) == passed >= {"hidden", "lens", "gate", "slots", "generate"}
     assert max(report.margins.values()) < 1
 
 
@@ -76,10 +78,10 @@ def test_conformance_catches_a_wrong_head(model, monkeypatch):
 @pytest.mark.parametrize("mutant", MASK_MUTANTS)
 def test_probe_refuses_suppression_with_a_wrong_mask(model, mutant, monkeypatch):
     lm, _ = model
-    monkeypatch.setattr(probe, "SuppressAttention", wrong_span(MASK_MUTANTS[mutant]))
+    monkeypatch.setattr(probe_attention, "SuppressAttention", wrong_span(MASK_MUTANTS[mutant]))
     eng = Engine(lm)
     with pytest.raises(probe.ProbeFailed, match="times what rounding explains"):
-        probe.check_suppression(eng, probe_ids(lm.vocab_size, batch=2, seq=10))
+        probe_attention.check_suppression(eng, probe_ids(lm.vocab_size, batch=2, seq=10))
     fresh = load_model(lm.spec)  # its refusals are changed: not shared
     probe.apply_probe(Engine(fresh))
     assert fresh.refused["SuppressAttention"].startswith("the suppression check failed")

@@ -1,8 +1,11 @@
-"""``mechscope anchors``: resample, analyze, receivers, suppress — all into one run directory.
+"""``mechscope anchors``: resample, analyze, receivers, suppress — all into one run directory
+— and, before a run, plan and simulate (:mod:`mechscope.anchors.cli_scale`).
 
 INPUT is a JSON list or JSONL of traces (``id``, ``text``, ``gold``) or problems (``id``,
 ``question``, ``gold``); problems are first solved greedily into a trace. Later commands
 on the same ``--out`` reuse its traces when INPUT is left out, and every step resumes.
+``resample`` (fixed or adaptive design, local model or server) is in
+:mod:`mechscope.anchors.cli_resample`.
 """
 
 from __future__ import annotations
@@ -15,10 +18,11 @@ from typing import TYPE_CHECKING
 import typer
 from rich.console import Console
 
+from mechscope.anchors.cli_resample import INPUT_HELP, resample
+from mechscope.anchors.cli_scale import plan, simulate
 from mechscope.cli.common import OUT_HELP, computing, finish, open_run, workflow_app
-from mechscope.cli.executor_options import ExecutorOptions, executor_options
 from mechscope.cli.model_options import ModelOptions, model_options
-from mechscope.cli.options import config_from
+from mechscope.cli.options import SEED_OPTION, config_from, number
 from mechscope.errors import InputError
 
 if TYPE_CHECKING:
@@ -28,8 +32,6 @@ if TYPE_CHECKING:
 
 app = workflow_app()
 console = Console(stderr=True)
-
-INPUT_HELP = "JSON/JSONL of traces (id, text, gold) or problems (id, question, gold)."
 
 
 def _traces(run, input: Path | None, lm, batch_size: int, trace_tokens: int, sampler=None):
@@ -50,10 +52,6 @@ def _traces(run, input: Path | None, lm, batch_size: int, trace_tokens: int, sam
     return traces
 
 
-SERVER_HELP = (
-    "OpenAI-compatible base URL (http://host:port/v1): rollouts from that server instead of "
-    "the local model, each cached in the run."
-)
 REPORT_OPTION = typer.Option(True, "--report/--no-report", help="Build report.html.")
 
 
@@ -83,80 +81,17 @@ def _finish(run, report: bool) -> None:
 
 
 @app.command()
-@model_options
-@executor_options
-def resample(
-    input: Path = typer.Argument(..., help=INPUT_HELP),
-    out: Path = typer.Option(..., "--out", help=OUT_HELP),
-    n: int = typer.Option(100, "--n", help="Rollouts per chunk position."),
-    n_forced: int = typer.Option(0, "--n-forced", help="Forced-answer rollouts per position."),
-    temperature: float = typer.Option(0.6, "--temperature"),
-    top_p: float = typer.Option(0.95, "--top-p"),
-    max_new_tokens: int = typer.Option(4096, "--max-new-tokens", help="Tokens per rollout."),
-    max_chunks: int | None = typer.Option(None, "--max-chunks", help="Resample chunks 0..m-1."),
-    trace_tokens: int = typer.Option(512, "--trace-tokens", help="Tokens of a base trace."),
-    batch_size: int = typer.Option(
-        64, "--batch-size", help="Rollouts decoded together (continuous batching)."
-    ),
-    seed: int = typer.Option(0, "--seed"),
-    server: str | None = typer.Option(None, "--server", help=SERVER_HELP),
-    server_model: str | None = typer.Option(
-        None, "--server-model", help="Model id on the server (default: its first)."
-    ),
-    concurrency: int = typer.Option(16, "--concurrency", help="Requests in flight (--server)."),
-    rate_limit: float | None = typer.Option(
-        None, "--rate-limit", help="Requests per second at most (--server)."
-    ),
-    ex: ExecutorOptions = ExecutorOptions(),
-    opts: ModelOptions = ModelOptions(),
-) -> None:
-    """Rollouts from every chunk boundary of every trace (resumable per chunk; several
-    commands on one --out share the work, each position sampled once)."""
-    from mechscope.anchors.config import RolloutSettings
-    from mechscope.anchors.run import resample_run
-    from mechscope.anchors.sampler import EngineSampler
-
-    settings = config_from(RolloutSettings, locals())
-    _check_server(server, concurrency, rate_limit)
-    lm = opts.load()
-    if server is not None:
-        from mechscope.anchors.server_sampler import ServerSampler
-
-        sampler = ServerSampler(
-            server,
-            server_model,
-            concurrency=concurrency,
-            rate_limit=rate_limit,
-            cache_dir=out / "rollout_cache",  # made on the first rollout, inside the run
-        )
-    else:
-        sampler = EngineSampler(lm, slots=batch_size)
-    run = _open_run(out, opts.model, lm)
-    traces = _traces(run, input, lm, batch_size, trace_tokens, sampler)
-    with computing(run, "anchors_resample", ex):
-        resample_run(run, sampler, traces, settings, max_chunks=max_chunks)
-    console.print(f"{len(traces)} traces resampled; run 'mechscope anchors analyze --out {out}'")
-    finish(run, report=False)
-
-
-def _check_server(server: str | None, concurrency: int, rate_limit: float | None) -> None:
-    """The server options, checked before any model or run directory is touched."""
-    if server is not None and not server.startswith(("http://", "https://")):
-        raise InputError(f"an http(s):// base URL, got {server!r}", field="--server")
-    if concurrency < 1:
-        raise InputError(f">= 1, got {concurrency}", field="--concurrency")
-    if rate_limit is not None and rate_limit <= 0:
-        raise InputError(f"> 0 requests per second, got {rate_limit}", field="--rate-limit")
-
-
-@app.command()
 def analyze(
     out: Path = typer.Option(..., "--out", help="Run directory with rollouts."),
     embedder: str = typer.Option("minilm", "--embedder", help="minilm or none."),
-    alpha: float = typer.Option(1.0, "--alpha", help="Laplace smoothing of answer counts."),
+    alpha: float = number(
+        1.0, "--alpha", min=0.0, above=0.0, help="Laplace smoothing of answer counts."
+    ),
     weighting: str = typer.Option("unsmoothed", "--weighting", help="unsmoothed or smoothed."),
     count_no_answer: bool = typer.Option(False, "--count-no-answer/--drop-no-answer"),
-    threshold: float = typer.Option(0.8, "--threshold", help="Cosine of 'same sentence'."),
+    threshold: float = number(
+        0.8, "--threshold", min=-1.0, max=1.0, help="Cosine of 'same sentence'."
+    ),
     report: bool = REPORT_OPTION,
 ) -> None:
     """Chunk metrics, categories and the resampling sentence matrix from stored rollouts."""
@@ -190,13 +125,13 @@ def analyze(
 def receivers(
     input: Path | None = typer.Argument(None, help=INPUT_HELP + " Default: the run's."),
     out: Path = typer.Option(..., "--out", help=OUT_HELP),
-    proximity: int = typer.Option(4, "--proximity", help="Rows at least this much later."),
-    top_k: int = typer.Option(16, "--top-k", help="Receiver heads to keep."),
+    proximity: int = number(4, "--proximity", min=0, help="Rows at least this much later."),
+    top_k: int = number(16, "--top-k", min=1, help="Receiver heads to keep."),
     control_depth: bool = typer.Option(False, "--control-depth", help="Rank-normalise rows."),
     include_layer0: bool = typer.Option(False, "--include-layer0"),
     ablate: bool = typer.Option(True, "--ablate/--no-ablate", help="Receiver vs random heads."),
-    n_random: int = typer.Option(10, "--n-random", help="Random head sets."),
-    seed: int = typer.Option(0, "--seed"),
+    n_random: int = number(10, "--n-random", min=1, help="Random head sets."),
+    seed: int = SEED_OPTION,
     report: bool = REPORT_OPTION,
     opts: ModelOptions = ModelOptions(),
 ) -> None:
@@ -216,11 +151,13 @@ def receivers(
 def suppress(
     input: Path | None = typer.Argument(None, help=INPUT_HELP + " Default: the run's."),
     out: Path = typer.Option(..., "--out", help=OUT_HELP),
-    epsilon: float = typer.Option(1e-9, "--epsilon", help="log(KL + epsilon)."),
-    temperature: float = typer.Option(1.0, "--temperature", help="Softmax temperature."),
+    epsilon: float = number(1e-9, "--epsilon", min=0.0, above=0.0, help="log(KL + epsilon)."),
+    temperature: float = number(
+        1.0, "--temperature", min=0.0, above=0.0, help="Softmax temperature."
+    ),
     alignment: str = typer.Option("next_token", "--alignment", help="next_token|same_position"),
-    first_tokens: int | None = typer.Option(None, "--first-tokens", help="Per target sentence."),
-    rows_per_chunk: int | None = typer.Option(None, "--rows-per-chunk", help="Default: budget."),
+    first_tokens: int | None = number(None, "--first-tokens", min=1, help="Per target sentence."),
+    rows_per_chunk: int | None = number(None, "--rows-per-chunk", min=1, help="Default: budget."),
     report: bool = REPORT_OPTION,
     opts: ModelOptions = ModelOptions(),
 ) -> None:
@@ -232,3 +169,9 @@ def suppress(
     with _on_traces(input, out, opts, "anchors_suppress", report) as (run, lm, traces):
         results = suppression_run(run, lm, traces, options)
         console.print(f"{len(results)} suppression matrices")
+
+
+# The commands of their own modules (which import this one's helpers when they run).
+app.command()(resample)
+app.command()(plan)
+app.command()(simulate)

@@ -22,6 +22,7 @@ from typing import Any
 
 from mechscope.anchors.sampler import Sampler
 from mechscope.anchors.trace import Trace
+from mechscope.data.loaders import check_text, read_text
 from mechscope.data.math import MathProblem
 from mechscope.data.math_answers import extract_gsm8k
 from mechscope.errors import InputError
@@ -40,7 +41,7 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"an existing JSON or JSONL file, got {path}", field="input")
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
@@ -59,6 +60,8 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
                     raise InputError(f"valid JSON ({exc.msg})", sample=f"line {lineno}") from exc
     if not records or not all(isinstance(r, dict) for r in records):
         raise InputError("a non-empty list of JSON objects", field="input")
+    for i, record in enumerate(records):
+        check_text(record, f"{path.name} record {i}")
     return records
 
 

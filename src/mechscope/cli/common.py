@@ -71,10 +71,13 @@ def checked_run(
 
 
 @contextmanager
-def computing(run: RunDir, part: str, ex: ExecutorOptions | None = None) -> Iterator[None]:
+def computing(
+    run: RunDir, part: str, ex: ExecutorOptions | None = None, units: int | None = None
+) -> Iterator[None]:
     """The block computes the run's ``part``: timed under that name in the run, with the
-    executor's workers computing alongside when ``ex`` is given."""
-    with run.timed(part), ex.alongside() if ex is not None else nullcontext():
+    executor's workers computing alongside when ``ex`` is given (no more than ``units``
+    of work need, when known)."""
+    with run.timed(part), ex.alongside(units) if ex is not None else nullcontext():
         yield
 
 

@@ -8,13 +8,52 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from mechscope.errors import MechscopeError
+from mechscope.errors import DiskFullError, MechscopeError, ResumableError
 from mechscope.runs import interrupt
 from mechscope.runs.executor import ARGV, WorkerDone
-from mechscope.runs.rundir import created_runs, discard_unused_runs
+from mechscope.runs.rundir import runs_mark, undo_runs
 
 USER_ERRORS: tuple[type[BaseException], ...] = (MechscopeError, FileNotFoundError)
 INTERRUPTED = 130  # the shell's exit code for a process ended by Ctrl-C (128 + SIGINT)
+USAGE = 2  # click's exit code for a mistake on the command line
+
+
+def parser_errors() -> tuple[type[Exception], ...]:
+    """The exceptions the command-line parser raises for a mistake on the command line.
+
+    typer 0.27 and later parse with a copy of click inside typer, whose exceptions derive
+    from ``typer.TyperException``, not from ``click.ClickException``; earlier typers raise
+    click's own. Both are caught, through the names each package exports, so neither an
+    upgrade nor a downgrade of typer turns a usage error back into a traceback.
+    """
+    found: list[type[Exception]] = []
+    base = getattr(typer, "TyperException", None)
+    if isinstance(base, type) and issubclass(base, Exception):
+        found.append(base)
+    try:
+        import click
+    except ImportError:  # pragma: no cover - typer without click
+        pass
+    else:
+        found.append(click.ClickException)
+    return tuple(found)
+
+
+def usage_error(exc: Exception, stderr: Console) -> int:
+    """Print a parser error as ``error: <one line>`` and return its exit code. A group called
+    without a command shows its help instead."""
+    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    code = getattr(exc, "exit_code", USAGE)
+    if not message.strip():  # a group given no command: typer has printed its help
+        return code
+    if "\n" in message.strip():  # the same where the help is the message
+        exc.show()  # type: ignore[attr-defined]
+        return code
+    ctx = getattr(exc, "ctx", None)
+    path = getattr(ctx, "command_path", None)
+    hint = f" (see {path} --help)" if path else ""
+    stderr.print(f"error: {message.strip()}{hint}", soft_wrap=True, markup=False)
+    return USAGE if code in (None, 0, 1) else code
 
 
 def one_line(exc: BaseException) -> str:
@@ -38,10 +77,10 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> None:
     args = [a for a in args if a != "--debug"]  # accepted anywhere on the line
     interrupt.install()
     ARGV.set(args)  # what executor workers rerun
-    mark = created_runs()  # only this command's run directories may be discarded
+    mark = runs_mark()  # only what this command did to run directories is taken back
     try:
         # Outside standalone mode typer turns Ctrl-C (and typer.Exit) into a returned code.
-        code = app(args=args, standalone_mode=False)
+        code = app(args=args, standalone_mode=False, prog_name="mechscope")
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
@@ -50,20 +89,22 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> None:
         return None
     except KeyboardInterrupt:
         code = INTERRUPTED
-    except (*USER_ERRORS, ValidationError) as exc:
-        discard_unused_runs(since=mark)  # a run directory made before the refusal, no work
+    except (*USER_ERRORS, ValidationError, OSError) as exc:
+        if isinstance(exc, OSError) and not isinstance(exc, USER_ERRORS):
+            if exc.errno not in DiskFullError.ERRNOS:
+                raise
+            exc = DiskFullError.of(exc)  # a full disk outside the atomic writes
+        # a refused command changes nothing on disk; a resumable failure keeps finished work
+        undo_runs(since=mark, keep_work=isinstance(exc, ResumableError))
         if debug:
             raise
         message = one_line(exc)
         Console(stderr=True, highlight=False).print(f"error: {message}", soft_wrap=True)
         sys.exit(2)
-    except Exception as exc:  # click usage errors carry their own exit code
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
-        raise
+    except parser_errors() as exc:  # before anything ran, so nothing to discard
+        if debug:
+            raise
+        sys.exit(usage_error(exc, Console(stderr=True, highlight=False)))
     if isinstance(code, int) and not isinstance(code, bool) and code:
         if code == INTERRUPTED:
             Console(stderr=True).print("interrupted; rerun the same command to resume")

@@ -20,6 +20,9 @@ from typing import Any, TypeVar
 
 import typer
 
+from mechscope.cli.options import number
+from mechscope.runs.executor import MAX_WORKERS
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -38,31 +41,43 @@ class ExecutorOptions:
         check_executor(self.executor, self.workers, self.address, self.worker_gpus)
 
     @contextmanager
-    def alongside(self) -> Iterator[None]:
-        """The workers compute beside this process for the block."""
+    def alongside(self, units: int | None = None) -> Iterator[None]:
+        """The workers compute beside this process for the block; ``units``: the units of
+        work the command shares, when known (it bounds the workers)."""
         from mechscope.runs.executor import workers_alongside
 
-        with workers_alongside(self.executor, self.workers, self.address, self.worker_gpus):
+        with workers_alongside(
+            self.executor, self.workers, self.address, self.worker_gpus, units=units
+        ):
             yield
 
 
-#: name -> (flag, type, help)
-OPTIONS: dict[str, tuple[str, Any, str]] = {
+#: name -> (flag, type, help, range of a number)
+OPTIONS: dict[str, tuple[str, Any, str, dict[str, float]]] = {
     "executor": (
         "--executor",
         str,
         "inline | local | ray: where samples are computed (several processes fill one run).",
+        {},
     ),
-    "workers": ("--workers", int, "Processes besides this one (local, ray)."),
+    "workers": (
+        "--workers",
+        int,
+        f"Processes besides this one (local, ray), at most {MAX_WORKERS} and one fewer than "
+        "the command's units of work.",
+        {"min": 0, "max": MAX_WORKERS},
+    ),
     "address": (
         "--address",
         str | None,
         "Ray cluster address (default: a local cluster on 127.0.0.1).",
+        {},
     ),
     "worker_gpus": (
         "--worker-gpus",
         float,
         "GPUs per worker: local 1 (its own GPU), ray any (fractions share one).",
+        {"min": 0.0},
     ),
 }
 
@@ -86,10 +101,14 @@ def executor_options(fn: F) -> F:
         inspect.Parameter(
             name,
             inspect.Parameter.KEYWORD_ONLY,
-            default=typer.Option(getattr(defaults, name), flag, help=text),
+            default=(
+                number(getattr(defaults, name), flag, help=text, **bounds)
+                if bounds
+                else typer.Option(getattr(defaults, name), flag, help=text)
+            ),
             annotation=kind,
         )
-        for name, (flag, kind, text) in OPTIONS.items()
+        for name, (flag, kind, text, bounds) in OPTIONS.items()
     ]
     command.__signature__ = signature.replace(parameters=own + extra)  # type: ignore[attr-defined]
     return command  # type: ignore[return-value]

@@ -54,11 +54,14 @@ def _support(types: list[str]) -> None:
     from mechscope.models.tiny_types import NAMED_TYPES
 
     table = Table(title="support measured on tiny random models")
-    for col in ("model_type", "status", "card", "refused", "why"):
+    for col in ("model_type", "status", "card", "resume", "generation", "refused", "why"):
         table.add_column(col, overflow="fold")
     for model_type in NAMED_TYPES if types == ["named"] else types:
         row = support_row(model_type)
-        table.add_row(row.model_type, row.status, row.card, ", ".join(row.refused), row.note)
+        table.add_row(
+            row.model_type, row.status, row.card, row.resume, row.generation,
+            ", ".join(row.refused), row.note,
+        )  # fmt: skip
     console.print(table)
 
 

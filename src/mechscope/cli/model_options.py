@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import typer
 
+from mechscope.cli.options import number
 from mechscope.models.loading import DEFAULT_MODEL
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -87,8 +88,12 @@ _TYPES: dict[str, Any] = {"model": str, "threads": int | None}
 def _parameter(name: str) -> inspect.Parameter:
     flags, env, help_text = OPTIONS[name]
     default = getattr(ModelOptions(), name)
-    option = typer.Option(default, *flags, envvar=env, help=help_text, show_envvar=True)
     annotation = _TYPES.get(name, str | None)
+    kwargs = {"envvar": env, "help": help_text, "show_envvar": True}
+    if annotation == int | None:  # a count: a range, checked by the parser
+        option = number(default, *flags, min=1, **kwargs)
+    else:
+        option = typer.Option(default, *flags, **kwargs)
     return inspect.Parameter(
         name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation
     )

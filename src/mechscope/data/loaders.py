@@ -16,11 +16,62 @@ from typing import Any
 from mechscope.errors import InputError
 
 
-def _open_text(path: Path):
-    """Open plain or gzip-compressed text (HumanEval ships as ``.jsonl.gz``)."""
+def _open_bytes(path: Path):
+    """Open plain or gzip-compressed bytes (HumanEval ships as ``.jsonl.gz``)."""
     if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return path.open("r", encoding="utf-8")
+        return gzip.open(path, "rb")
+    return path.open("rb")
+
+
+def _decode(data: bytes, where: str) -> str:
+    """``data`` as UTF-8, or a one-line error naming the first byte that is not."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise InputError(
+            f"expected UTF-8 text; byte 0x{data[exc.start]:02x} at line {line} is not "
+            "(save the file as UTF-8)",
+            sample=where,
+        ) from None
+
+
+def read_text(path: str | Path) -> str:
+    """A text file's content as UTF-8 (plain or ``.gz``); a file in another encoding is a
+    one-line :class:`InputError` naming the file and line, not a ``UnicodeDecodeError``."""
+    path = Path(path)
+    _check_exists(path)
+    with _open_bytes(path) as fh:
+        return _decode(fh.read(), path.name)
+
+
+def lone_surrogate(value: Any, field: str = "") -> str | None:
+    """The field (dotted path) of the first string in ``value`` holding a lone surrogate
+    (JSON's ``"\\ud800"`` without its pair): no tokenizer can encode one. ``None`` if
+    there is none."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return field or "text"
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    if isinstance(value, dict | list | tuple):
+        for key, item in items:
+            found = lone_surrogate(item, f"{field}.{key}" if field else str(key))
+            if found is not None:
+                return found
+    return None
+
+
+def check_text(record: Any, where: str) -> None:
+    """Refuse a record holding a lone surrogate, naming the sample and the field."""
+    if (field := lone_surrogate(record)) is not None:
+        raise InputError(
+            "expected text (a lone surrogate escape such as \\ud800 is not a character)",
+            sample=where,
+            field=field,
+        )
 
 
 def _check_exists(path: Path) -> None:
@@ -35,11 +86,12 @@ def iter_jsonl(path: str | Path, *, required: Sequence[str] = ()) -> Iterator[tu
     """
     path = Path(path)
     _check_exists(path)
-    with _open_text(path) as fh:
-        for lineno, line in enumerate(fh, start=1):
+    with _open_bytes(path) as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            where = f"{path.name} line {lineno}"
+            line = _decode(raw, where)
             if not line.strip():
                 continue
-            where = f"{path.name} line {lineno}"
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
@@ -48,6 +100,7 @@ def iter_jsonl(path: str | Path, *, required: Sequence[str] = ()) -> Iterator[tu
                 raise InputError(
                     f"expected a JSON object, got {type(record).__name__}", sample=where
                 )
+            check_text(record, where)
             for name in required:
                 if name not in record:
                     raise InputError("expected this field to be present", sample=where, field=name)
@@ -65,16 +118,15 @@ def read_jsonl(path: str | Path, *, required: Sequence[str] = ()) -> list[dict]:
 
 def read_json(path: str | Path) -> Any:
     """Read one JSON document, reporting syntax errors with line and column."""
-    path = Path(path)
-    _check_exists(path)
-    with _open_text(path) as fh:
-        try:
-            return json.load(fh)
-        except json.JSONDecodeError as exc:
-            raise InputError(
-                f"expected valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
-                sample=path.name,
-            ) from None
+    try:
+        data = json.loads(read_text(path))
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"expected valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
+            sample=Path(path).name,
+        ) from None
+    check_text(data, Path(path).name)
+    return data
 
 
 def require_str(record: dict, field: str, sample: str, *, allow_empty: bool = False) -> str:

@@ -87,13 +87,23 @@ def build_speech_demo(out: str | Path, *, emotions: tuple[str, ...] = EMOTIONS) 
     import soundfile
 
     out = Path(out)
+    for above in (out, *out.parents):  # a file in the way: one line, before any synthesis
+        if above.exists() and not above.is_dir():
+            raise InputError(
+                f"a folder for the demo set at {out}; {above} is a file", field="--out"
+            )
+    # every clip first: a synthesis that fails leaves nothing on disk
+    clips = {
+        f"{said}-{how}": synthesize(SENTENCE.format(word=said), PROSODY[how])
+        for said in emotions
+        for how in emotions
+    }
     (out / "audio").mkdir(parents=True, exist_ok=True)
     samples = []
     for said in emotions:
         for how in emotions:
             sid = f"{said}-{how}"
-            clip = synthesize(SENTENCE.format(word=said), PROSODY[how])
-            soundfile.write(str(out / "audio" / f"{sid}.wav"), clip, RATE, subtype="PCM_16")
+            soundfile.write(str(out / "audio" / f"{sid}.wav"), clips[sid], RATE, subtype="PCM_16")
             samples.append(
                 {
                     "id": sid,

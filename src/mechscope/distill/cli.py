@@ -14,6 +14,7 @@ from rich.table import Table
 from mechscope.cli.common import workflow_app
 from mechscope.cli.executor_options import ExecutorOptions, executor_options
 from mechscope.cli.model_options import ModelOptions, model_options
+from mechscope.cli.options import number
 from mechscope.errors import InputError
 
 app = workflow_app(help="RCID distillation: keep the teacher's causal mechanism.")
@@ -77,11 +78,13 @@ def check(
     config: Annotated[str, typer.Argument(help="YAML config file or built-in name")],
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override KEY=VALUE")] = None,
 ) -> None:
-    """Validate a config (tasks, data files, models, tokenizers) without training."""
-    from mechscope.distill.run import expand_trials, validate_study
+    """Validate a config (tasks, data files, models, students against the teacher) without
+    training: it refuses exactly what ``distill run`` refuses before its first trial."""
+    from mechscope.distill.run import expand_trials, load_teacher, validate_study
 
     cfg = _load(config, set_, False)
-    validate_study(cfg)
+    validate_study(cfg)  # what needs no model, before loading one
+    validate_study(cfg, load_teacher(cfg))
     console.print(f"ok: {len(expand_trials(cfg))} trials")
 
 
@@ -99,11 +102,14 @@ def summarize(
 @app.command()
 @model_options
 def pilot(
-    config: Annotated[
-        str | None,
-        typer.Option(help="Take the teacher (instead of --model) and first student from a config"),
-    ] = None,
-    n_accuracy: Annotated[int, typer.Option(help="IOI pairs for the accuracy check")] = 100,
+    # options as defaults, not Annotated hints: model_options rewrites the signature,
+    # and string hints would not be resolved there
+    config: str | None = typer.Option(
+        None,
+        "--config",
+        help="Take the teacher (instead of --model) and first student from a config",
+    ),
+    n_accuracy: int = number(100, "--n-accuracy", min=1, help="IOI pairs for the accuracy check"),
     opts: ModelOptions = ModelOptions(),
 ) -> None:
     """The pilot validation checks (teacher accuracy, names, norms, patching, student) on

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from mechscope.data.loaders import read_text
 from mechscope.errors import InputError
 
 #: ``untrained`` evaluates the initial student without training: the reference every method
@@ -181,7 +182,7 @@ def load_study_config(path: str | Path, overrides: dict[str, Any] | None = None)
     if not path.is_file():
         raise InputError(f"expected an existing config file, got {str(path)!r}", field="config")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.safe_load(read_text(path))
     except yaml.YAMLError as exc:
         raise InputError(
             f"expected valid YAML ({exc.__class__.__name__})", sample=path.name

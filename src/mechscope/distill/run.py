@@ -30,12 +30,7 @@ from mechscope.cli.executor_options import ExecutorOptions
 from mechscope.distill.config import StudyConfig
 from mechscope.distill.result import DistillResult
 from mechscope.distill.samples import check_task
-from mechscope.distill.students import (
-    check_model_spec,
-    check_student_spec,
-    check_student_tokenizer,
-    load_tokenizer,
-)
+from mechscope.distill.students import check_model_spec, check_student_fits, check_student_spec
 from mechscope.distill.teacher_cache import prepare_teacher_task
 from mechscope.distill.trial import Trial, is_finished_dir, read_trial, run_trial
 from mechscope.errors import InputError
@@ -60,8 +55,13 @@ def expand_trials(cfg: StudyConfig) -> list[Trial]:
     ]
 
 
-def validate_study(cfg: StudyConfig, teacher_tokenizer: object | None = None) -> None:
-    """Check everything checkable without training; raises a one-line :class:`InputError`."""
+def validate_study(cfg: StudyConfig, teacher: LoadedModel | None = None) -> None:
+    """Check everything checkable without training; raises a one-line :class:`InputError`.
+
+    With the loaded ``teacher``, also every student against it (its layers, its shape, a
+    pretrained student's tokenizer): what building the students would refuse. ``distill
+    check`` and :func:`run_study` both call it with the teacher, so they refuse the same.
+    """
     check_model_spec(cfg.teacher, field="teacher")
     names = [s.name for s in cfg.students]
     if len(set(names)) != len(names):
@@ -79,10 +79,14 @@ def validate_study(cfg: StudyConfig, teacher_tokenizer: object | None = None) ->
                 sample=f"students.{student.name}",
                 field="checkpoints.mapping",
             )
-    if any(s.kind == "pretrained" for s in cfg.students):
-        tok = teacher_tokenizer if teacher_tokenizer is not None else load_tokenizer(cfg.teacher)
+    if teacher is not None:
         for student in cfg.students:
-            check_student_tokenizer(student, tok)
+            check_student_fits(student, teacher)
+
+
+def load_teacher(cfg: StudyConfig) -> LoadedModel:
+    """The study's teacher, loaded as its trials use it."""
+    return load_model(cfg.teacher, dtype=cfg.teacher_dtype, device=cfg.train.device)
 
 
 def open_study(cfg: StudyConfig, root: Path | str) -> RunDir:
@@ -108,10 +112,10 @@ def run_study(
     """
     ex = ex if ex is not None else ExecutorOptions()
     ex.check()
-    validate_study(cfg, teacher.tokenizer if teacher is not None else None)
+    validate_study(cfg)  # what needs no model, before loading one
+    teacher = teacher if teacher is not None else load_teacher(cfg)
+    validate_study(cfg, teacher)
     study = open_study(cfg, root)
-    if teacher is None:
-        teacher = load_model(cfg.teacher, dtype=cfg.teacher_dtype, device=cfg.train.device)
     with study.timed("teacher"):
         for task in cfg.tasks:
             prepare_teacher_task(
@@ -131,7 +135,7 @@ def run_study(
 
     if all(done(t) for t in trials):  # no worker loads a teacher for a finished study
         ex = replace(ex, workers=0)
-    with study.timed("trials"), ex.alongside():
+    with study.timed("trials"), ex.alongside(units=len(trials)):
         claimed_loop(ShardStore(study, PART), trials, lambda t: t.name, done, one)
         shared_work_done()  # a worker ends here: this command reads and summarizes
     rows = []

@@ -19,7 +19,7 @@ import transformers
 
 from mechscope.distill.config import StudentSpec
 from mechscope.errors import InputError
-from mechscope.models import ALIASES, LoadedModel, card_for_family, load_model
+from mechscope.models import ALIASES, LoadedModel, card_for_family, load_model, load_tokenizer
 
 
 def keep_every(n_layers: int, every: int) -> list[int]:
@@ -48,12 +48,7 @@ def layer_subset_student(
 ) -> LoadedModel:
     """A copy of ``teacher`` with only layers ``keep`` (same width); embeddings, final norm
     and head are copied, layer ``j`` of the student is teacher layer ``keep[j]``."""
-    if not keep or any(not 0 <= k < teacher.n_layers for k in keep) or len(set(keep)) != len(keep):
-        raise InputError(
-            f"expected distinct layers in 0..{teacher.n_layers - 1}, got {keep}",
-            sample=name,
-            field="layers",
-        )
+    check_kept_layers(keep, teacher.n_layers, name)
     card = teacher.card
     cfg = copy.deepcopy(teacher.model.config)
     _set(cfg, card.n_layers, len(keep))
@@ -86,19 +81,8 @@ def narrow_student(
     name: str = "narrow",
 ) -> LoadedModel:
     """A randomly initialised (seeded) model of the teacher's family and vocabulary."""
-    if hidden % n_heads:
-        raise InputError(
-            f"expected hidden ({hidden}) divisible by n_heads ({n_heads})",
-            sample=name,
-            field="hidden",
-        )
+    check_narrow(hidden, n_heads, n_kv_heads, name)
     kv = n_kv_heads or n_heads
-    if n_heads % kv:
-        raise InputError(
-            f"expected n_heads ({n_heads}) divisible by n_kv_heads ({kv})",
-            sample=name,
-            field="n_kv_heads",
-        )
     card = teacher.card
     cfg = copy.deepcopy(teacher.model.config)
     _set(cfg, card.d_model, hidden)
@@ -115,6 +99,48 @@ def narrow_student(
     torch.manual_seed(seed)
     model = auto.from_config(cfg, dtype=teacher.dtype)
     return _wrap(model.to(teacher.device), teacher, name)
+
+
+def check_kept_layers(keep: list[int], n_teacher: int, name: str) -> None:
+    """The layers a ``layer_subset`` student keeps: distinct layers of the teacher."""
+    if not keep or any(not 0 <= k < n_teacher for k in keep) or len(set(keep)) != len(keep):
+        raise InputError(
+            f"expected distinct layers in 0..{n_teacher - 1}, got {keep}",
+            sample=name,
+            field="layers",
+        )
+
+
+def check_narrow(hidden: int, n_heads: int, n_kv_heads: int | None, name: str) -> None:
+    """The shape of a ``narrow`` student: heads that divide its width, and groups of heads
+    that share a key-value head."""
+    if hidden % n_heads:
+        raise InputError(
+            f"expected hidden ({hidden}) divisible by n_heads ({n_heads})",
+            sample=name,
+            field="hidden",
+        )
+    kv = n_kv_heads or n_heads
+    if n_heads % kv:
+        raise InputError(
+            f"expected n_heads ({n_heads}) divisible by n_kv_heads ({kv})",
+            sample=name,
+            field="n_kv_heads",
+        )
+
+
+def check_student_fits(spec: StudentSpec, teacher: LoadedModel) -> None:
+    """Everything :func:`build_student` would refuse for ``teacher``, without building it
+    (``distill check`` and ``distill run`` refuse the same configs, before any file)."""
+    check_student_spec(spec)
+    where = f"students.{spec.name}"
+    keep = subset_layers(spec, teacher.n_layers)
+    if keep is not None:
+        check_kept_layers(keep, teacher.n_layers, where)
+    elif spec.kind == "narrow":
+        check_narrow(spec.hidden, spec.n_heads, spec.n_kv_heads, where)
+    else:
+        check_student_tokenizer(spec, teacher.tokenizer)
 
 
 def same_tokenizer(a: Any, b: Any) -> bool:
@@ -224,15 +250,3 @@ def check_student_tokenizer(spec: StudentSpec, teacher_tokenizer: Any) -> None:
             sample=f"students.{spec.name}",
             field="model",
         )
-
-
-def load_tokenizer(spec: str) -> Any:
-    """The tokenizer of a model spec, without loading weights where possible."""
-    if spec.startswith("tiny:"):
-        from mechscope.models.tiny import tiny_tokenizer
-
-        return tiny_tokenizer()
-    path = Path(spec).expanduser()
-    if path.is_dir() and (path / "config.json").exists():
-        return transformers.AutoTokenizer.from_pretrained(path)
-    return load_model(spec).tokenizer

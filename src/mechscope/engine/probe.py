@@ -13,16 +13,26 @@ that does not go through the card's site definitions:
   projection's weight;
 - ``pattern``: pattern reads equal eager attention's probabilities;
 - ``suppression``: SuppressAttention equals eager attention with a hand-built 4-D mask;
-- ``resume``: a pass continued from a cached prefix equals the full pass.
+- ``resume``: a pass continued from a cached prefix equals the full pass, at the longest
+  length the engine resumes (:func:`mechscope.engine.prefix.can_resume`);
+- ``slots`` and ``generate``: greedy rollouts equal transformers' own ``generate``, logits
+  and tokens, with continuous batching and in lock step
+  (:mod:`mechscope.engine.probe_generate`).
+
+The input runs past any sliding window, local window or attention chunk the config
+declares that is short enough to afford (:func:`probe_length`); tiny models declare them
+shorter than the input, so every family's windowed path is exercised.
 
 The first five are structural: if one fails the card is wrong and the model is refused in
-one line naming the check. The last three concern attention and the key/value cache: if one
-fails, only what depends on it is refused (``lm.refused``), each with its reason.
+one line naming the check. The others concern attention, the key/value cache and decoding:
+if one fails, only what depends on it is refused (``lm.refused``), each with its reason,
+except ``slots``, whose failure makes the model's rollouts decode in lock step instead.
 
 Each comparison allows what rounding alone explains (:mod:`mechscope.tolerance`: ``K · eps
 · scale · √depth`` in the model's dtype), so a right card passes on any CPU's summation
-order and a wrong one, whose errors are thousands of times larger, does not. The report
-keeps each check's largest error as a fraction of its tolerance (``margins``).
+order and a wrong one, whose errors are thousands of times larger, does not. Every check
+that passes returns its largest error as a fraction of its tolerance, and the report keeps
+it (``margins``).
 """
 
 from __future__ import annotations
@@ -35,13 +45,17 @@ import torch
 from torch import nn
 
 from mechscope.engine.forward import Engine
-from mechscope.engine.interventions import Gate, Read, SuppressAttention
-from mechscope.engine.prefix import Resume, can_resume
+from mechscope.engine.generate import LOCKSTEP
+from mechscope.engine.interventions import Gate, Read
+from mechscope.engine.probe_attention import check_pattern, check_resume, check_suppression
+from mechscope.engine.probe_compare import NotApplicable, ProbeFailed, check_close
+from mechscope.engine.probe_generate import check_generate, check_slots
 from mechscope.engine.sites import Site
+from mechscope.engine.spans import attention_span
 from mechscope.errors import MechscopeError, UnsupportedFamilyError
 from mechscope.models.loaded import LoadedModel
 from mechscope.models.trace import probe_ids
-from mechscope.tolerance import pass_depth, rounding_margin, scale_of, score_scale
+from mechscope.tolerance import pass_depth, scale_of
 
 STRUCTURAL = ("hidden", "residual", "z", "lens", "gate")
 #: What each attention/cache check guards: refused when the check fails.
@@ -49,21 +63,25 @@ GUARDS: dict[str, tuple[str, ...]] = {
     "pattern": ("pattern", "attn_scores", "q", "k", "v", "ReduceAttention", "SuppressAttention"),
     "suppression": ("SuppressAttention",),
     "resume": ("resume",),
+    "generate": ("generate",),
 }
+#: The probe's input length, and the longest it grows to so as to pass a declared span.
+PROBE_SEQ, MAX_PROBE_SEQ = 10, 256
 
 
-class ProbeFailed(AssertionError):
-    """A check's identity does not hold (the message says by how much)."""
-
-
-class NotApplicable(Exception):
-    """A check that cannot run on this model (the message says why)."""
+def probe_length(lm: LoadedModel) -> int:
+    """Tokens per probe row: past the attention span (window, chunk) where that is
+    affordable, else :data:`PROBE_SEQ` (spans of thousands are proven on tiny models)."""
+    span = attention_span(lm.config)
+    if span and PROBE_SEQ <= span <= MAX_PROBE_SEQ - 2:
+        return span + 2
+    return PROBE_SEQ
 
 
 @dataclass
 class ProbeReport:
     """Each check's outcome: ``ok``, ``failed: …`` or ``n/a: …``, and for each check that
-    ran to the end its largest error as a fraction of its rounding tolerance."""
+    passed its largest error as a fraction of its rounding tolerance."""
 
     family: str
     results: dict[str, str] = field(default_factory=dict)
@@ -77,27 +95,6 @@ class ProbeReport:
         return None
 
 
-def _close(
-    lm: LoadedModel,
-    got: torch.Tensor,
-    ref: torch.Tensor,
-    what: str,
-    *,
-    depth: int,
-    scale: float | None = None,
-) -> float:
-    """Raise unless ``got`` equals ``ref`` within rounding (``depth`` stages at ``scale``,
-    by default the values' own); return the error as a fraction of the tolerance."""
-    if got.shape != ref.shape:
-        raise ProbeFailed(f"{what}: shape {tuple(got.shape)} != {tuple(ref.shape)}")
-    err, tol = rounding_margin(got.float(), ref.float(), depth, scale=scale, dtype=lm.dtype)
-    if not err <= tol:
-        raise ProbeFailed(
-            f"{what} off by {err:.3g}, {err / tol:.3g} times what rounding explains ({tol:.3g})"
-        )
-    return err / tol if tol > 0 else 0.0
-
-
 def check_hidden(eng: Engine, ids: torch.Tensor) -> float:
     lm = eng.lm
     with torch.no_grad():
@@ -108,7 +105,9 @@ def check_hidden(eng: Engine, ids: torch.Tensor) -> float:
     L = lm.n_layers
     out = eng.run(ids, [Read(Site("resid_pre", l)) for l in range(L)], logits=False)
     return max(
-        _close(lm, out[Site("resid_pre", l)], hidden[l], f"resid_pre {l}", depth=pass_depth(L, l))
+        check_close(
+            lm, out[Site("resid_pre", l)], hidden[l], f"resid_pre {l}", depth=pass_depth(L, l)
+        )
         for l in range(L)
     )
 
@@ -124,7 +123,7 @@ def check_residual(eng: Engine, ids: torch.Tensor) -> float:
         pre, post, attn, mlp = (out[Site(n, l)].float() for n in names)
         what = f"layer {l}: attn_out + mlp_out vs resid_post - resid_pre"
         scale = scale_of(pre, post, attn, mlp)
-        margin = max(margin, _close(lm, attn + mlp, post - pre, what, depth=1, scale=scale))
+        margin = max(margin, check_close(lm, attn + mlp, post - pre, what, depth=1, scale=scale))
     return margin
 
 
@@ -146,7 +145,7 @@ def check_z(eng: Engine, ids: torch.Tensor) -> float:
         if lm.residual_scale is not None:
             contribution = contribution * lm.residual_scale
         what = f"layer {l}: o_proj(z) vs attn_out"  # the same modules on the same input
-        margin = max(margin, _close(lm, contribution, out[Site("attn_out", l)], what, depth=1))
+        margin = max(margin, check_close(lm, contribution, out[Site("attn_out", l)], what, depth=1))
     return margin
 
 
@@ -159,7 +158,7 @@ def check_lens(eng: Engine, ids: torch.Tensor) -> float:
     with torch.no_grad():
         ref = lm.model(input_ids=ids.to(lm.device)).logits
         what = "lens(last layer) vs logits"  # the final norm and head, recomputed
-        return _close(lm, eng.unembed(out[last]), ref, what, depth=1)
+        return check_close(lm, eng.unembed(out[last]), ref, what, depth=1)
 
 
 def check_gate(eng: Engine, ids: torch.Tensor) -> float:
@@ -171,7 +170,7 @@ def check_gate(eng: Engine, ids: torch.Tensor) -> float:
     with _zeroed_head_columns(lm, layer, head):
         zeroed = eng.run(ids).logits
     what = f"gate 0 on layer {layer} head {head} vs zeroed o_proj columns"
-    margin = _close(lm, gated, zeroed, what, depth=pass_depth(lm.n_layers))
+    margin = check_close(lm, gated, zeroed, what, depth=pass_depth(lm.n_layers))
     if float((gated - eng.run(ids).logits).abs().max()) == 0:
         raise ProbeFailed(f"gate 0 on layer {layer} head {head} changes nothing")
     return margin
@@ -199,84 +198,7 @@ def _zeroed_head_columns(lm: LoadedModel, layer: int, head: int) -> Iterator[Non
             view(weight).copy_(saved)
 
 
-@contextmanager
-def _eager(lm: LoadedModel) -> Iterator[None]:
-    """The model on transformers' eager attention for the duration (restored after)."""
-    current = lm.model.config._attn_implementation
-    try:
-        lm.model.set_attn_implementation("eager")
-    except (ValueError, ImportError) as exc:
-        raise NotApplicable(f"no eager attention to compare with ({exc})") from exc
-    try:
-        yield
-    finally:
-        lm.model.set_attn_implementation(current)
-
-
-def check_pattern(eng: Engine, ids: torch.Tensor) -> float:
-    """Probabilities carry their scores' absolute error: the scale is the largest score."""
-    lm = eng.lm
-    if not lm.causal:
-        raise NotApplicable("the eager reference builds a causal mask")
-    L = lm.n_layers
-    reads = [Read(Site(n, l)) for l in range(L) for n in ("pattern", "attn_scores")]
-    out = eng.run(ids, reads, logits=False)
-    missing = [l for l in range(lm.n_layers) if Site("pattern", l) not in out.reads]
-    if missing:
-        raise ProbeFailed(f"attention never reached the engine in layers {missing}")
-    with _eager(lm), torch.no_grad():
-        ref = lm.model(input_ids=ids.to(lm.device), output_attentions=True).attentions
-    if not ref or ref[0] is None:
-        raise NotApplicable("eager attention returns no probabilities")
-    return max(
-        _close(
-            lm,
-            out[Site("pattern", l)],
-            ref[l],
-            f"layer {l}: pattern vs eager",
-            depth=pass_depth(L, l),
-            scale=score_scale(out[Site("attn_scores", l)]),
-        )
-        for l in range(L)
-    )
-
-
-def check_suppression(eng: Engine, ids: torch.Tensor) -> float:
-    lm = eng.lm
-    if not lm.causal:
-        raise NotApplicable("the 4-D mask reference is causal")
-    window = getattr(lm.config, "sliding_window", None)
-    ids = ids[:, : min(ids.shape[1], window)] if window else ids
-    seq = ids.shape[1]
-    start, end = 2, 4
-    allowed = torch.tril(torch.ones(seq, seq, dtype=torch.bool))
-    allowed[end:, start:end] = False
-    mask = torch.zeros(seq, seq, dtype=lm.dtype).masked_fill(~allowed, torch.finfo(lm.dtype).min)
-    mask = mask[None, None].expand(ids.shape[0], 1, -1, -1).to(lm.device)
-    got = eng.run(ids, [SuppressAttention((start, end))]).logits
-    with _eager(lm), torch.no_grad():
-        try:
-            ref = lm.model(input_ids=ids.to(lm.device), attention_mask=mask).logits
-        except (RuntimeError, ValueError, TypeError, IndexError) as exc:
-            raise NotApplicable(f"the model takes no 4-D attention mask ({exc})") from exc
-    what = "suppression vs eager with a 4-D mask"
-    return _close(lm, got, ref, what, depth=pass_depth(lm.n_layers))
-
-
-def check_resume(eng: Engine, ids: torch.Tensor) -> float:
-    lm = eng.lm
-    if not can_resume(lm, ids.shape[1]):
-        raise NotApplicable("the engine does not resume this model at this length (sliding window)")
-    start = ids.shape[1] // 2
-    full = eng.run(ids).logits
-    base = eng.run(ids, cache=True, logits=False)
-    if base.cache is None:
-        raise NotApplicable("the model keeps no key/value cache")
-    tail = eng.run(ids, resume=Resume(base.cache, start)).logits
-    what = f"pass resumed at {start} vs full pass"
-    return _close(lm, tail, full[:, start:], what, depth=pass_depth(lm.n_layers))
-
-
+#: Each check raises or returns its margin: its largest error over its tolerance.
 CHECKS: dict[str, Callable[[Engine, torch.Tensor], float]] = {
     "hidden": check_hidden,
     "residual": check_residual,
@@ -286,14 +208,17 @@ CHECKS: dict[str, Callable[[Engine, torch.Tensor], float]] = {
     "pattern": check_pattern,
     "suppression": check_suppression,
     "resume": check_resume,
+    "slots": check_slots,
+    "generate": check_generate,
 }
 
 
-def run_probe(eng: Engine, *, seq: int = 10) -> ProbeReport:
-    """Run every check on a seeded ``[2, seq]`` input; record what failed and what could
-    not run. The model's interventions are not changed (see :func:`apply_probe`)."""
+def run_probe(eng: Engine, *, seq: int | None = None) -> ProbeReport:
+    """Run every check on a seeded ``[2, seq]`` input (default :func:`probe_length`);
+    record what failed and what could not run. The model's interventions are not changed
+    (see :func:`apply_probe`)."""
     lm = eng.lm
-    ids = probe_ids(lm.vocab_size, batch=2, seq=seq)
+    ids = probe_ids(lm.vocab_size, batch=2, seq=seq or probe_length(lm))
     report = ProbeReport(lm.card.family)
     for name, check in CHECKS.items():
         if name in GUARDS and any(g in lm.refused for g in GUARDS[name][:1]):
@@ -332,5 +257,8 @@ def apply_probe(eng: Engine) -> ProbeReport:
         if result.startswith("failed"):
             for key in guarded:
                 lm.refused.setdefault(key, f"the {name} check failed: {result[8:]}")
+    slots = report.results.get("slots", "ok")
+    if slots.startswith("failed"):  # exact all the same, one prompt at a time
+        lm.extra[LOCKSTEP] = f"the slots check failed: {slots[8:]}"
     lm.extra["probe"] = report
     return report

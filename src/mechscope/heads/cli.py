@@ -12,7 +12,7 @@ from rich.table import Table
 from mechscope.cli.common import OUT_HELP, checked_run, computing, finish, workflow_app
 from mechscope.cli.executor_options import ExecutorOptions, executor_options
 from mechscope.cli.model_options import ModelOptions, model_options
-from mechscope.cli.options import config_from
+from mechscope.cli.options import SEED_OPTION, config_from, number
 from mechscope.errors import InputError
 
 if TYPE_CHECKING:
@@ -59,28 +59,30 @@ def run(
         None, help="JSONL: id, prompt, completion (and correct/wrong for logit_diff)."
     ),
     out: Path = typer.Option(..., "--out", help=OUT_HELP),
-    mixed: int = typer.Option(0, "--mixed", help="Use N samples per task of the mixed set."),
+    mixed: int = number(0, "--mixed", min=0, help="Use N samples per task of the mixed set."),
     objective: str = typer.Option("nll", "--objective", help="nll, diffusion or logit_diff."),
     path: list[str] = typer.Option(
         ["joint", "per_layer"], "--path", help="joint, per_layer, staggered, random (repeatable)."
     ),
-    steps: int = typer.Option(32, "--steps", help="Quadrature nodes (joint, staggered)."),
-    per_layer_steps: int | None = typer.Option(None, "--per-layer-steps"),
+    steps: int = number(32, "--steps", min=1, help="Quadrature nodes (joint, staggered)."),
+    per_layer_steps: int | None = number(None, "--per-layer-steps", min=1),
     method: str = typer.Option("gauss_legendre", "--method", help="Quadrature rule."),
-    baseline: float = typer.Option(0.0, "--baseline", help="Gate value at the start, in [0, 1)."),
-    batch: int | None = typer.Option(None, "--batch", help="Rows per forward+backward."),
+    baseline: float = number(
+        0.0, "--baseline", min=0.0, below=1.0, help="Gate value at the start, in [0, 1)."
+    ),
+    batch: int | None = number(None, "--batch", min=1, help="Rows per forward+backward."),
     postprocess: str = typer.Option("signed", "--postprocess", help="signed, abs or relu."),
     prune: bool = typer.Option(True, "--prune/--no-prune", help="Pruning validation."),
     prune_by: list[str] = typer.Option(
         ["joint"], "--prune-by", help="Importances that order pruning (repeatable)."
     ),
-    refine: float | None = typer.Option(
-        None, "--refine", help="Double steps where completeness error > this."
+    refine: float | None = number(
+        None, "--refine", min=0.0, help="Double steps where completeness error > this."
     ),
     one_per_layer: bool = typer.Option(False, "--one-per-layer", help="Keep >= 1 head per layer."),
-    shapley_top: int = typer.Option(0, "--shapley-top", help="Shapley values for top-k heads."),
-    n_draws: int = typer.Option(8, "--draws", help="Mask draws (diffusion objective)."),
-    seed: int = typer.Option(0, "--seed"),
+    shapley_top: int = number(0, "--shapley-top", min=0, help="Shapley values for top-k heads."),
+    n_draws: int = number(8, "--draws", min=1, help="Mask draws (diffusion objective)."),
+    seed: int = SEED_OPTION,
     ex: ExecutorOptions = ExecutorOptions(),
     opts: ModelOptions = ModelOptions(),
 ) -> None:
@@ -107,7 +109,7 @@ def run(
     lm, (items, fs), run_dir = checked_run(
         out, config, opts, lambda lm: _prepared(lm, samples, mixed, cfg), seed=seed
     )
-    with computing(run_dir, "heads", ex):
+    with computing(run_dir, "heads", ex, units=len(items)):
         result = run_heads(run_dir, lm, items, cfg, fs=fs)
     from mechscope.heads.report import (
         completeness_summary,

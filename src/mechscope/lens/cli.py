@@ -10,7 +10,7 @@ from rich.console import Console
 from mechscope.cli.common import OUT_HELP, checked_run, computing, finish, parse_list, workflow_app
 from mechscope.cli.executor_options import ExecutorOptions, executor_options
 from mechscope.cli.model_options import ModelOptions, model_options
-from mechscope.cli.options import RESAMPLES_OPTION, config_from
+from mechscope.cli.options import RESAMPLES_OPTION, SEED_OPTION, config_from, number
 from mechscope.errors import InputError
 
 app = workflow_app()
@@ -35,12 +35,12 @@ def diff(
     group_diff: str | None = typer.Option(
         None, "--group-diff", help="Two groups to difference, as G1-G2."
     ),
-    bins: int = typer.Option(50, "--bins", help="Progress bins."),
-    first_k: int = typer.Option(64, "--first-k", help="Semantic tokens for first-K alignment."),
+    bins: int = number(50, "--bins", min=1, help="Progress bins."),
+    first_k: int = number(64, "--first-k", min=1, help="Semantic tokens for first-K alignment."),
     anchor: str = typer.Option("return", "--anchor", help="return, control or re:<regex>."),
-    chunk: int | None = typer.Option(None, "--chunk", help="Tokens per unembedding call."),
+    chunk: int | None = number(None, "--chunk", min=1, help="Tokens per unembedding call."),
     resamples: int = RESAMPLES_OPTION,
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = SEED_OPTION,
     ex: ExecutorOptions = ExecutorOptions(),
     opts: ModelOptions = ModelOptions(),
 ) -> None:
@@ -58,7 +58,7 @@ def diff(
         group_diff=parse_list(group_diff, "--group-diff", what="two names as A-B", sep="-", size=2),
     )
     lm, prepared, run = checked_run(out, config, opts, lambda lm: prepare_all(lm, samples, config))
-    with computing(run, "lens_diff", ex):
+    with computing(run, "lens_diff", ex, units=len(samples)):
         result = run_diff(run, lm, samples, config, prepared=prepared)
     console.print(f"{len(result.samples)} samples analysed; tables in {run.tables_dir}")
     console.print(f"report: {finish(run)}")
@@ -79,7 +79,7 @@ def candidates(
     readout: int = typer.Option(-1, "--readout", help="Prompt token to read (-1: last)."),
     all_samples: bool = typer.Option(False, "--all", help="Also samples whose labels agree."),
     resamples: int = RESAMPLES_OPTION,
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = SEED_OPTION,
     opts: ModelOptions = ModelOptions(),
 ) -> None:
     """Candidate-restricted logit lens: win-rates and margins per layer."""

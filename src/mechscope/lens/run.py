@@ -15,6 +15,7 @@ The candidate readout analyses only the conflict subset (labels differ) unless
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -65,7 +66,25 @@ def prepare_all(
     """Check and tokenise every sample (no model work, no files)."""
     if not samples:
         raise InputError("expected at least one sample", field="samples")
+    check_group_diff(samples, config.group_diff)
     return prepare_samples(samples, lm.tokenizer, config.contrast, max_context=lm.max_context)
+
+
+def check_group_diff(samples: Sequence[LensSample], groups: tuple[str, str] | None) -> None:
+    """Refuse a group difference the tables could not hold: each group needs two samples
+    (a group's curve and the difference resample within groups), else it would be left out
+    of the tables without a word."""
+    if groups is None:
+        return
+    counts = Counter(s.group for s in samples if s.group is not None)
+    for group in groups:
+        if counts[group] < 2:
+            have = ", ".join(f"{g} ({n})" for g, n in sorted(counts.items())) or "none"
+            raise InputError(
+                f"two groups with at least 2 samples each; {group!r} has {counts[group]} "
+                f"(groups: {have})",
+                field="--group-diff",
+            )
 
 
 def aggregate(samples: Sequence[SampleDiff], config: DiffConfig) -> dict[str, pd.DataFrame]:

@@ -2,7 +2,7 @@
 
 from mechscope.models.card import ModelCard, all_cards, card_for_config, card_for_family
 from mechscope.models.loaded import LoadedModel
-from mechscope.models.loading import ALIASES, DEFAULT_MODEL, cache_dir, load_model
+from mechscope.models.loading import ALIASES, DEFAULT_MODEL, cache_dir, load_model, load_tokenizer
 
 __all__ = [
     "ALIASES",
@@ -14,4 +14,5 @@ __all__ = [
     "card_for_config",
     "card_for_family",
     "load_model",
+    "load_tokenizer",
 ]

@@ -31,6 +31,13 @@ REFETCH = "re-download or re-convert it"
 HEADER_MAX = 100_000_000  # safetensors refuses larger headers ("header too large")
 
 
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """The whole message of ``exc`` on one line (a validation error's detail is on its
+    second line), cut at ``limit`` characters."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
@@ -59,7 +66,7 @@ def config_error(root: Path, gguf: str | None, exc: BaseException) -> ModelSpecE
             f"{path} has model_type {model_type!r}, which transformers "
             f"{transformers.__version__} does not know: fix config.json or upgrade transformers"
         )
-    return ModelSpecError(f"{path} could not be read ({_first_line(exc)})")
+    return ModelSpecError(f"{path} could not be read ({one_line(exc)})")
 
 
 def tokenizer_error(root: Path, gguf: str | None, exc: BaseException) -> ModelSpecError:

@@ -18,15 +18,22 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoTokenizer
 
-from mechscope.errors import InputError, ModelSpecError, UnsupportedFamilyError
+from mechscope.errors import ModelSpecError, UnsupportedFamilyError
 from mechscope.models import diagnose
 from mechscope.models.card import ModelCard, all_cards, find_card
 from mechscope.models.choose import choose_card
+from mechscope.models.finite import check_finite_weights
 from mechscope.models.loaded import LoadedModel
-from mechscope.models.memory import memory_budget, parse_memory
+from mechscope.models.memory import memory_budget
 from mechscope.models.modal import MODAL_AUTO, RESUME_REFUSAL, load_processor, modal_card, modality
+from mechscope.models.placement import check_device_map, check_placement
 from mechscope.models.tiny import build_tiny, tiny_tokenizer
 from mechscope.models.tiny_types import build_tiny_type, known_model_types
+
+try:  # what huggingface_hub raises for a config field of the wrong type (since 0.32)
+    from huggingface_hub.errors import StrictDataclassError
+except ImportError:  # pragma: no cover - an older huggingface_hub raises TypeError
+    StrictDataclassError = TypeError  # type: ignore[misc,assignment]
 
 
 @dataclass(frozen=True)
@@ -161,7 +168,8 @@ def load_model(
     :mod:`mechscope.models.memory`. Every option is checked before anything loads.
     """
     dtype = _dtype(dtype)
-    _check_placement(device, threads, memory)
+    check_placement(device, threads, memory)
+    check_device_map(device_map, spec=spec, device=device)
     quiet_loading()
     if threads is not None:
         torch.set_num_threads(threads)
@@ -186,6 +194,7 @@ def load_model(
     if device is not None and device_map is None:
         model = model.to(device)
     model.eval()
+    check_finite_weights(model, spec)  # a NaN weight would give NaN curves, not an error
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     chosen, source = choose_card(model, found, choice)
@@ -200,24 +209,15 @@ def load_model(
     return lm
 
 
-def _check_placement(device: str | torch.device | None, threads: int | None, memory: str | None):
-    """One-line errors for placement options, before any file is read."""
-    if threads is not None and threads < 1:
-        raise InputError(f"expected a positive number of threads, got {threads}", field="threads")
-    if memory is not None:
-        parse_memory(memory)
-    if device is None:
-        return
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise InputError(
-            f"expected a device like cpu, cuda or cuda:1, got {device!r}", field="device"
-        ) from exc
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise InputError(
-            f"{device!r} requested, but no CUDA device is available here", field="device"
-        )
+def load_tokenizer(spec: str) -> Any:
+    """The tokenizer of a model spec, without its weights (an alias is converted once, as
+    :func:`load_model` does; ``tiny:<family>`` gives the tiny models' tokenizer)."""
+    if spec.startswith("tiny:"):
+        return tiny_tokenizer()
+    root = _resolve(spec)
+    if root.suffix == ".gguf":
+        return _load_tokenizer(root.parent, root.name)
+    return _load_tokenizer(root, None)
 
 
 def _tiny(name: str, seed: int) -> tuple[transformers.PreTrainedModel, Any, ModelCard | None, Any]:
@@ -269,7 +269,8 @@ def _load_config(root: Path, gguf: str | None) -> transformers.PretrainedConfig:
     """The config, or a one-line error naming the broken file (not JSON, unknown type)."""
     try:
         return AutoConfig.from_pretrained(root, gguf_file=gguf)
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, StrictDataclassError) as exc:
+        # TypeError / StrictDataclassError: a field of the wrong type ("hidden_size": "big")
         raise diagnose.config_error(root, gguf, exc) from exc
 
 
@@ -289,6 +290,10 @@ def _load_weights(auto: type, root: Path, gguf: str | None, **kwargs: object) ->
         return auto.from_pretrained(root, gguf_file=gguf, **kwargs)
     except (SafetensorError, OSError) as exc:
         raise diagnose.weights_error(root, gguf, exc) from exc
+    except (TypeError, ValueError, StrictDataclassError) as exc:  # a config value that no model
+        raise ModelSpecError(  # of its type can be built from, found only when it is built
+            f"{root} could not be built from its config.json ({diagnose.one_line(exc)})"
+        ) from exc
 
 
 def _dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
@@ -332,13 +337,35 @@ def _alias_path(alias: str) -> Path:
     fresh machine) wait on a lock file and the second one finds the first one's result.
     """
     target = cache_dir() / "models" / alias
-    if (target / "config.json").exists():
+    if (target / "config.json").exists() and has_architectures(target):
         return target
     with _locked(target.parent / ".locks" / f"{alias}.lock"):
         if not (target / "config.json").exists():
             with ALIASES[alias].gguf(alias, target.parent) as gguf:
                 convert_gguf(gguf, target)
+        elif not has_architectures(target):  # converted before the field was written
+            add_architectures(target)
     return target
+
+
+def has_architectures(folder: Path) -> bool:
+    """Whether ``folder/config.json`` names its model class (``"architectures"``), which
+    other tools (TransformerLens' bridge, vLLM) read to load the folder."""
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    return bool(config.get("architectures"))
+
+
+def add_architectures(folder: Path) -> None:
+    """Write the causal-LM class of its ``model_type`` into a converted model's config.json
+    (atomically): a conversion made before it was recorded gets it on its next load."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    from mechscope.runs.atomic import atomic_write_text
+
+    path = folder / "config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config["architectures"] = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[config["model_type"]]]
+    atomic_write_text(path, json.dumps(config, indent=2))
 
 
 @contextlib.contextmanager
@@ -376,6 +403,7 @@ def convert_gguf(gguf: Path, target: Path) -> None:
         save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         config = model.config.to_dict()
         config.pop("quantization_config", None)
+        config["architectures"] = [type(model).__name__]  # not set by a load from GGUF
         (tmp / "config.json").write_text(json.dumps(config, indent=2, default=str))
         tok.save_pretrained(tmp)
         if target.exists():

@@ -11,6 +11,7 @@ from rich.console import Console
 from mechscope.cli.common import OUT_HELP, checked_run, finish, parse_list, workflow_app
 from mechscope.cli.executor_options import ExecutorOptions, executor_options
 from mechscope.cli.model_options import ModelOptions, model_options
+from mechscope.cli.options import SEED_OPTION, number
 from mechscope.errors import InputError
 
 app = workflow_app()
@@ -44,7 +45,7 @@ def run(
         help="JSONL: clean/corrupt/correct/wrong(/spans) or base/source/target/wrong lines.",
     ),
     task: str | None = typer.Option(None, "--task", help="Built-in pairs: ioi, ioi-json, facts."),
-    n: int = typer.Option(16, "--n", help="Number of built-in pairs."),
+    n: int = number(16, "--n", min=1, help="Number of built-in pairs."),
     out: Path = typer.Option(..., "--out", help=OUT_HELP),
     site: str = typer.Option(
         "resid_pre",
@@ -76,7 +77,7 @@ def run(
     attribution: bool = typer.Option(
         False, "--attribution/--no-attribution", help="Also run attribution patching and compare."
     ),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = SEED_OPTION,
     ex: ExecutorOptions = ExecutorOptions(),
     opts: ModelOptions = ModelOptions(),
 ) -> None:
@@ -118,7 +119,7 @@ def run(
         ),
         seed=seed,
     )
-    with ex.alongside():
+    with ex.alongside(units=len(data)):  # units are groups of pairs: at most one per pair
         result = run_patching(rd, lm, data, spec)
     report = finish(rd)
     console.print(

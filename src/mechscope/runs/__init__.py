@@ -14,6 +14,7 @@ from mechscope.runs.tables import (
     has_table,
     read_arrays,
     read_table,
+    table_intact,
     write_arrays,
     write_table,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "read_table",
     "run_sharded",
     "shard_stem",
+    "table_intact",
     "weights_fingerprint",
     "write_arrays",
     "write_table",

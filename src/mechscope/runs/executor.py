@@ -30,6 +30,9 @@ from mechscope.runs.cores import shared_cores
 from mechscope.runs.lifetime import die_with_parent
 
 EXECUTORS = ("inline", "local", "ray")
+#: The most workers one command starts. Past a few per core a local worker only adds start-up
+#: time and a model's memory; on a cluster, more processes are more commands on one run.
+MAX_WORKERS = 64
 WORKER_ENV = "MECHSCOPE_WORKER"
 #: The command line being run (set by :func:`mechscope.cli.errors.run_app`).
 ARGV: ContextVar[list[str] | None] = ContextVar("mechscope_argv", default=None)
@@ -65,8 +68,8 @@ def check_executor(
     """The executor options, before any model work or run directory."""
     if executor not in EXECUTORS:
         raise InputError(f"one of {', '.join(EXECUTORS)}, got {executor!r}", field="--executor")
-    if workers < 0:
-        raise InputError(f">= 0 worker processes, got {workers}", field="--workers")
+    if not 0 <= workers <= MAX_WORKERS:
+        raise InputError(f"0 to {MAX_WORKERS} worker processes, got {workers}", field="--workers")
     if worker_gpus < 0:
         raise InputError(f">= 0 GPUs per worker, got {worker_gpus}", field="--worker-gpus")
     if worker_gpus and executor == "inline":
@@ -81,6 +84,8 @@ def check_executor(
 
         if importlib.util.find_spec("ray") is None:
             raise InputError("ray installed (pip install 'mechscope[ray]')", field="--executor")
+        if address not in (None, "local"):
+            check_ray_address(address)
     elif address is not None:
         raise InputError("--address only with --executor ray", field="--address")
 
@@ -159,15 +164,36 @@ class _Alongside:
         self.cores.close()
 
 
+def workers_for(workers: int, units: int | None) -> int:
+    """The workers worth starting for ``units`` units of work: this process computes one
+    too, so at most ``units - 1`` (a worker with no unit to claim only loads a model)."""
+    if units is None or workers <= units - 1:
+        return workers
+    fewer = max(units - 1, 0)
+    print(
+        f"--workers {workers}: {units} units of work, so {fewer} workers start",
+        file=sys.stderr,
+        flush=True,
+    )
+    return fewer
+
+
 @contextmanager
 def workers_alongside(
-    executor: str, workers: int, address: str | None, worker_gpus: float = 0.0
+    executor: str,
+    workers: int,
+    address: str | None,
+    worker_gpus: float = 0.0,
+    units: int | None = None,
 ) -> Iterator[None]:
     """Workers of ``executor`` computing alongside this process for the block: started on
     entry, waited for when the driver's shared work is done (:func:`shared_work_done`) or on
     a normal exit, stopped when the block raises. Local workers and this process share the
     cores (:mod:`mechscope.runs.cores`) until then: what the driver does after its shared
-    work (tables, statistics over all samples) has every core again."""
+    work (tables, statistics over all samples) has every core again. ``units``: how many
+    units the command has, when it knows (no more workers than units to share)."""
+    if executor != "inline":
+        workers = workers_for(workers, units)
     local = workers if executor == "local" else 0
     cores = ExitStack()
     cores.enter_context(shared_cores(local + 1, _argv()))
@@ -243,6 +269,37 @@ def _visible_gpus() -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
+#: Seconds to wait for a Ray cluster's address to accept a connection before refusing it.
+RAY_CONNECT_TIMEOUT = 10.0
+
+
+def check_ray_address(address: str, timeout: float = RAY_CONNECT_TIMEOUT) -> None:
+    """Refuse, in one line and within ``timeout`` seconds, a ``host:port`` or
+    ``ray://host:port`` address where nothing accepts a connection: ``ray.init`` would
+    retry for minutes and print its logs on the terminal. Other forms (``auto``) go to Ray."""
+    import socket
+    from urllib.parse import urlsplit
+
+    target = urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        host, port = target.hostname, target.port
+    except ValueError:  # a port that is not a number
+        host, port = None, None
+    if not host or port is None:
+        if address != "auto":
+            raise InputError(
+                f"a Ray address host:port or ray://host:port, got {address!r}", field="--address"
+            )
+        return
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        raise InputError(
+            f"a Ray cluster at {address!r}; nothing answers there ({exc.strerror or exc})",
+            field="--address",
+        ) from None
+
+
 def _start_ray(
     cmd: list[str], env: dict[str, str], workers: int, address: str | None, worker_gpus: float
 ):
@@ -257,7 +314,12 @@ def _start_ray(
                 log_to_driver=False,
             )
         else:
-            ray.init(address=address, log_to_driver=False)
+            try:
+                ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+            except Exception as exc:  # ConnectionError, RuntimeError, TimeoutError …
+                raise InputError(
+                    f"a Ray cluster at {address!r}: {str(exc).splitlines()[0]}", field="--address"
+                ) from None
 
     have = ray.cluster_resources().get("GPU", 0.0)
     if worker_gpus > have:  # the tasks would wait for GPUs forever

@@ -9,8 +9,7 @@ from rich.console import Console
 
 from mechscope.cli.common import OUT_HELP, checked_run, computing, finish, parse_list, workflow_app
 from mechscope.cli.model_options import ModelOptions, model_options
-from mechscope.cli.options import RESAMPLES_OPTION, config_from
-from mechscope.errors import InputError
+from mechscope.cli.options import RESAMPLES_OPTION, SEED_OPTION, config_from, number
 
 app = workflow_app()
 console = Console(stderr=True)
@@ -20,7 +19,7 @@ console = Console(stderr=True)
 @model_options
 def humaneval(
     out: Path = typer.Option(..., "--out", help=OUT_HELP),
-    limit: int | None = typer.Option(None, "--limit", help="Only the first N tasks."),
+    limit: int | None = number(None, "--limit", min=1, help="Only the first N tasks."),
     variants: str = typer.Option(
         "tests,spec,other_tests,empty", "--variants", help="Tool responses (with 'tests')."
     ),
@@ -31,16 +30,16 @@ def humaneval(
     gen_prefix: str = typer.Option(
         "code", "--gen-prefix", help="code: model writes the function; prompt: only its body."
     ),
-    max_new_tokens: int = typer.Option(384, "--max-new-tokens"),
-    temperature: float = typer.Option(0.0, "--temperature", help="0: greedy."),
-    top_p: float = typer.Option(1.0, "--top-p"),
-    seed: int = typer.Option(0, "--seed"),
-    tasks_per_batch: int = typer.Option(8, "--tasks-per-batch", help="Tasks decoded together."),
-    timeout: float = typer.Option(5.0, "--timeout", help="Seconds per test program."),
-    memory_mb: int = typer.Option(1024, "--memory-mb", help="Memory per test program."),
-    jobs: int = typer.Option(2, "--jobs", help="Test programs run at once."),
+    max_new_tokens: int = number(384, "--max-new-tokens", min=1),
+    temperature: float = number(0.0, "--temperature", min=0.0, help="0: greedy."),
+    top_p: float = number(1.0, "--top-p", min=0.0, above=0.0, max=1.0),
+    seed: int = SEED_OPTION,
+    tasks_per_batch: int = number(8, "--tasks-per-batch", min=1, help="Tasks decoded together."),
+    timeout: float = number(5.0, "--timeout", min=0.0, above=0.0, help="Seconds per test program."),
+    memory_mb: int = number(1024, "--memory-mb", min=1, help="Memory per test program."),
+    jobs: int = number(2, "--jobs", min=1, help="Test programs run at once."),
     resamples: int = RESAMPLES_OPTION,
-    bins: int = typer.Option(50, "--bins", help="Progress bins of the heatmaps."),
+    bins: int = number(50, "--bins", min=1, help="Progress bins of the heatmaps."),
     opts: ModelOptions = ModelOptions(),
 ) -> None:
     """Generate, test and teacher-force HumanEval with and without a tool response."""
@@ -49,8 +48,6 @@ def humaneval(
     from mechscope.studies.humaneval.run import run_study
     from mechscope.studies.humaneval.samples import plan_study
 
-    if jobs < 1:
-        raise InputError(f"expected at least one job, got {jobs}", field="--jobs")
     config = config_from(
         StudyConfig,
         locals(),
