@@ -32,7 +32,7 @@ COMMANDS = {
     "lens candidates": ["lens", "candidates", "cands.jsonl", "--resamples", "50", *M],
     "patch run": ["patch", "run", "--pairs", "pairs.jsonl", *M],
     "heads run": ["heads", "run", "heads.jsonl", "--steps", "4", *M],
-    "anchors receivers": ["anchors", "receivers", "trace.json", *M],
+    "anchors receivers": ["anchors", "receivers", "trace.json", "--proximity", "1", *M],
     "anchors suppress": ["anchors", "suppress", "trace.json", *M],
 }
 

@@ -26,7 +26,7 @@ from mechscope.anchors.adaptive import NARROW, NEGLIGIBLE, OPEN, decide, decisio
 from mechscope.anchors.config import AdaptiveSettings
 from mechscope.anchors.layout import ADAPTIVE_TABLE, ADAPTIVE_TRACES_TABLE
 from mechscope.runs import RunDir, read_table
-from mechscope.runs.result import frame_from_payload, frame_to_payload
+from mechscope.runs.result import HtmlRepr, frame_from_payload, frame_to_payload
 from mechscope.stats import wilson_intervals
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ def _trace_row(part: pd.DataFrame, n: int, adaptive: AdaptiveSettings) -> dict[s
 
 
 @dataclass
-class AdaptiveResult:
+class AdaptiveResult(HtmlRepr):
     """The adaptive run's positions table and its per-trace totals (module docstring)."""
 
     positions: pd.DataFrame
@@ -106,6 +106,10 @@ class AdaptiveResult:
     def to_frame(self) -> pd.DataFrame:
         """The main table: :attr:`positions`."""
         return self.positions
+
+    def _repr_summary(self) -> str:
+        drawn, fixed = self.total
+        return f"{drawn:,} rollouts drawn, {fixed:,} in the fixed design"
 
     def to_payload(self) -> dict[str, Any]:
         return {

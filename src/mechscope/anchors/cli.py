@@ -88,7 +88,11 @@ def analyze(
         1.0, "--alpha", min=0.0, above=0.0, help="Laplace smoothing of answer counts."
     ),
     weighting: str = typer.Option("unsmoothed", "--weighting", help="unsmoothed or smoothed."),
-    count_no_answer: bool = typer.Option(False, "--count-no-answer/--drop-no-answer"),
+    count_no_answer: bool = typer.Option(
+        False,
+        "--count-no-answer/--drop-no-answer",
+        help="Rollouts without an answer: one more answer, and wrong; or left out (published).",
+    ),
     threshold: float = number(
         0.8, "--threshold", min=-1.0, max=1.0, help="Cosine of 'same sentence'."
     ),
@@ -128,7 +132,9 @@ def receivers(
     proximity: int = number(4, "--proximity", min=0, help="Rows at least this much later."),
     top_k: int = number(16, "--top-k", min=1, help="Receiver heads to keep."),
     control_depth: bool = typer.Option(False, "--control-depth", help="Rank-normalise rows."),
-    include_layer0: bool = typer.Option(False, "--include-layer0"),
+    include_layer0: bool = typer.Option(
+        False, "--include-layer0", help="Layer 0's heads may be receivers (left out by default)."
+    ),
     ablate: bool = typer.Option(True, "--ablate/--no-ablate", help="Receiver vs random heads."),
     n_random: int = number(10, "--n-random", min=1, help="Random head sets."),
     seed: int = SEED_OPTION,

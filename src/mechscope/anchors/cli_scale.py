@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -18,8 +18,12 @@ from rich.table import Table
 from mechscope.anchors.cli_adaptive import adaptive_options
 from mechscope.anchors.cli_resample import check_server, server_sampler
 from mechscope.anchors.config import AdaptiveSettings
+from mechscope.cli.model_options import ModelOptions, model_options
 from mechscope.cli.options import SEED_OPTION, number
 from mechscope.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 console = Console(stderr=True)
 PUBLISHED_HELP = "Folder of published traces (model/solution/problem_*/chunks_labeled.json)."
@@ -30,6 +34,8 @@ FRONTIER_THRESHOLDS = (0.15, 0.2, 0.3, 0.35)
 
 def print_table(table: pd.DataFrame, title: str) -> None:
     """``table`` on stdout, numbers rounded for reading."""
+    import pandas as pd
+
     out = Table(title=title)
     out.add_column(table.index.name or "")
     for col in table.columns:
@@ -40,6 +46,7 @@ def print_table(table: pd.DataFrame, title: str) -> None:
     Console().print(out)
 
 
+@model_options
 @adaptive_options
 def plan(
     input: Path | None = typer.Argument(None, help="JSON/JSONL of traces (id, text, gold)."),
@@ -61,10 +68,10 @@ def plan(
         None, "--server", help="--probe: this server (else the local model)."
     ),
     server_model: str | None = typer.Option(None, "--server-model", help="--server: model id."),
-    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Tokenizer (and probe)."),
     seeds: int = number(10, "--seeds", min=1, help="Simulated adaptive runs per trace."),
     csv: Path | None = typer.Option(None, "--csv", help="Write the table here too."),
     rule: AdaptiveSettings = AdaptiveSettings(),
+    opts: ModelOptions = ModelOptions(),
 ) -> None:
     """Rollouts, generated tokens and GPU-hours of the fixed and the adaptive design, per
     trace and in total, from traces or the published folders and a throughput."""
@@ -91,9 +98,9 @@ def plan(
         if problems:
             raise InputError("traces (id, text, gold), not problems", field="input")
         pubs, positions = None, None
-    tokenizer = load_tokenizer(model)
+    tokenizer = load_tokenizer(opts.model)
     if probe:
-        throughput = _probe(model, server, server_model, tokenizer, traces[0], probe_rollouts,
+        throughput = _probe(opts, server, server_model, tokenizer, traces[0], probe_rollouts,
                             probe_tokens)  # fmt: skip
     table = plan_table(
         traces,
@@ -116,16 +123,15 @@ def plan(
         table.to_csv(csv)
 
 
-def _probe(model, server, server_model, tokenizer, trace, rollouts, tokens) -> float:
+def _probe(opts, server, server_model, tokenizer, trace, rollouts, tokens) -> float:
     from mechscope.anchors.plan import measure_throughput
 
     if server is not None:
         sampler = server_sampler(server, server_model, concurrency=rollouts)
     else:
         from mechscope.anchors.sampler import EngineSampler
-        from mechscope.models import load_model
 
-        sampler = EngineSampler(load_model(model), slots=rollouts)
+        sampler = EngineSampler(opts.load(), slots=rollouts)
     rate, count, seconds = measure_throughput(
         sampler, tokenizer, trace.prefix(0), rollouts=rollouts, max_new_tokens=tokens
     )
