@@ -99,7 +99,7 @@ def assert_within(got: Any, ref: Any, bound: Any, *, msg: str = "") -> float:
     b = np.broadcast_to(np.asarray(bound, dtype=np.float64), g.shape)
     same = (g == r) | (np.isnan(g) & np.isnan(r))
     with np.errstate(invalid="ignore", divide="ignore"):
-        ratio = np.where(same, 0.0, np.nan_to_num(np.abs(g - r), nan=np.inf) / b)
+        ratio = np.where(same, 0.0, np.nan_to_num(np.abs(g - r), nan=np.inf, posinf=np.inf) / b)
     worst = float(ratio.max()) if ratio.size else 0.0
     i = np.unravel_index(int(np.argmax(ratio)), ratio.shape) if ratio.size else ()
     if ratio.size:

@@ -133,6 +133,6 @@ def rounding_margin(
     same = (g == r) | (np.isnan(g) & np.isnan(r))  # equal infinities (masks) included
     with np.errstate(invalid="ignore"):
         diff = np.where(same, 0.0, np.abs(g - r))
-    err = float(np.nan_to_num(diff, nan=np.inf).max()) if diff.size else 0.0
+    err = float(np.nan_to_num(diff, nan=np.inf, posinf=np.inf).max()) if diff.size else 0.0
     s = scale_of(g, r) if scale is None else scale
     return err, rounding_tolerance(s, depth, dtype)
