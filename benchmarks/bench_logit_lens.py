@@ -17,7 +17,10 @@ layer: ``[layers + 1, tokens - 1]``.
   (its own convention: HF's last hidden state is already normalised).
 
 Time interleaved in one process, peak memory in a fresh process per side. Agreement: every
-NLL within 1e-3 nats (TransformerLens re-implements the forward; tuned-lens reads HF's).
+NLL within what rounding explains (``K · eps · scale · √depth``, mechscope.tolerance) at a
+log-probability's scale (the lens logits' largest magnitude twice, plus log(vocab)) through
+every layer: TransformerLens re-implements the forward in another order of operations,
+tuned-lens reads HF's.
 Run: ``python benchmarks/bench_logit_lens.py [--quick] [--reps N] [--threads N]``.
 """
 
@@ -38,11 +41,11 @@ import harness
 from mechscope.engine import Engine, Read, Site
 from mechscope.lens import lens_logprobs
 from mechscope.models import DEFAULT_MODEL, LoadedModel, load_model
+from mechscope.tolerance import logprob_scale
 
 PEER_VENV = True
 MODEL = DEFAULT_MODEL
 N_TOKENS = 512
-NLL_ATOL = 1e-3
 TARGET = 1.0
 PEERS = {"tl": "TransformerLens accumulated_resid + unembed", "tuned": "tuned-lens LogitLens"}
 
@@ -74,6 +77,22 @@ def lens_ours(lm: LoadedModel, ids: torch.Tensor) -> torch.Tensor:
     rows = [_nll(lens_logprobs(eng, out[s][0], chunk=chunk)[None], ids)[0] for s in sites]
     rows.append(_nll(torch.log_softmax(out.logits[0].float(), -1)[None], ids)[0])
     return torch.stack(rows)  # [L + 1, T - 1]
+
+
+def nll_scale(lm: LoadedModel, ids: torch.Tensor) -> float:
+    """The scale at which the lens' NLLs are rounded: a log-probability's, from the largest
+    |logit| of the lens of every layer (one layer's ``[tokens, vocab]`` at a time)."""
+    eng = Engine.of(lm)
+    sites = [Site("resid_pre", layer) for layer in range(lm.n_layers)]
+    out = eng.run(ids, [Read(s) for s in sites])
+    top = max(float(eng.unembed(out[s]).abs().max()) for s in sites)
+    return logprob_scale(max(top, float(out.logits.abs().max())), lm.vocab_size)
+
+
+def check(lm: LoadedModel, ids: torch.Tensor, ours: Any, peer: Any) -> harness.Agreement:
+    """Every NLL of every layer, up to rounding through the whole pass."""
+    scale = nll_scale(lm, ids)
+    return harness.agreement(ours, peer, depth=lm.n_layers + 1, scale=scale, name="nll")
 
 
 def lens_reference(hf_model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
@@ -125,7 +144,7 @@ def peer_case(name: str, n_tokens: int, reps: int, threads: int) -> harness.Case
     variants = {"ours": lambda: lens_ours(lm, ids), name: lambda: peer(ids)}
     print(f"logit lens vs {PEERS[name]}, {n_tokens} tokens", file=sys.stderr, flush=True)
     t = harness.interleaved(variants, reps=reps)
-    check = harness.agreement(t.last["ours"], t.last[name], atol=NLL_ATOL, name="nll")
+    agree = check(lm, ids, t.last["ours"], t.last[name])
     t.last.clear()
     lm = peer = None  # free both models before the memory children load theirs
     mem = {v: harness.peak_in_child(__file__, v, threads, tokens=n_tokens) for v in ("ours", name)}
@@ -133,7 +152,7 @@ def peer_case(name: str, n_tokens: int, reps: int, threads: int) -> harness.Case
         t,
         "ours",
         name,
-        check,
+        agree,
         case=label,
         peer_label=PEERS[name],
         target=TARGET,

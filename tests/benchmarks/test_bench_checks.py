@@ -8,6 +8,7 @@ import bench_lens
 import bench_logit_lens
 import bench_path_patching
 import bench_pattern
+import harness
 import numpy as np
 import patching_contract
 import pytest
@@ -16,6 +17,7 @@ import torch
 from mechscope.engine import Engine
 from mechscope.lens.readout import readout_layers
 from mechscope.models import load_model
+from mechscope.tolerance import rounding_tolerance
 
 TINY = "tiny:llama"
 
@@ -33,12 +35,13 @@ def test_pattern_capture_check(tiny) -> None:
     ids = _ids(tiny)
     ours = bench_pattern.capture_ours(tiny, ids)
     peer = bench_pattern.capture_peer(bench_pattern.eager_copy(TINY), ids)
-    assert bench_pattern.check(ours, peer).ok
+    scores = harness.score_scale_of(tiny, ids)
+    assert bench_pattern.check(ours, peer, scores).ok
     patterns = [p.clone() for p in peer[1]]
-    patterns[-1][0, 0, -1, 0] += 10 * bench_pattern.PATTERN_ATOL
-    assert not bench_pattern.check(ours, (peer[0], patterns)).ok
-    assert not bench_pattern.check(ours, (peer[0] + 1e-2, peer[1])).ok
-    assert not bench_pattern.check(ours, (peer[0], peer[1][:-1])).ok  # a layer missing
+    patterns[-1][0, 0, -1, 0] += 10 * rounding_tolerance(scores, tiny.n_layers + 1)
+    assert not bench_pattern.check(ours, (peer[0], patterns), scores).ok
+    assert not bench_pattern.check(ours, (peer[0] + 1e-2, peer[1]), scores).ok
+    assert not bench_pattern.check(ours, (peer[0], peer[1][:-1]), scores).ok  # a layer missing
 
 
 def test_cache_check(tiny) -> None:
@@ -76,11 +79,11 @@ def test_logit_lens_check(tiny) -> None:
     ours = bench_logit_lens.lens_ours(tiny, ids)
     ref = bench_logit_lens.lens_reference(tiny.model, ids)
     assert ours.shape == (tiny.n_layers + 1, ids.shape[1] - 1)
-    atol = bench_logit_lens.NLL_ATOL
-    assert bench_logit_lens.harness.agreement(ours, ref, atol=atol).ok
+    assert bench_logit_lens.check(tiny, ids, ours, ref).ok
     bad = ref.clone()
-    bad[0, 3] += 3 * atol
-    assert not bench_logit_lens.harness.agreement(ours, bad, atol=atol).ok
+    tol = rounding_tolerance(bench_logit_lens.nll_scale(tiny, ids), tiny.n_layers + 1)
+    bad[0, 3] += 3 * tol
+    assert not bench_logit_lens.check(tiny, ids, ours, bad).ok
 
 
 def test_paired_lens_check(tiny) -> None:
@@ -105,10 +108,12 @@ def test_patching_rows_fail_on_a_perturbed_grid() -> None:
     names = ("mechscope", "mechscope_noskip", "transformer_lens", "nnsight")
     wall = {n: [1.0, 1.1] for n in names}
     grids = {n: grid.copy() for n in names}
-    rows = patching_contract.cases(wall, wall, grids, "tiny", skipped={})
+    close = dict(logit_scale=3.0, depth=4)  # logits up to 3 (the grid's 3σ), 3 layers
+    rows = patching_contract.cases(wall, wall, grids, "tiny", skipped={}, **close)
     assert len(rows) == 4 and all(r.agree for r in rows)
-    grids["nnsight"][1, 2, 3] += 10 * patching_contract.GRID_ATOL
-    rows = patching_contract.cases(wall, wall, grids, "tiny", skipped={"transformer_lens": "x"})
+    grids["nnsight"][1, 2, 3] += 10 * rounding_tolerance(2 * 3.0, 4)
+    skipped = {"transformer_lens": "x"}
+    rows = patching_contract.cases(wall, wall, grids, "tiny", skipped=skipped, **close)
     assert rows[0].unavailable == "x"
     assert [r.agree for r in rows[1:]] == [False, False]
 

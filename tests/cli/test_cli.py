@@ -41,6 +41,16 @@ def test_inspect_lists_only_the_sites_a_dense_model_has(capsys) -> None:
     assert "refused: router" in flat and "not a mixture of experts" in flat
 
 
+def test_inspect_probe_shows_each_checks_margin(capsys) -> None:
+    """Each check that holds says how close it came to its rounding tolerance."""
+    code, out, _ = _run(["inspect", "--model", "tiny:llama", "--probe"], capsys)
+    flat = " ".join(out.split())  # the table may wrap a long cell
+    assert code == 0
+    for check in ("hidden", "residual", "suppression", "resume"):
+        assert f"probe: {check}" in flat
+    assert flat.count("of the rounding tolerance") >= 8
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

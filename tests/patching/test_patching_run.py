@@ -24,6 +24,7 @@ from mechscope.patching.samples import load_pairs_jsonl
 from mechscope.report import FigureBlock, FindingBlock, walk
 from mechscope.runs import RunDir, ShardStore, read_table
 from mechscope.stats import curve_ci
+from tolerance import assert_rounding_close
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +81,7 @@ def test_figures_are_functions_of_the_result(lm, pairs):
     result = patch_pairs(lm, pairs, spec, progress=False)
     fig = position_heatmap(result, "normalized_effect")
     arr = np.stack([p.metrics["normalized_effect"][:, :, 0] for p in result.pairs])
-    np.testing.assert_allclose(fig.spec.z, arr.mean(0), atol=1e-6)
+    assert_rounding_close(fig.spec.z, arr.mean(0), depth=1, msg="mean over pairs")
     assert fig.spec.x_labels[14].startswith("14 S2")
     curve = layer_curves(result, ("flip_to_target",), units=[14], n_resamples=200)
     ci = curve_ci(

@@ -88,6 +88,8 @@ def inspect(
         table.add_row(f"refused: {name}", reason)
     if report is not None:
         for name, result in report.results.items():
+            if name in report.margins:  # how close it came: its error over its tolerance
+                result += f" (error {report.margins[name]:.2g} of the rounding tolerance)"
             table.add_row(f"probe: {name}", result)
     console.print(table)
 
