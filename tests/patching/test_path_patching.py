@@ -16,8 +16,7 @@ from mechscope.models import load_model
 from mechscope.patching.path import path_patch, run_path_patching
 from mechscope.patching.path_core import path_patch_ids
 from mechscope.patching.path_result import PathResult
-
-EPS = torch.finfo(torch.float32).eps
+from tolerance import FACTOR, assert_rounding_close, depth_of, rounding_tolerance
 
 
 def _ids(seq: int, pairs: int = 3, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -46,7 +45,8 @@ def _check_against_reference(spec: str, seq: int, inputs, freeze: bool, groups: 
             Engine.of(lm), clean, corrupt, heads, recv, receiver_input,
             lambda logits, pairs: logits, freeze_mlps=freeze,
         )  # fmt: skip
-        tol = EPS * float(got.clean.abs().max()) * lm.d_model  # fp32, scaled to the logits
+        scale = float(got.clean.abs().max())  # the logits rounding acted on
+        tol = rounding_tolerance(scale, depth_of(lm))
         largest = 0.0
         for i, s in enumerate(heads):
             for j, r in enumerate(recv if receiver_input != "resid_final" else [[]]):
@@ -58,9 +58,9 @@ def _check_against_reference(spec: str, seq: int, inputs, freeze: bool, groups: 
                 want = path_patch_reference(
                     ref, clean, corrupt, s, r, receiver_input, freeze_mlps=freeze
                 )
-                torch.testing.assert_close(cell, want, atol=tol, rtol=0)
+                assert_rounding_close(cell, want, depth=depth_of(lm), scale=scale, msg=str(s))
                 largest = max(largest, float((want - got.clean).abs().max()))
-        assert largest > 20 * tol, (receiver_input, largest, tol)  # the paths do something
+        assert largest > FACTOR * tol, (receiver_input, largest, tol)  # the paths do something
 
 
 @pytest.mark.parametrize("freeze", [False, True])
@@ -132,8 +132,9 @@ def test_pairs_of_several_lengths_and_a_metric(lm, pairs):
     assert together.logit_diff.shape == (3, 12, 2) and together.metric is not None
     for i, pair in enumerate(mixed):
         alone = path_patch(lm, [pair], "all", [(2, 0), (2, 3)], metric=correct_logit([pair]))
-        np.testing.assert_allclose(together.logit_diff[i], alone.logit_diff[0], atol=1e-5)
-        np.testing.assert_allclose(together.metric[i], alone.metric[0], atol=1e-5)
+        depth = depth_of(lm)  # batched vs alone: another order of the same sums
+        assert_rounding_close(together.logit_diff[i], alone.logit_diff[0], depth=depth)
+        assert_rounding_close(together.metric[i], alone.metric[0], depth=depth)
     assert np.isnan(together.logit_diff[:, -4:]).all()  # layer-2 senders: no path
     frame = together.to_frame()
     assert len(frame) == 3 * 8 * 2 and frame["path_effect"].notna().all()

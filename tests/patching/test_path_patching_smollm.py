@@ -26,6 +26,7 @@ from mechscope.data.ioi import generate_ioi
 from mechscope.data.ioi_pools import TEMPLATES
 from mechscope.data.pairs import tokenize_pair
 from mechscope.patching.path import path_patch
+from tolerance import depth_of, rounding_tolerance
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +66,8 @@ def ioi(smollm2):
         "ld": ld,
         "clean": ld(clean_logits),
         "corrupt": ld(corrupt_logits),
-        "tol": torch.finfo(torch.float32).eps * float(clean_logits.abs().max()) * smollm2.d_model,
+        # a logit difference rounds at the logits' scale, through every layer
+        "tol": rounding_tolerance(float(clean_logits.abs().max()), depth_of(smollm2)),
     }
 
 

@@ -22,7 +22,8 @@ from mechscope.steering.samples import Contrast, SteerPrompt
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from engine_tiny import eager_copy
 
-EPS = torch.finfo(torch.float32).eps
+from tolerance import assert_rounding_close, depth_of, rounding_tolerance
+
 PROMPTS = ["When Mary and John went to the store", "Once upon a time, there was", "def add(a, b):"]
 
 
@@ -104,7 +105,7 @@ def test_alpha_zero_is_exactly_the_unsteered_run(lm):
     rows = Steer(Site("resid_pre", 1), vec, torch.tensor([0.0, 3.0]))  # packed: row 0 is α 0
     packed = eng.run(ids, [rows], logits=1, expand=(1, 2)).logits
     alone = eng.run(ids, logits=1).logits[0]  # a 1-row batch rounds its sums its own way
-    torch.testing.assert_close(packed[0], alone, atol=16 * EPS * float(alone.abs().max()), rtol=0)
+    assert_rounding_close(packed[0], alone, depth=depth_of(lm))
 
 
 @pytest.mark.parametrize("site", ["resid_mid", "mlp_out", "z"])
@@ -118,7 +119,7 @@ def test_projection_removes_exactly_the_component(lm, site):
     ids = torch.tensor([_ids(lm, p)[:6] for p in PROMPTS])
     before = eng.run(ids, [Read(where)], logits=False)[where].float()  # [b, s, size]
     after = eng.run(ids, [Steer(where, vec, 1.0, "project"), Read(where)], logits=False)[where]
-    tol = 8 * EPS * float(before.norm(dim=-1).max())  # fp32, at the activations' scale
+    tol = rounding_tolerance(float(before.norm(dim=-1).max()), 1)  # one projection, fp32
     assert float((after @ unit).abs().max()) <= tol
     assert float((before @ unit).abs().max()) > 100 * tol  # there was a component to remove
     orth = lambda h: h - (h @ unit)[..., None] * unit  # noqa: E731
@@ -174,7 +175,7 @@ def test_caa_vector_equals_the_mean_difference_of_hidden_states(lm):
 
     want = sum(last(p.positive) - last(p.negative) for p in pairs) / len(pairs)
     scale = max(float(last(p.positive).abs().max()) for p in pairs)
-    torch.testing.assert_close(got.double(), want, atol=16 * EPS * scale, rtol=0)
+    assert_rounding_close(got.double(), want, depth=depth_of(lm, layer), scale=scale)
 
 
 def test_sweep_metrics_equal_a_hooked_forward_per_alpha(lm):
@@ -195,8 +196,9 @@ def test_sweep_metrics_equal_a_hooked_forward_per_alpha(lm):
             finally:
                 handle.remove()
             want = float(logits[target] - logits[versus])
-            tol = 16 * EPS * float(logits.abs().max())
-            assert abs(result.metrics["logit_diff"][i, j] - want) <= tol
+            scale = float(logits.abs().max())  # a difference of two logits
+            got = result.metrics["logit_diff"][i, j]
+            assert_rounding_close(got, want, depth=depth_of(lm), scale=scale)
 
 
 def test_refusals():
