@@ -15,6 +15,10 @@ position-free ones (a gate, a suppressed key span, an ablation of a site everywh
 the prompt pass and on every decode step. Reads are refused: run :meth:`Engine.run` on the
 finished text to read it.
 
+Each decode step is built by :mod:`mechscope.engine.decode_step`: on a CUDA device it is
+recorded once as a CUDA graph and replayed (``decode="auto"``), elsewhere it runs eagerly;
+both compute the same tokens.
+
 A model whose cache does not keep every position (a sliding window shorter than prompt +
 budget) cannot put rows of different lengths side by side exactly; there each prompt's
 rollouts decode in lock step on transformers' own cache, finished rows idling to the end.
@@ -30,6 +34,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
+from mechscope.engine.decode_step import check_decode, decode_step
 from mechscope.engine.interventions import (
     Ablate,
     Gate,
@@ -156,12 +161,14 @@ def generate(
     slots: int = 64,
     interventions: Sequence[Intervention] = (),
     on_done: Done | None = None,
+    decode: str = "auto",
 ) -> list[list[Completion]]:
     """Every rollout of every prompt: ``out[i][k]`` continues ``prompts[i]`` with its seed
     ``k``. ``slots``: rows decoded together. ``on_done(i, k, completion)`` is called as
-    each rollout ends (progress, incremental saving)."""
+    each rollout ends (progress, incremental saving). ``decode``: how each step runs
+    (:mod:`mechscope.engine.decode_step`: ``auto``, ``graph``, ``static`` or ``eager``)."""
     lm = engine.lm
-    _check(lm, prompts, slots)
+    _check(lm, prompts, slots, decode)
     steps = step_interventions(interventions)
     budgets = [p.max_new_tokens or sampling.max_new_tokens for p in prompts]
     longest = max(len(p.ids) + b for p, b in zip(prompts, budgets, strict=True))
@@ -174,17 +181,24 @@ def generate(
 
     decoder = _Decoder(engine, sampling)
     if can_resume(lm, longest):
-        _continuous(engine, prompts, budgets, sampling, slots, interventions, steps, decoder, done)
+        plan = _Plan(prompts, budgets, sampling, slots, interventions, steps, decode)
+        _continuous(engine, plan, decoder, done)
+    elif decode == "graph":
+        raise UnsupportedInterventionError(
+            f"decode='graph': {lm.spec} keeps a sliding window shorter than prompt + budget, "
+            "so its rollouts decode in lock step on transformers' own cache"
+        )
     else:
         _lockstep(engine, prompts, budgets, sampling, slots, interventions, steps, decoder, done)
     return out  # type: ignore[return-value]
 
 
-def _check(lm, prompts: Sequence[Prompt], slots: int) -> None:
+def _check(lm, prompts: Sequence[Prompt], slots: int, decode: str) -> None:
     if not lm.causal:
         raise UnsupportedInterventionError(f"generation needs a causal model ({lm.spec})")
     if slots < 1:
         raise InputError(f"slots >= 1, got {slots}", field="slots")
+    check_decode(decode)
     for i, p in enumerate(prompts):
         if len(p.ids) == 0:
             raise InputError("a prompt of at least one token", sample=str(i), field="ids")
@@ -212,23 +226,38 @@ def _first_token(row: _Row, logits: torch.Tensor, sampling: Sampling) -> int:
     return int(next_tokens(logits[None], sampling, [row.gen])[0])
 
 
-def _continuous(engine, prompts, budgets, sampling, slots, interventions, steps, decoder, done):
+@dataclass
+class _Plan:
+    """What a continuous-batching run decodes, and how."""
+
+    prompts: Sequence[Prompt]
+    budgets: list[int]
+    sampling: Sampling
+    slots: int
+    interventions: Sequence[Intervention]  # on the prompt pass
+    steps: list[Intervention]  # on every decode step
+    decode: str
+
+
+def _continuous(engine, plan: _Plan, decoder: _Decoder, done: Done) -> None:
     """Continuous batching on a :class:`SlotCache` (exact when the cache keeps every
     position)."""
     lm = engine.lm
+    prompts, budgets, sampling = plan.prompts, plan.budgets, plan.sampling
     queue = deque((i, k) for i, p in enumerate(prompts) for k in range(len(p.seeds)))
     waiting = [len(p.seeds) for p in prompts]
     prefilled: dict[int, tuple[KVCache, torch.Tensor]] = {}
     width = max(len(p.ids) for p in prompts) + _FIRST_CAPACITY_MARGIN
-    cache = SlotCache(lm, min(slots, len(queue)), width)
+    cache = SlotCache(lm, min(plan.slots, len(queue)), width)
     rows: list[_Row | None] = [None] * cache.slots
+    step = decode_step(engine, cache, plan.steps, plan.decode)
 
     def start(slot: int) -> None:
         """Give ``slot`` the next waiting rollout (or leave it idle)."""
         while queue:
             i, k = queue.popleft()
             if i not in prefilled:
-                prefilled[i] = _prefill(engine, prompts[i], interventions)
+                prefilled[i] = _prefill(engine, prompts[i], plan.interventions)
             kv, logits = prefilled[i]
             waiting[i] -= 1
             if waiting[i] == 0:
@@ -246,11 +275,7 @@ def _continuous(engine, prompts, budgets, sampling, slots, interventions, steps,
     for slot in range(cache.slots):
         start(slot)
     while any(r is not None for r in rows):
-        position_ids, mask = cache.step_inputs()
-        last = torch.tensor([[r.tokens[-1] if r else 0] for r in rows])  # [slots, 1]
-        logits = engine.run(
-            last, steps, attention_mask=mask, position_ids=position_ids, logits=1, past=cache
-        ).logits[:, -1]  # [slots, vocab]
+        logits = step([r.tokens[-1] if r else 0 for r in rows])  # [slots, vocab]
         cache.advance()
         live = [s for s, r in enumerate(rows) if r is not None]
         picked = next_tokens(logits[live], sampling, [rows[s].gen for s in live])

@@ -9,6 +9,10 @@ and nothing else moves. The step's 4-D mask lets every row see its columns ``0 �
 stay masked. Keys are stored after rotary embedding, so the column a key sits in does not
 matter to attention, only the mask does.
 
+Buffers are reallocated only when they fill (their width doubles) or when idle slots are
+dropped; :attr:`SlotCache.version` counts those reallocations, so a decode step recorded on
+the buffers (a CUDA graph, :mod:`mechscope.engine.decode_step`) knows when it is stale.
+
 Exact for a causal model whose every layer keeps every position (no sliding window shorter
 than the sequence): that is what :func:`mechscope.engine.prefix.can_resume` checks.
 """
@@ -73,6 +77,7 @@ class SlotCache(DynamicCache):
         self.rows = torch.arange(slots, device=self.device)
         self.write_at = torch.zeros(slots, dtype=torch.long, device=self.device)
         self.width = 0
+        self.version = 0  # reallocations of the buffers so far (allocate, grow, keep)
 
     def fill(self, slot: int, prefix: KVCache) -> None:
         """Put one prompt's cache (batch 1, ``n`` positions) into ``slot``'s columns
@@ -81,6 +86,7 @@ class SlotCache(DynamicCache):
         if self.layers[0].k is None:
             for layer, (k, v) in zip(self.layers, prefix.layers, strict=True):
                 layer.allocate(k, v, self.slots, self.capacity)
+            self.version += 1
         self.reserve(n + 1)
         for layer, (k, v) in zip(self.layers, prefix.layers, strict=True):
             layer.k[slot, :, :n] = k[0]
@@ -94,6 +100,19 @@ class SlotCache(DynamicCache):
             for layer in self.layers:
                 if layer.k is not None:
                     layer.grow(self.capacity)
+            self.version += 1
+
+    def plan(self) -> int:
+        """The next step's attention width, from the host copy of the lengths (no device
+        sync), with room reserved for it.
+
+        ``width`` is rounded up to a multiple of :data:`WIDTH_STEP` (the extra columns are
+        masked): attention kernels that plan per shape (cuDNN's) then see a new shape every
+        ``WIDTH_STEP`` steps, not every step, and a captured step is reused for as long."""
+        needed = int(self.lengths.max()) + 1
+        self.width = -(-needed // WIDTH_STEP) * WIDTH_STEP
+        self.reserve(self.width)
+        return self.width
 
     def step_inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Prepare one decode step: returns ``position_ids [slots, 1]`` (each slot's next
@@ -122,3 +141,10 @@ class SlotCache(DynamicCache):
         self.lengths = self.lengths[idx]
         self.slots = len(slots)
         self.rows = torch.arange(self.slots, device=self.device)
+        self.version += 1
+
+
+def step_mask(cols: torch.Tensor, write_at: torch.Tensor) -> torch.Tensor:
+    """The decode step's bool mask ``[slots, 1, 1, width]``: row ``r`` sees its columns
+    ``0 … write_at[r]`` (``cols``: ``0 … width-1``; ``write_at``: ``[slots]``)."""
+    return (cols[None, :] <= write_at[:, None])[:, None, None, :]
