@@ -12,7 +12,7 @@ Measured side by side on one prompt (runs interleaved, medians over repeats):
    captum with the delta (the same two forwards);
 5. the joint path as researchers run it today: captum on a gate function written with
    TransformerLens (a ``hook_z`` hook per layer scaling each head, logits of the whole
-   sequence), on a ``HookedTransformer`` holding the same weights;
+   sequence), on a TransformerLens 4 ``TransformerBridge`` over a copy of the same model;
 6. per-layer IG against captum given the same ``layers`` paths as one batch of inputs
    (``inputs`` all ones, ``baselines`` with one layer off each), both without completeness.
    captum sees a black box and runs every layer for every step; ``per_layer_ig`` runs the

@@ -7,17 +7,17 @@ layer: ``[layers + 1, tokens - 1]``.
 - mechscope: one ``Engine.run`` with a ``Read`` of every ``resid_pre`` (the last row is the
   model's own logits), then ``lens_logprobs`` layer by layer, all tokens in one chunk:
   never more than one layer's ``[tokens, vocab]`` at a time;
-- TransformerLens 3.9: ``run_with_cache`` (residual hooks only), ``accumulated_resid(
+- TransformerLens 4: ``run_with_cache`` (residual hooks only), ``accumulated_resid(
   apply_ln=True)`` (``ln_final`` recomputed per state), ``unembed``, ``log_softmax``: the
-  textbook logit lens, holding ``[layers + 1, tokens, vocab]``. The ``HookedTransformer`` is
-  built from the same weights as ``bench_patching.py`` builds it (TL cannot load SmolLM2 by
-  name offline);
+  textbook logit lens, holding ``[layers + 1, tokens, vocab]``. The ``TransformerBridge``
+  wraps a copy of the same weights, as ``bench_patching.py`` builds it (TL cannot load
+  SmolLM2 by name offline);
 - tuned-lens 0.2: ``LogitLens.from_model`` on the Hugging Face model, applied to
   ``hidden_states[:-1]`` of an ``output_hidden_states=True`` forward plus the model's logits
   (its own convention: HF's last hidden state is already normalised).
 
 Time interleaved in one process, peak memory in a fresh process per side. Agreement: every
-NLL within 1e-3 nats (TransformerLens re-implements the forward; tuned-lens reads HF's).
+NLL within 1e-3 nats (TransformerLens runs eager attention; tuned-lens reads HF's).
 Run: ``python benchmarks/bench_logit_lens.py [--quick] [--reps N] [--threads N]``.
 """
 
