@@ -43,12 +43,12 @@ def forward_case(ctx: Ctx, lm: Any, deadline: float) -> list[harness.Case]:
     def plain(keep: int) -> torch.Tensor:
         with attention(lm, "sdpa"), torch.inference_mode():
             out = lm.model(input_ids=ids, use_cache=False, logits_to_keep=keep).logits
-        return out[:, ::stride].float() if keep == 0 else out[:, -1].float()
+        return out[:, ::stride].float() if keep == 0 else out[:, -1].float()  # copies
 
     variants = {
         "engine_last": lambda: eng.run(ids, logits=1).logits[:, -1],
         "plain_last": lambda: plain(1),
-        "engine_all": lambda: eng.run(ids).logits[:, ::stride],
+        "engine_all": lambda: eng.run(ids).logits[:, ::stride].clone(),  # frees the rest
         "plain_all": lambda: plain(0),
     }
     t = interleaved(ctx, variants, deadline=deadline, reps=5 if not ctx.smoke else 2, warm=variants)

@@ -73,7 +73,7 @@ def capture_refusal(lm, steps: Sequence[Intervention]) -> str | None:
     if len(placed) > 1:
         return f"the model is spread over {len(placed)} devices (device_map)"
     if lm.card.experts is not None:
-        return "mixture-of-experts layers choose their experts on the host at every step"
+        return "mixture-of-experts layers pick their experts from the data (a recording freezes it)"
     for iv in steps:
         if isinstance(iv, Ablate) and iv.mode == "resample":
             return "a resampling Ablate draws its rows on the host at every step"
