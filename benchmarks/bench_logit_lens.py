@@ -14,7 +14,9 @@ layer: ``[layers + 1, tokens - 1]``.
   SmolLM2 by name offline);
 - tuned-lens 0.2: ``LogitLens.from_model`` on the Hugging Face model, applied to
   ``hidden_states[:-1]`` of an ``output_hidden_states=True`` forward plus the model's logits
-  (its own convention: HF's last hidden state is already normalised).
+  (its own convention: HF's last hidden state is already normalised). It probes for
+  TransformerLens' ``HookedTransformer``, which TransformerLens 4 turns into an ImportError,
+  so the script tells it TransformerLens is absent (the model is a Hugging Face one).
 
 Time interleaved in one process, peak memory in a fresh process per side. Agreement: every
 NLL within 1e-3 nats (TransformerLens runs eager attention; tuned-lens reads HF's).
@@ -99,8 +101,12 @@ def build_peer(name: str, lm: LoadedModel) -> Callable[[torch.Tensor], torch.Ten
                 return _nll(torch.log_softmax(model.unembed(stack), -1), ids)[:, 0]
 
         return tl
+    import tuned_lens.model_surgery
     from tuned_lens.nn import LogitLens
 
+    # tuned-lens 0.2 asks whether the model is a transformer_lens.HookedTransformer, a name
+    # TransformerLens 4 turns into an ImportError; this model is a Hugging Face one
+    tuned_lens.model_surgery._transformer_lens_available = False
     hf = lm.model
     hf.set_attn_implementation("sdpa")
     lens = LogitLens.from_model(hf)
