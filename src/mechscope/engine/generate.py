@@ -248,7 +248,8 @@ def _continuous(engine, plan: _Plan, decoder: _Decoder, done: Done) -> None:
     waiting = [len(p.seeds) for p in prompts]
     prefilled: dict[int, tuple[KVCache, torch.Tensor]] = {}
     width = max(len(p.ids) for p in prompts) + _FIRST_CAPACITY_MARGIN
-    cache = SlotCache(lm, min(plan.slots, len(queue)), width)
+    longest = max(len(p.ids) + b for p, b in zip(prompts, budgets, strict=True))
+    cache = SlotCache(lm, min(plan.slots, len(queue)), width, limit=longest)
     rows: list[_Row | None] = [None] * cache.slots
     step = decode_step(engine, cache, plan.steps, plan.decode)
 
@@ -276,7 +277,7 @@ def _continuous(engine, plan: _Plan, decoder: _Decoder, done: Done) -> None:
         start(slot)
     while any(r is not None for r in rows):
         logits = step([r.tokens[-1] if r else 0 for r in rows])  # [slots, vocab]
-        cache.advance()
+        cache.advance([r is not None for r in rows])
         live = [s for s, r in enumerate(rows) if r is not None]
         picked = next_tokens(logits[live], sampling, [rows[s].gen for s in live])
         for s, token in zip(live, picked.tolist(), strict=True):

@@ -68,10 +68,13 @@ class _SlotLayer(DynamicLayer):
 class SlotCache(DynamicCache):
     """``slots`` independent sequences in one cache (see the module docstring)."""
 
-    def __init__(self, lm: LoadedModel, slots: int, capacity: int):
+    def __init__(self, lm: LoadedModel, slots: int, capacity: int, limit: int | None = None):
+        """``capacity``: columns allocated at first; ``limit``: the most any row can need
+        (the longest prompt plus its budget), which doubling never goes beyond."""
         super().__init__(config=lm.model.config)
         self.layers = [_SlotLayer(self) for _ in range(lm.n_layers)]
         self.slots, self.capacity = slots, capacity
+        self.limit = None if limit is None else -(-limit // WIDTH_STEP) * WIDTH_STEP
         self.device = lm.device
         self.lengths = torch.zeros(slots, dtype=torch.long)  # host copy: tokens per slot
         self.rows = torch.arange(slots, device=self.device)
@@ -94,9 +97,10 @@ class SlotCache(DynamicCache):
         self.lengths[slot] = n
 
     def reserve(self, columns: int) -> None:
-        """Room for ``columns`` columns (buffers double when they fill)."""
+        """Room for ``columns`` columns (buffers double when they fill, up to the limit)."""
         if columns > self.capacity:
-            self.capacity = max(columns, 2 * self.capacity)
+            doubled = 2 * self.capacity
+            self.capacity = max(columns, min(doubled, self.limit or doubled))
             for layer in self.layers:
                 if layer.k is not None:
                     layer.grow(self.capacity)
@@ -130,9 +134,10 @@ class SlotCache(DynamicCache):
         mask = cols[None, :] <= self.write_at[:, None]  # [slots, width]
         return self.write_at[:, None], mask[:, None, None, :]
 
-    def advance(self) -> None:
-        """After a step: every slot holds one more position."""
-        self.lengths += 1
+    def advance(self, live: list[bool]) -> None:
+        """After a step: every slot that held a row holds one more position (an idle slot
+        keeps its length: it is refilled from column 0, and its stale column is masked)."""
+        self.lengths += torch.tensor(live, dtype=self.lengths.dtype)
 
     def keep(self, slots: list[int]) -> None:
         """Drop every slot not in ``slots`` (kept in that order)."""
