@@ -147,3 +147,48 @@ def test_what_a_recording_cannot_hold_is_named():
     resample = Ablate(Site("mlp_out", 0), "resample", reference=torch.zeros(2, 3, 4))
     assert "resampling Ablate" in capture_refusal(llama, [resample])
     assert "mixture-of-experts" in capture_refusal(load_model("tiny:mixtral"), [])
+
+
+def test_a_recording_that_replays_differently_falls_back_to_eager(monkeypatch, stories):
+    """The safety net of recorded steps, on the CPU: torch.cuda's recording is replaced by
+    stand-ins (the step runs eagerly where it would be recorded) and the recorded run is
+    made to differ. The first replay's check catches it, every later step runs eagerly, the
+    rollouts are the eager ones and the reason is said once."""
+    import contextlib
+
+    import mechscope.engine.decode_step as ds
+
+    class Stream:
+        def __init__(self, *args):
+            pass
+
+        def wait_stream(self, other):
+            pass
+
+    class Graph:
+        def replay(self):
+            pass
+
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *args: Stream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "graph", lambda g, pool=None: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
+    monkeypatch.setattr(ds, "graph_refusal", lambda lm, steps: None)
+    forward, calls = ds.StaticStep._forward, []
+
+    def recorded_wrong(self, width):
+        calls.append(width)
+        out = forward(self, width)
+        return out + 1.0 if len(calls) == ds.WARMUP_RUNS + 1 else out  # the recorded run
+
+    monkeypatch.setattr(ds.StaticStep, "_forward", recorded_wrong)
+    lm = stories.lm
+    prompts = [Prompt(_ids(lm, 9, 11), seeds=[0, 1, 2], max_new_tokens=12)]
+    eager = stories.generate(prompts, SAMPLED, slots=2, decode="eager")
+    with pytest.warns(ds.GraphFallback, match="differ from the eager step's by 1") as said:
+        graph = stories.generate(prompts, SAMPLED, slots=2, decode="graph")
+    assert graph == eager
+    assert len(said) == 1
+    assert len(calls) > ds.WARMUP_RUNS + 2  # every later step ran eagerly

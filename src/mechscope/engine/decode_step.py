@@ -27,8 +27,9 @@ the CPU tests prove it computes exactly what the eager step does.
 
 ``decode="auto"`` records graphs on a CUDA device unless something in the step cannot be
 recorded (:func:`graph_refusal`: a model spread over several devices, mixture-of-experts
-routing, an intervention that draws on the host); it then decodes eagerly and says why in
-one line. ``"graph"`` insists (refused in one line where it cannot), ``"eager"`` builds
+routing, an intervention that draws on the host), or when a recording fails or its first
+replay does not give the eager step's logits bit for bit; it then decodes eagerly and says
+why in one line. ``"graph"`` insists (refused in one line where it cannot), ``"eager"`` builds
 every step's inputs afresh as before.
 """
 
@@ -148,10 +149,9 @@ class StaticStep:
         if not self.graphs or self.fallback is not None:
             return self._forward(width)
         captured = self.captured.get(width)
-        if captured is None:
+        if captured is None:  # recorded and replayed once (or eager from now on)
             captured = self._capture(width)
-            if captured is None:
-                return self._forward(width)
+            return self._forward(width) if captured is None else captured.logits
         captured.graph.replay()
         return captured.logits
 
@@ -181,31 +181,38 @@ class StaticStep:
         return out.logits[:, -1]
 
     def _capture(self, width: int) -> _Captured | None:
-        """Record the step at ``width``; None (and eager from now on, said once) when the
-        recording fails. The warm-up runs compute the real step on the current inputs:
-        they write the same keys and values into the same columns as the replay."""
+        """Record the step at ``width`` and replay it once: its logits must equal the
+        eager step's bit for bit, or every later step runs eagerly (said once), as when
+        recording fails. The warm-up runs compute the real step on the current inputs and
+        the replay writes the same keys and values into the same columns: both repeat
+        what the step does, so neither changes the rollouts."""
         try:
             side = torch.cuda.Stream(self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(side):
                 for _ in range(WARMUP_RUNS):
-                    self._forward(width)
+                    eager = self._forward(width)
             torch.cuda.current_stream(self.device).wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self.pool):
                 logits = self._forward(width)
+            graph.replay()
+            if not torch.equal(logits, eager):
+                diff = float((logits - eager).abs().max())
+                return self._give_up(
+                    f"its replay's logits differ from the eager step's by {diff:.2g}"
+                )
         except RuntimeError as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            self.fallback = f"{type(exc).__name__}: {first}"
-            warnings.warn(
-                f"generation decodes eagerly: recording its step failed ({self.fallback})",
-                GraphFallback,
-                stacklevel=2,
-            )
-            self.captured.clear()
-            return None
+            return self._give_up(f"recording it failed ({type(exc).__name__}: {first})")
         captured = self.captured[width] = _Captured(graph, logits)
         return captured
+
+    def _give_up(self, why: str) -> None:
+        """Eager from now on, said once."""
+        self.fallback = why
+        self.captured.clear()
+        warnings.warn(f"generation decodes eagerly: {why}", GraphFallback, stacklevel=3)
 
 
 def on_device(iv: Intervention, device: torch.device) -> Intervention:
