@@ -173,6 +173,10 @@ def memory_case(label: str, peak: Peak, seconds: float, budget: int) -> harness.
     )
 
 
+def gib(nbytes: int | None) -> str:
+    return "not measured (no CUDA device)" if nbytes is None else f"{nbytes / 2**30:.2f} GiB"
+
+
 def skipped(case: str, reason: str) -> harness.Case:
     """A row for a case the budget (or the machine) left out: it says why."""
     return harness.unavailable(case, "-", f"skipped: {reason}")

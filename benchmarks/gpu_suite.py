@@ -56,6 +56,7 @@ START = time.perf_counter()  # the budget counts imports and model builds too
 
 import gpu_cases  # noqa: E402
 import gpu_report  # noqa: E402
+import gpu_suppression  # noqa: E402
 import gpu_workflows  # noqa: E402
 import harness  # noqa: E402
 import torch  # noqa: E402
@@ -79,7 +80,7 @@ PLANS = [
     Plan("lens", "llama-3.1-8b", 40, gpu_workflows.lens_cases),
     Plan("ig", "llama-3.1-8b", 45, gpu_workflows.ig_cases),
     Plan("rollouts", "llama-3.1-8b", 80, gpu_cases.rollout_cases),
-    Plan("suppression", "r1-distill-qwen-14b", 60, gpu_workflows.suppression_cases),
+    Plan("suppression", "r1-distill-qwen-14b", 60, gpu_suppression.suppression_cases),
     Plan("memory", "r1-distill-qwen-14b", 45, gpu_workflows.memory_cases),
 ]
 
