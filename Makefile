@@ -24,7 +24,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
 .PHONY: demo demo-quick test test-slow test-gpu test-latest lint lock bench bench-install install \
-	bench-gpu
+	docs-api bench-gpu
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -95,6 +95,10 @@ test-slow: $(STAMP)
 # make); without a CUDA device they skip and say so.
 test-gpu: $(STAMP)
 	$(PY) -m pytest -q -m gpu
+
+# The API reference (pdoc, HTML) of the public API: build/api/mechscope.html (git-ignored).
+docs-api: $(STAMP)
+	$(PY) scripts/api_docs.py build/api
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

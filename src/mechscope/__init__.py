@@ -1,22 +1,129 @@
 """mechscope: causal and attributional analysis of transformer language models.
 
-``mechscope.load_model`` and ``mechscope.LoadedModel`` are the entry points the README names.
-They are resolved on first use (PEP 562), so ``import mechscope`` — the first import of the
-command line and of every subpackage — stays free of torch and transformers.
+The everyday kit is one import away::
+
+    from mechscope import load_model, Site, Read, Patch, Ablate
+
+    lm = load_model("smollm2-135m")
+    cache = lm.run_with_cache(["When Mary and John went to the store, John gave a drink to"])
+    cache["resid_post", 3]                       # [batch, seq, d_model]
+    dla = cache.logit_attribution(" Mary", " John")
+
+Every name below is resolved on first use (PEP 562), so ``import mechscope`` — the first
+import of the command line and of every subpackage — stays free of torch and transformers.
+Each name's home module is in :data:`EXPORTS`; the API reference (``make docs-api``) lists
+them with their docstrings.
 """
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without the 10 ms of importing typing
 if TYPE_CHECKING:
-    from mechscope.models import LoadedModel, load_model
+    from mechscope.engine import (
+        Ablate,
+        Engine,
+        Gate,
+        Patch,
+        Read,
+        ReduceAttention,
+        RunOutput,
+        Site,
+        SuppressAttention,
+    )
+    from mechscope.engine.attribution import LogitAttribution
+    from mechscope.engine.cache import Cache, Components
+    from mechscope.engine.generate import Completion, Prompt
+    from mechscope.engine.inputs import Tokens, to_tokens
+    from mechscope.engine.prefix import KVCache, Resume
+    from mechscope.engine.run_cache import run_with_cache
+    from mechscope.engine.sampling import Sampling
+    from mechscope.engine.unembed import logit_diff, unembed
+    from mechscope.errors import (
+        InputError,
+        MechscopeError,
+        MemoryBudgetError,
+        SiteError,
+        UnsupportedInterventionError,
+    )
+    from mechscope.models import LoadedModel, ModelCard, load_model
 
-__all__ = ["LoadedModel", "load_model"]
+#: Public name -> the module that defines it (its import path in the API reference).
+EXPORTS = {
+    # models
+    "load_model": "mechscope.models.loading",
+    "LoadedModel": "mechscope.models.loaded",
+    "ModelCard": "mechscope.models.card",
+    # sites and interventions
+    "Engine": "mechscope.engine.forward",
+    "RunOutput": "mechscope.engine.forward",
+    "Site": "mechscope.engine.sites",
+    "Read": "mechscope.engine.interventions",
+    "Patch": "mechscope.engine.interventions",
+    "Ablate": "mechscope.engine.interventions",
+    "Gate": "mechscope.engine.interventions",
+    "SuppressAttention": "mechscope.engine.interventions",
+    "ReduceAttention": "mechscope.engine.interventions",
+    "Resume": "mechscope.engine.prefix",
+    "KVCache": "mechscope.engine.prefix",
+    # the cache and its decompositions
+    "run_with_cache": "mechscope.engine.run_cache",
+    "Cache": "mechscope.engine.cache",
+    "Components": "mechscope.engine.cache",
+    "LogitAttribution": "mechscope.engine.attribution",
+    # helpers
+    "to_tokens": "mechscope.engine.inputs",
+    "Tokens": "mechscope.engine.inputs",
+    "unembed": "mechscope.engine.unembed",
+    "logit_diff": "mechscope.engine.unembed",
+    "Prompt": "mechscope.engine.generate",
+    "Sampling": "mechscope.engine.sampling",
+    "Completion": "mechscope.engine.generate",
+    # errors
+    "MechscopeError": "mechscope.errors",
+    "InputError": "mechscope.errors",
+    "SiteError": "mechscope.errors",
+    "UnsupportedInterventionError": "mechscope.errors",
+    "MemoryBudgetError": "mechscope.errors",
+}
+
+__all__ = [
+    "Ablate",
+    "Cache",
+    "Completion",
+    "Components",
+    "Engine",
+    "Gate",
+    "InputError",
+    "KVCache",
+    "LoadedModel",
+    "LogitAttribution",
+    "MechscopeError",
+    "MemoryBudgetError",
+    "ModelCard",
+    "Patch",
+    "Prompt",
+    "Read",
+    "ReduceAttention",
+    "Resume",
+    "RunOutput",
+    "Sampling",
+    "Site",
+    "SiteError",
+    "SuppressAttention",
+    "Tokens",
+    "UnsupportedInterventionError",
+    "load_model",
+    "logit_diff",
+    "run_with_cache",
+    "to_tokens",
+    "unembed",
+]
 
 
 def __getattr__(name: str) -> object:
-    if name in __all__:
-        import mechscope.models
+    module = EXPORTS.get(name)
+    if module is not None:
+        import importlib
 
-        value = getattr(mechscope.models, name)
+        value = getattr(importlib.import_module(module), name)
         globals()[name] = value  # later lookups skip this function
         return value
     raise AttributeError(f"module 'mechscope' has no attribute {name!r}")

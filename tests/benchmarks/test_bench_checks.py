@@ -3,6 +3,7 @@ fails when one side's result is perturbed (no peer venv needed)."""
 
 from __future__ import annotations
 
+import bench_cache
 import bench_lens
 import bench_logit_lens
 import bench_pattern
@@ -37,6 +38,36 @@ def test_pattern_capture_check(tiny) -> None:
     assert not bench_pattern.check(ours, (peer[0], patterns)).ok
     assert not bench_pattern.check(ours, (peer[0] + 1e-2, peer[1])).ok
     assert not bench_pattern.check(ours, (peer[0], peer[1][:-1])).ok  # a layer missing
+
+
+def test_cache_check(tiny) -> None:
+    """bench_cache's agreement on every resid_post and z: a plain-hook peer (each layer's
+    output and o_proj's input) passes; one value moved by 1e-3 of the magnitude fails."""
+    ids = _ids(tiny)
+    ours = bench_cache.ours_cache(tiny, ids)
+    resid, z = [], []
+    hooks = []
+    for layer in range(tiny.n_layers):
+        hooks.append(
+            tiny.layer_module(layer).register_forward_hook(
+                lambda m, a, out: resid.append(out[0] if isinstance(out, tuple) else out)
+            )
+        )
+        hooks.append(
+            tiny.layer_part("o_proj", layer).register_forward_pre_hook(
+                lambda m, a: z.append(a[0].unflatten(-1, (tiny.n_heads, -1)))
+            )
+        )
+    try:
+        with torch.no_grad():
+            logits = tiny.model(input_ids=ids).logits
+    finally:
+        for h in hooks:
+            h.remove()
+    peer = {"resid_post": torch.stack(resid), "z": torch.stack(z), "logits": logits}
+    assert bench_cache._check(ours, peer).ok
+    peer["z"][0, 0, 0, 0, 0] += 1e-3 * float(peer["z"].abs().max())
+    assert not bench_cache._check(ours, peer).ok
 
 
 def test_logit_lens_check(tiny) -> None:

@@ -13,14 +13,15 @@ from mechscope.errors import InputError
 
 @pytest.fixture
 def no_training(monkeypatch):
-    """Fail the test if any training or teacher work starts."""
+    """Fail the test if any training or teacher work starts. Loading the teacher is allowed:
+    the students are checked against it (its layers, its tokenizer) before anything runs."""
 
     def boom(*_a, **_k):
         raise AssertionError("training started")
 
     monkeypatch.setattr(trial_mod, "train", boom)
     monkeypatch.setattr(run_mod, "prepare_teacher_task", boom)
-    monkeypatch.setattr(run_mod, "load_model", boom)
+    monkeypatch.setattr(run_mod, "open_study", boom)
 
 
 def _one_line(err: pytest.ExceptionInfo) -> str:

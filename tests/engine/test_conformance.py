@@ -14,6 +14,7 @@ from torch import nn
 
 from mechscope.engine import Ablate, Engine, Gate, Patch, Read, Site, SuppressAttention
 from mechscope.engine import attention as attention_module
+from mechscope.engine.spans import attention_span
 from mechscope.errors import UnsupportedInterventionError
 from mechscope.models import all_cards, load_model
 
@@ -86,10 +87,13 @@ def check_self_patch(lm, eng, ids) -> None:
             continue
         layer = lm.n_layers // 2
         site = Site(name, layer)
-        # the base is the read pass: attn_scores take the explicit fp32 path, which differs
-        # from SDPA by rounding (~1e-6 relative on a real model)
+        # an edit of attn_scores takes the explicit fp32 path, which differs from SDPA by
+        # rounding (~1e-6 relative on a real model), while a read leaves the layer on SDPA:
+        # its base is the explicit path unedited (suppressing an empty span forces it)
         read = eng.run(ids, [Read(site)])
         value, base = read[site], read.logits
+        if name == "attn_scores":
+            base = eng.run(ids, [SuppressAttention((0, 0), layers=[layer])]).logits
         patched = eng.run(ids, [Patch(site, value)]).logits
         torch.testing.assert_close(patched, base, atol=ATOL, rtol=0, msg=f"self-patch {name}")
         # a real patch must change something (the check above is not vacuous); q and k
@@ -163,9 +167,9 @@ def check_suppression_mask(lm, eng, ids) -> None:
     if not lm.causal:
         pytest.skip("4-D causal mask reference applies to causal decoders")
     start, end = 3, 6
-    window = getattr(lm.config, "sliding_window", None)
-    if window:  # a 4-D mask replaces the sliding window, so stay inside it
-        ids = ids[:, : min(ids.shape[1], window)]
+    span = attention_span(lm.config)
+    if span:  # a 4-D mask replaces a sliding window or attention chunk, so stay inside it
+        ids = ids[:, : min(ids.shape[1], span)]
     seq = ids.shape[1]
     allowed = torch.tril(torch.ones(seq, seq, dtype=torch.bool))
     allowed[end:, start:end] = False

@@ -136,6 +136,10 @@ def test_decode_modes_are_checked():
     sliding = Engine.of(load_model("tiny:gemma3_text"))
     with pytest.raises(UnsupportedInterventionError, match="lock step"):
         sliding.generate([Prompt(list(range(5, 17)), [0])], Sampling(10), decode="graph")
+    with pytest.raises(InputError, match="batching"):
+        engine.generate(prompt, Sampling(3), batching="fast")
+    with pytest.raises(UnsupportedInterventionError, match="lock step"):
+        engine.generate(prompt, Sampling(3), batching="lock step", decode="graph")
     # auto on the CPU: the eager step, no warning
     eager = engine.generate(prompt, Sampling(3), decode="eager")
     assert engine.generate(prompt, Sampling(3)) == eager

@@ -29,7 +29,7 @@ def model(request, stories_path):
     spec = str(stories_path) if request.param == "stories" else request.param
     lm = load_model(spec)
     if not can_resume(lm, SEQ):
-        pytest.skip("sliding window shorter than the test sequence")
+        pytest.skip("a sliding window or chunk shorter than the test sequence")
     return lm, Engine.of(lm)
 
 

@@ -25,6 +25,9 @@ STRUCTURE = (
     "mlp_out",
     "mlp_down",
     "experts",
+    "mlp_act",
+    "ln1",
+    "ln2",
     "final_norm",
     "unembed",
 )

@@ -16,6 +16,7 @@ import torch
 from mechscope.errors import InputError
 from mechscope.runs.result import (
     RESULT_TYPES,
+    HtmlRepr,
     Result,
     frame_from_payload,
     frame_to_payload,
@@ -56,6 +57,8 @@ def _round_trip(run_path: Path, result: Result) -> Result:
     back = load_result(run_path, "main", type(result))
     pd.testing.assert_frame_equal(back.to_frame(), result.to_frame())
     assert_same(result, back)
+    html = back._repr_html_()  # a notebook shows the result as its main table
+    assert type(result).__name__ in html and "<table" in html
     return back
 
 
@@ -64,6 +67,7 @@ def test_every_registered_result_satisfies_the_protocol():
     assert len(types) == len(RESULT_TYPES)
     for cls in types:
         assert issubclass(cls, Result), cls
+        assert issubclass(cls, HtmlRepr), cls  # renders in Jupyter
         assert all(callable(getattr(cls, m)) for m in ("to_frame", "to_payload", "from_payload"))
     assert not isinstance(pd.DataFrame(), Result)  # to_frame alone is not the contract
 
@@ -76,6 +80,7 @@ REOPENED = (
     "PatchingResult",
     "HeadsResult",
     "ResamplingResult",
+    "AdaptiveResult",
     "DistillResult",
 )
 

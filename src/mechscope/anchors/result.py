@@ -20,12 +20,18 @@ import pandas as pd
 from mechscope.anchors.config import ReceiverOptions, SuppressionOptions
 from mechscope.anchors.layout import CHUNKS_TABLE, RESAMPLING_MATRIX
 from mechscope.runs import RunDir, has_arrays, read_arrays, read_table
-from mechscope.runs.result import frame_from_payload, frame_to_payload, get_arrays, put_arrays
+from mechscope.runs.result import (
+    HtmlRepr,
+    frame_from_payload,
+    frame_to_payload,
+    get_arrays,
+    put_arrays,
+)
 from mechscope.stats import SplitHalf
 
 
 @dataclass
-class ResamplingResult:
+class ResamplingResult(HtmlRepr):
     """Chunk metrics of every resampled trace, and their resampling sentence matrices."""
 
     chunks: pd.DataFrame  # one row per analysed chunk (the ``anchors_chunks`` table)
@@ -58,7 +64,7 @@ class ResamplingResult:
 
 
 @dataclass
-class ReceiverResult:
+class ReceiverResult(HtmlRepr):
     """Receiver heads chosen over a set of traces, and every trace's receiver scores."""
 
     trace_ids: list[str]
@@ -151,7 +157,7 @@ class ReceiverResult:
 
 
 @dataclass
-class SuppressionResult:
+class SuppressionResult(HtmlRepr):
     """The suppression matrix of one trace (rows: target sentences, columns: sources)."""
 
     trace_id: str

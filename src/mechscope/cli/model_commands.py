@@ -12,7 +12,6 @@ from rich.table import Table
 
 from mechscope.cli.model_options import ModelOptions, model_options
 from mechscope.errors import MechscopeError
-from mechscope.models import ALIASES, DEFAULT_MODEL, all_cards
 
 console = Console()
 
@@ -26,6 +25,8 @@ def models(
     ),
 ) -> None:
     """List model aliases and cards; with --support, measure support on tiny models."""
+    from mechscope.models import ALIASES, DEFAULT_MODEL, all_cards
+
     if support:
         _support(support)
         return
@@ -54,11 +55,14 @@ def _support(types: list[str]) -> None:
     from mechscope.models.tiny_types import NAMED_TYPES
 
     table = Table(title="support measured on tiny random models")
-    for col in ("model_type", "status", "card", "refused", "why"):
+    for col in ("model_type", "status", "card", "resume", "generation", "refused", "why"):
         table.add_column(col, overflow="fold")
     for model_type in NAMED_TYPES if types == ["named"] else types:
         row = support_row(model_type)
-        table.add_row(row.model_type, row.status, row.card, ", ".join(row.refused), row.note)
+        table.add_row(
+            row.model_type, row.status, row.card, row.resume, row.generation,
+            ", ".join(row.refused), row.note,
+        )  # fmt: skip
     console.print(table)
 
 

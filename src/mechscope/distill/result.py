@@ -14,11 +14,11 @@ from typing import Any
 import pandas as pd
 
 from mechscope.runs import RunDir, read_table
-from mechscope.runs.result import frame_from_payload, frame_to_payload
+from mechscope.runs.result import HtmlRepr, frame_from_payload, frame_to_payload
 
 
 @dataclass
-class DistillResult:
+class DistillResult(HtmlRepr):
     """The finished trials of a study: one metrics row each (student, task, method, seed,
     accuracy, causal consistency, OOD degradation, perplexity, training steps, ...)."""
 

@@ -4,12 +4,16 @@ Every family whose attention module calls the interface reaches :func:`mechscope
 with the per-head queries, keys and values after rotary embeddings and any q/k norm. Here
 the engine reads and edits ``q``, ``k`` and ``v``, and decides how to attend:
 
-- layers with probability work (``attn_scores``, ``pattern``, reductions, suppression) go to
-  the explicit fp32 path (:mod:`mechscope.engine.attention_explicit`), one layer at a time,
+- layers that edit probabilities (an ``attn_scores`` patch, suppression) go to the
+  explicit fp32 path (:mod:`mechscope.engine.attention_explicit`), one layer at a time,
   so ``[layers × heads × T × T]`` never exists;
-- other layers keep transformers' SDPA kernel, unless the family passes something SDPA
-  cannot reproduce (Gemma 2's soft-capping, gpt-oss' attention sinks, anything unknown):
-  then the family's own ``eager_attention_forward`` runs, the reference itself.
+- every other layer keeps transformers' SDPA kernel, unless the family passes something
+  SDPA cannot reproduce (Gemma 2's soft-capping, gpt-oss' attention sinks, anything
+  unknown): then the family's own ``eager_attention_forward`` runs, the reference itself;
+- a layer that only reads (``pattern``, ``attn_scores``, a ``ReduceAttention``) computes
+  its probabilities on the side, in fp32, and passes on the output of the path it would
+  take unread: asking for more never changes a number (under gradients the output keeps
+  that exact value and the explicit path's gradient, so reads stay in the graph).
 
 Layers record that they were reached, so a pass whose attention work never arrived here
 (a family computing attention in its own code) raises instead of returning silently.
@@ -29,6 +33,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from mechscope.engine.attention_explicit import additive_mask, explicit_attention
+from mechscope.engine.hooks import through
 from mechscope.errors import UnsupportedInterventionError
 
 ATTN_NAME = "mechscope"
@@ -76,6 +81,10 @@ class AttentionWork:
 
     def needs_explicit(self) -> bool:
         return bool(self.suppress or self.reducers or self.scores is not None)
+
+    def edits_probabilities(self) -> bool:
+        """Whether the layer's output changes (not only its probabilities are read)."""
+        return bool(self.suppress) or getattr(self.scores, "edits_any", False)
 
     def any(self) -> bool:
         return self.needs_explicit() or bool(self.qkv)
@@ -140,23 +149,37 @@ def mechscope_attention(
     if state is not None:
         attention_mask = state.fit_rows(attention_mask, query.shape[0])
     cache = state.cache if state is not None else {}
-    if work is not None and work.needs_explicit():
+    explicit = work is not None and work.needs_explicit()
+    if explicit:
         unknown = _unknown(kwargs, EXPLICIT_KWARGS)
         if unknown:
             raise UnsupportedInterventionError(
                 f"layer {layer}: {type(module).__name__} passes {', '.join(unknown)} to its "
                 "attention, which the engine's explicit attention does not implement"
             )
-        return explicit_attention(
-            module, query, key, value, attention_mask, work, scaling, bidirectional, cache, **kwargs
-        )
+        if work.edits_probabilities():
+            return explicit_attention(
+                module, query, key, value, attention_mask, work, scaling, bidirectional, cache,
+                **kwargs,
+            )  # fmt: skip
     if not _unknown(kwargs, SDPA_KWARGS):
-        return sdpa_attention_forward(
+        out = sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
-    return _family_eager(
-        module, query, key, value, attention_mask, dropout, scaling, bidirectional, cache, kwargs
-    )
+    else:
+        out = _family_eager(
+            module, query, key, value, attention_mask, dropout, scaling, bidirectional, cache,
+            kwargs,
+        )  # fmt: skip
+    if explicit:  # reads only: probabilities on the side, the unread output passed on
+        grad = torch.is_grad_enabled()
+        side, _ = explicit_attention(
+            module, query, key, value, attention_mask, work, scaling, bidirectional, cache,
+            values=grad, **kwargs,
+        )  # fmt: skip
+        if grad:
+            out = (through(out[0], side), *out[1:])
+    return out
 
 
 def _unknown(kwargs: dict[str, Any], known: frozenset[str]) -> list[str]:

@@ -26,9 +26,11 @@ def explicit_attention(
     scaling: float | None,
     bidirectional: bool,
     cache: dict[Any, Any],
+    values: bool = True,
     **kwargs: Any,
-) -> tuple[torch.Tensor, None]:
-    """Attention with the probabilities materialised for one layer: ``[b, q, heads, d_v]``.
+) -> tuple[torch.Tensor | None, None]:
+    """Attention with the probabilities materialised for one layer: ``[b, q, heads, d_v]``
+    (None with ``values=False``: the probabilities only went to the layer's reads).
 
     The score block is edited in place where no gradient is needed (scale folded into the
     query, masks filled in place), and grouped-query heads share their key/value head through
@@ -73,6 +75,8 @@ def explicit_attention(
     del scores
     for reducer in work.reducers:
         reducer(probs)
+    if not values:
+        return None, None
     p = probs.to(value.dtype).view(batch, kv_heads, groups * q_len, k_len)
     out = torch.matmul(p, value)  # [b, kv, groups*q, d_v]
     out = out.view(batch, n_heads, q_len, d_v)

@@ -19,6 +19,7 @@ from mechscope.engine.interventions import (
     ReduceAttention,
     SuppressAttention,
 )
+from mechscope.engine.module_sites import resolve
 from mechscope.engine.moe import n_experts
 from mechscope.engine.sites import ATTENTION_SITES, KV_SITES
 from mechscope.errors import SiteError, UnsupportedInterventionError
@@ -37,6 +38,15 @@ def engine_refusals(lm: LoadedModel, attention_reached: bool) -> dict[str, str]:
         )
     if card.mlp_down is None:
         out["mlp_post"] = f"the {card.family} card names no MLP down projection (mlp_down)"
+    for name, role, what in (
+        ("mlp_pre", "mlp_act", "MLP activation module (mlp_act)"),
+        ("ln1_scale", "ln1", "norm before attention (ln1)"),
+        ("ln2_scale", "ln2", "norm before the MLP (ln2)"),
+    ):
+        if getattr(card, role) is None:
+            out[name] = f"the {card.family} card names no {what}"
+    if card.mlp_act is not None and lm.n_layers > 1 and _shared(lm, "mlp_act"):
+        out["mlp_pre"] = f"the {card.family} layers share one activation module"
     if card.experts is None:
         for name in ("router", "expert_out"):
             out[name] = f"the {card.family} card names no experts module (not a mixture of experts)"
@@ -48,6 +58,15 @@ def engine_refusals(lm: LoadedModel, attention_reached: bool) -> dict[str, str]:
                 f"(it runs {impl!r} attention in its own code)"
             )
     return out
+
+
+def _shared(lm: LoadedModel, role: str) -> bool:
+    """Whether the first two layers hold the same module object at ``role`` (a hook on it
+    would fire once per layer)."""
+    try:
+        return lm.layer_part(role, 0) is lm.layer_part(role, 1)
+    except AttributeError:
+        return False
 
 
 def refusal_keys(iv: Intervention) -> list[str]:
@@ -78,6 +97,8 @@ def check_pass(
         site = getattr(iv, "site", None)
         if site is None:
             continue
+        if site.name == "module":
+            resolve(lm, site.path)  # type: ignore[arg-type]
         if site.layer is not None:
             lm.check_layer(site.layer)
         if site.head is not None:

@@ -16,7 +16,7 @@ import torch
 from torch.utils.hooks import RemovableHandle
 from transformers import DynamicCache
 
-from mechscope.engine import attention, hooks, moe
+from mechscope.engine import attention, hooks, module_sites, moe
 from mechscope.engine.checks import check_pass, engine_refusals
 from mechscope.engine.edits import select
 from mechscope.engine.interventions import (
@@ -28,6 +28,7 @@ from mechscope.engine.interventions import (
     ReduceAttention,
     SuppressAttention,
 )
+from mechscope.engine.norms import SCALE_ROLES, install_scale
 from mechscope.engine.prefix import KVCache, Resume, cache_kwargs, dynamic_cache, tail_plan
 from mechscope.engine.sites import Site
 from mechscope.engine.unembed import FinalHidden, head_is_fp32, unembed
@@ -96,6 +97,7 @@ class Engine:
         resume: Resume | None = None,
         past: DynamicCache | None = None,
         model_inputs: Mapping[str, torch.Tensor] | None = None,
+        stop_at_layer: int | None = None,
     ) -> RunOutput:
         """Run the model once with ``interventions``.
 
@@ -113,7 +115,9 @@ class Engine:
         ``model_inputs``: further tensors the model's forward takes beside ``input_ids``, one
         entry per input row where they are batched (a processor's ``input_features`` /
         ``pixel_values`` …: :mod:`mechscope.models.modal`); they cannot be split at a
-        prefix, so ``resume`` with them is refused.
+        prefix, so ``resume`` with them is refused. ``stop_at_layer=l``: the pass ends
+        at the input of layer ``l`` (layers ``l …``, the final norm and the logits are not
+        computed; reads there are absent), as TransformerLens' ``stop_at_layer``.
         """
         lm = self.lm
         device = lm.device
@@ -145,8 +149,14 @@ class Engine:
         )
         token = attention.ACTIVE.set(state)
         final: FinalHidden | None = None
+        calls = module_sites.ModuleCalls()
+        stopped = False
         try:
-            self._install(interventions, out, handles, work, expand, int(input_ids.shape[1]))
+            self._install(interventions, out, handles, work, expand, int(input_ids.shape[1]), calls)
+            if stop_at_layer is not None and stop_at_layer != lm.n_layers:
+                lm.check_layer(stop_at_layer)
+                handles.append(_stop_at(lm, stop_at_layer))
+                logits = False
             wants_logits = logits is not False or any(s.name == "logits" for s in out.reads)
             if wants_logits and not head_is_fp32(lm):  # logits from the fp32 readout
                 final = FinalHidden(lm)
@@ -165,11 +175,15 @@ class Engine:
                 keep = _logits_to_keep(logits) if causal_lm else 0
                 if causal_lm:  # with the fp32 readout, the model's own head needs one row
                     kwargs["logits_to_keep"] = 1 if final is not None else keep
-                result = lm.model(input_ids=input_ids, **kwargs)
-                model_logits = result.logits
-                if final is not None:  # [batch, kept, vocab] fp32, the same rows as the model's
+                try:
+                    result = lm.model(input_ids=input_ids, **kwargs)
+                    model_logits = result.logits
+                except _Stop:
+                    stopped, model_logits = True, None
+                if final is not None and not stopped:  # [batch, kept, vocab] fp32
                     model_logits = self.unembed(final.kept(keep))
-            missing = state.unreached()
+            calls.check(stopped)
+            missing = [l for l in state.unreached() if not stopped or l < stop_at_layer]
             if missing:
                 attn = type(lm.layer_part("attn", missing[0])).__name__
                 raise UnsupportedInterventionError(
@@ -182,7 +196,9 @@ class Engine:
                     full = _select_positions(full, logits)
                 out.logits = full
             for site, _value in list(out.reads.items()):
-                if site.name == "logits":
+                if site.name == "logits" and stopped:
+                    del out.reads[site]
+                elif site.name == "logits":
                     out.reads[site] = select(model_logits, site)
             if cache and kv is not None and past is None:
                 out.cache = KVCache.from_dynamic(kv)
@@ -201,6 +217,16 @@ class Engine:
         from mechscope.engine.generate import generate
 
         return generate(self, prompts, sampling, **kwargs)
+
+    # ------------------------------------------------------------------------------------
+    def run_with_cache(self, inputs, names_filter=None, **kwargs):  # -> Cache
+        """One pass that keeps every site asked for, as a :class:`~mechscope.engine.cache.
+        Cache` (TransformerLens' ``run_with_cache``): text or ids in, sites chosen by name or
+        predicate, ``stop_at_layer``, ``positions``, ``device``, ``interventions``, sized
+        before it runs (:func:`mechscope.engine.run_cache.run_with_cache`)."""
+        from mechscope.engine.run_cache import run_with_cache
+
+        return run_with_cache(self, inputs, names_filter, **kwargs)
 
     # ------------------------------------------------------------------------------------
     def unembed(self, h: torch.Tensor, *, fp32: bool = True) -> torch.Tensor:
@@ -222,6 +248,7 @@ class Engine:
         work: dict[int, attention.AttentionWork],
         expand: tuple[int, int | torch.Tensor] | None,
         seq: int,
+        calls: module_sites.ModuleCalls,
     ) -> None:
         """Turn the pass's interventions into attention work and module hooks. ``seq``: the
         positions of this pass's input (the tail when resuming)."""
@@ -269,7 +296,12 @@ class Engine:
                 handles.append(moe.install_expert_out(experts, fns, seq))
                 continue
             fn = hooks.make_transform(items, out.reads, layer)
-            if name in ("q", "k", "v"):
+            if name == "module":
+                path, io = str(layer).rsplit(":", 1)
+                handles.extend(module_sites.install(lm, path, io, fn, calls))
+            elif name in SCALE_ROLES:
+                handles.extend(install_scale(lm, name, layer, fn))
+            elif name in ("q", "k", "v"):
                 work[layer].qkv[name] = fn
             elif name == "attn_scores":
                 work[layer].scores = fn
@@ -277,6 +309,18 @@ class Engine:
                 handles.append(moe.install_router(lm.layer_part("experts", layer), fn, seq))
             else:
                 handles.extend(hooks.install(lm, name, layer, fn, seq))
+
+
+class _Stop(Exception):
+    """Raised at the input of the layer a pass stops at (``stop_at_layer``)."""
+
+
+def _stop_at(lm: LoadedModel, layer: int) -> RemovableHandle:
+    def stop(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        raise _Stop
+
+    # registered after every resid_pre hook of this layer, so their reads are taken first
+    return lm.layer_module(layer).register_forward_pre_hook(stop, with_kwargs=True)
 
 
 def _padding_mask(mask: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:

@@ -15,21 +15,26 @@ position-free ones (a gate, a suppressed key span, an ablation of a site everywh
 the prompt pass and on every decode step. Reads are refused: run :meth:`Engine.run` on the
 finished text to read it.
 
-Each decode step is built by :mod:`mechscope.engine.decode_step`: on a CUDA device it is
-recorded once as a CUDA graph and replayed (``decode="auto"``), elsewhere it runs eagerly;
-both compute the same tokens.
+Continuous batching is exact only where every layer sees every earlier position (no
+sliding window, local window or attention chunk shorter than prompt + budget:
+:mod:`mechscope.engine.spans`) and the model takes positions from the slot cache's mask
+and position ids as they are (not ALiBi computed from a 2-D mask). Elsewhere, and wherever
+the conformance probe found it inexact, each prompt's rollouts decode in lock step on
+transformers' own cache, finished rows idling to the end (:func:`decoding`). A model whose
+lock-step decoding does not match transformers' ``generate`` either refuses generation
+(``LoadedModel.refused["generate"]``).
 
-A model whose cache does not keep every position (a sliding window shorter than prompt +
-budget) cannot put rows of different lengths side by side exactly; there each prompt's
-rollouts decode in lock step on transformers' own cache, finished rows idling to the end.
+Each step of continuous batching is built by :mod:`mechscope.engine.decode_step`: on a
+CUDA device it is recorded once as a CUDA graph and replayed (``decode="auto"``),
+elsewhere it runs eagerly; both compute the same tokens.
 """
 
 from __future__ import annotations
 
 import copy
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
@@ -45,83 +50,28 @@ from mechscope.engine.interventions import (
     SuppressAttention,
 )
 from mechscope.engine.prefix import KVCache, Resume, can_resume
-from mechscope.engine.sampling import Sampling, next_tokens
+from mechscope.engine.rollouts import Completion, Decoder, Done, Logits, Prompt, Row
+from mechscope.engine.sampling import Sampling
 from mechscope.engine.slot_cache import SlotCache
+from mechscope.engine.spans import uses_alibi
 from mechscope.errors import InputError, UnsupportedInterventionError
+
+__all__ = ["Completion", "Prompt", "decoding", "generate", "step_interventions"]
 
 #: The first buffer width beyond the longest prompt (buffers double when they fill).
 _FIRST_CAPACITY_MARGIN = 128
+#: ``LoadedModel.extra`` key: why continuous batching is not exact for this model (set by
+#: the conformance probe's ``slots`` check); its rollouts then decode in lock step.
+LOCKSTEP = "lockstep"
+SLOTS, LOCK_STEP = "slots", "lock step"
 
 
-@dataclass
-class Prompt:
-    """One prompt to continue, once per seed.
-
-    ``prefix``: keys and values of ``ids[:prefix.length]`` computed already (an unedited
-    pass); only the rest of the prompt is run.
-    """
-
-    ids: Sequence[int]
-    seeds: Sequence[int]
-    max_new_tokens: int | None = None  # this prompt's budget (default: the sampling's)
-    prefix: KVCache | None = None
-
-
-@dataclass(frozen=True)
-class Completion:
-    """A rollout: its new tokens, their text up to the first stop string, why it ended."""
-
-    tokens: tuple[int, ...]
-    text: str
-    stop: str  # "eos", "stop_string" or "length"
-
-    @property
-    def n_tokens(self) -> int:
-        return len(self.tokens)
-
-
-Done = Callable[[int, int, Completion], None]
-
-
-@dataclass
-class _Row:
-    prompt: int
-    k: int
-    budget: int
-    gen: torch.Generator
-    tokens: list[int] = field(default_factory=list)
-
-
-class _Decoder:
-    """Turns sampled tokens into completions (end of sequence, stop strings, budget)."""
-
-    def __init__(self, engine, sampling: Sampling):
-        lm = engine.lm
-        self.tok, self.sampling = lm.tokenizer, sampling
-        eos = lm.model.generation_config.eos_token_id
-        self.eos = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-        if self.tok.eos_token_id is not None:
-            self.eos.add(self.tok.eos_token_id)
-        self.tail = max(map(len, sampling.stop_strings), default=0)
-
-    def accept(self, row: _Row, token: int) -> Completion | None:
-        """Add ``token`` to ``row``; its completion if that ended it."""
-        if token in self.eos:
-            return self._finish(row, "eos")
-        row.tokens.append(token)
-        stops = self.sampling.stop_strings
-        if stops:
-            recent = self.tok.decode(row.tokens[-self.tail - 1 :], skip_special_tokens=True)
-            if any(s in recent for s in stops):
-                return self._finish(row, "stop_string")
-        if len(row.tokens) >= row.budget:
-            return self._finish(row, "length")
-        return None
-
-    def _finish(self, row: _Row, why: str) -> Completion:
-        text = self.tok.decode(row.tokens, skip_special_tokens=True)
-        cuts = [text.index(s) for s in self.sampling.stop_strings if s in text]
-        return Completion(tuple(row.tokens), text[: min(cuts)] if cuts else text, why)
+def decoding(lm, longest: int) -> str:
+    """How rollouts of up to ``longest`` tokens decode: ``slots`` (continuous batching on a
+    slot cache) where every layer sees every position, nothing in the model computes
+    positions from the mask (ALiBi) and the probe found it exact; else ``lock step``."""
+    exact = can_resume(lm, longest) and LOCKSTEP not in lm.extra and not uses_alibi(lm.config)
+    return SLOTS if exact else LOCK_STEP
 
 
 def step_interventions(interventions: Sequence[Intervention]) -> list[Intervention]:
@@ -161,14 +111,19 @@ def generate(
     slots: int = 64,
     interventions: Sequence[Intervention] = (),
     on_done: Done | None = None,
+    on_logits: Logits | None = None,
+    batching: str | None = None,
     decode: str = "auto",
 ) -> list[list[Completion]]:
     """Every rollout of every prompt: ``out[i][k]`` continues ``prompts[i]`` with its seed
     ``k``. ``slots``: rows decoded together. ``on_done(i, k, completion)`` is called as
-    each rollout ends (progress, incremental saving). ``decode``: how each step runs
-    (:mod:`mechscope.engine.decode_step`: ``auto``, ``graph``, ``static`` or ``eager``)."""
+    each rollout ends (progress, incremental saving); ``on_logits(i, k, logits)`` with the
+    fp32 logits of each token before it is drawn. ``batching``: ``slots`` or ``lock step``
+    instead of :func:`decoding`'s choice (the conformance probe checks both). ``decode``:
+    how each step of continuous batching runs (:mod:`mechscope.engine.decode_step`:
+    ``auto``, ``graph``, ``static`` or ``eager``; lock step always runs eagerly)."""
     lm = engine.lm
-    _check(lm, prompts, slots, decode)
+    _check(lm, prompts, slots, batching, decode)
     steps = step_interventions(interventions)
     budgets = [p.max_new_tokens or sampling.max_new_tokens for p in prompts]
     longest = max(len(p.ids) + b for p, b in zip(prompts, budgets, strict=True))
@@ -179,25 +134,31 @@ def generate(
         if on_done is not None:
             on_done(i, k, c)
 
-    decoder = _Decoder(engine, sampling)
-    if can_resume(lm, longest):
-        plan = _Plan(prompts, budgets, sampling, slots, interventions, steps, decode)
+    decoder = Decoder(engine, sampling, on_logits)
+    if (batching or decoding(lm, longest)) == SLOTS:
+        plan = _Plan(prompts, budgets, longest, slots, interventions, steps, decode)
         _continuous(engine, plan, decoder, done)
     elif decode == "graph":
         raise UnsupportedInterventionError(
-            f"decode='graph': {lm.spec} keeps a sliding window shorter than prompt + budget, "
-            "so its rollouts decode in lock step on transformers' own cache"
+            f"decode='graph': {lm.spec}'s rollouts of {longest} tokens decode in lock step on "
+            "transformers' own cache, whose steps are not recorded"
         )
     else:
-        _lockstep(engine, prompts, budgets, sampling, slots, interventions, steps, decoder, done)
+        _lockstep(engine, prompts, budgets, slots, interventions, steps, decoder, done)
     return out  # type: ignore[return-value]
 
 
-def _check(lm, prompts: Sequence[Prompt], slots: int, decode: str) -> None:
+def _check(lm, prompts: Sequence[Prompt], slots: int, batching: str | None, decode: str) -> None:
     if not lm.causal:
         raise UnsupportedInterventionError(f"generation needs a causal model ({lm.spec})")
+    if "generate" in lm.refused:
+        raise UnsupportedInterventionError(
+            f"generate is not supported for {lm.spec}: {lm.refused['generate']}"
+        )
     if slots < 1:
         raise InputError(f"slots >= 1, got {slots}", field="slots")
+    if batching not in (None, SLOTS, LOCK_STEP):
+        raise InputError(f"{SLOTS!r} or {LOCK_STEP!r}, got {batching!r}", field="batching")
     check_decode(decode)
     for i, p in enumerate(prompts):
         if len(p.ids) == 0:
@@ -222,35 +183,30 @@ def _generator(logits: torch.Tensor, seed: int) -> torch.Generator:
     return torch.Generator(device=logits.device).manual_seed(seed)
 
 
-def _first_token(row: _Row, logits: torch.Tensor, sampling: Sampling) -> int:
-    return int(next_tokens(logits[None], sampling, [row.gen])[0])
-
-
 @dataclass
 class _Plan:
     """What a continuous-batching run decodes, and how."""
 
     prompts: Sequence[Prompt]
     budgets: list[int]
-    sampling: Sampling
+    longest: int  # the longest prompt + its budget
     slots: int
     interventions: Sequence[Intervention]  # on the prompt pass
     steps: list[Intervention]  # on every decode step
     decode: str
 
 
-def _continuous(engine, plan: _Plan, decoder: _Decoder, done: Done) -> None:
+def _continuous(engine, plan: _Plan, decoder: Decoder, done: Done) -> None:
     """Continuous batching on a :class:`SlotCache` (exact when the cache keeps every
     position)."""
     lm = engine.lm
-    prompts, budgets, sampling = plan.prompts, plan.budgets, plan.sampling
+    prompts, budgets = plan.prompts, plan.budgets
     queue = deque((i, k) for i, p in enumerate(prompts) for k in range(len(p.seeds)))
     waiting = [len(p.seeds) for p in prompts]
     prefilled: dict[int, tuple[KVCache, torch.Tensor]] = {}
     width = max(len(p.ids) for p in prompts) + _FIRST_CAPACITY_MARGIN
-    longest = max(len(p.ids) + b for p, b in zip(prompts, budgets, strict=True))
-    cache = SlotCache(lm, min(plan.slots, len(queue)), width, limit=longest)
-    rows: list[_Row | None] = [None] * cache.slots
+    cache = SlotCache(lm, min(plan.slots, len(queue)), width, limit=plan.longest)
+    rows: list[Row | None] = [None] * cache.slots
     step = decode_step(engine, cache, plan.steps, plan.decode)
 
     def start(slot: int) -> None:
@@ -263,8 +219,8 @@ def _continuous(engine, plan: _Plan, decoder: _Decoder, done: Done) -> None:
             waiting[i] -= 1
             if waiting[i] == 0:
                 del prefilled[i]
-            row = _Row(i, k, budgets[i], _generator(logits, prompts[i].seeds[k]))
-            finished = decoder.accept(row, _first_token(row, logits, sampling))
+            row = Row(i, k, budgets[i], _generator(logits, prompts[i].seeds[k]))
+            finished = decoder.accept(row, decoder.draw([row], logits[None])[0])
             if finished is not None:
                 done(i, k, finished)
                 continue
@@ -279,8 +235,8 @@ def _continuous(engine, plan: _Plan, decoder: _Decoder, done: Done) -> None:
         logits = step([r.tokens[-1] if r else 0 for r in rows])  # [slots, vocab]
         cache.advance([r is not None for r in rows])
         live = [s for s, r in enumerate(rows) if r is not None]
-        picked = next_tokens(logits[live], sampling, [rows[s].gen for s in live])
-        for s, token in zip(live, picked.tolist(), strict=True):
+        picked = decoder.draw([rows[s] for s in live], logits[live])
+        for s, token in zip(live, picked, strict=True):
             row = rows[s]
             finished = decoder.accept(row, token)
             if finished is not None:
@@ -293,8 +249,9 @@ def _continuous(engine, plan: _Plan, decoder: _Decoder, done: Done) -> None:
             rows = [rows[s] for s in kept]
 
 
-def _lockstep(engine, prompts, budgets, sampling, slots, interventions, steps, decoder, done):
-    """Each prompt's rollouts in lock step on transformers' own cache (sliding windows)."""
+def _lockstep(engine, prompts, budgets, slots, interventions, steps, decoder, done):
+    """Each prompt's rollouts in lock step on transformers' own cache (sliding windows,
+    attention chunks, ALiBi: whatever the model's own decoding handles)."""
     lm = engine.lm
     for i, prompt in enumerate(prompts):
         ids = torch.tensor([list(prompt.ids)])  # [1, prompt_len]
@@ -302,12 +259,10 @@ def _lockstep(engine, prompts, budgets, sampling, slots, interventions, steps, d
         logits = engine.run(ids, interventions, logits=1, past=base).logits[0, -1]
         for first in range(0, len(prompt.seeds), slots):
             ks = range(first, min(first + slots, len(prompt.seeds)))
-            rows = [
-                _Row(i, k, budgets[i], torch.Generator().manual_seed(prompt.seeds[k])) for k in ks
-            ]
+            rows = [Row(i, k, budgets[i], _generator(logits, prompt.seeds[k])) for k in ks]
             live = []
             for row in rows:
-                finished = decoder.accept(row, _first_token(row, logits, sampling))
+                finished = decoder.accept(row, decoder.draw([row], logits[None])[0])
                 if finished is None:
                     live.append(row)
                 else:
@@ -324,12 +279,9 @@ def _lockstep(engine, prompts, budgets, sampling, slots, interventions, steps, d
                 step = engine.run(last, steps, position_ids=pos, logits=1, past=cache)
                 position += 1
                 running = [r for r in rows if id(r) in active]
-                picked = next_tokens(
-                    step.logits[[rows.index(r) for r in running], -1],
-                    sampling,
-                    [r.gen for r in running],
-                )
-                for row, token in zip(running, picked.tolist(), strict=True):
+                index = [rows.index(r) for r in running]
+                picked = decoder.draw(running, step.logits[index, -1])
+                for row, token in zip(running, picked, strict=True):
                     finished = decoder.accept(row, token)
                     if finished is not None:
                         done(i, row.k, finished)

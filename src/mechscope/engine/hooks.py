@@ -50,7 +50,8 @@ def make_transform(items: list[Any], reads: dict[Any, torch.Tensor], layer: int)
             if isinstance(item, Expand):
                 act = item.apply(act)
             elif isinstance(item, Read):
-                reads[item.site] = select(act, item.site)
+                value = select(act, item.site)
+                reads[item.site] = value if item.device is None else value.to(item.device)
             elif isinstance(item, Patch):
                 act = apply_patch(act, item)
             elif isinstance(item, Ablate):
@@ -60,6 +61,7 @@ def make_transform(items: list[Any], reads: dict[Any, torch.Tensor], layer: int)
         return act
 
     transform.reads_any = any(isinstance(item, Read) for item in items)  # type: ignore[attr-defined]
+    transform.edits_any = not all(isinstance(item, Read) for item in items)  # type: ignore[attr-defined]
     return transform
 
 
@@ -93,12 +95,12 @@ def install(
 
         module = lm.layer_part("o_proj", layer)
         return [module.register_forward_pre_hook(pre_hook(z_transform, keep), with_kwargs=True)]
-    if name == "mlp_post":
+    if name in ("mlp_post", "mlp_pre"):
 
         def post_transform(x: torch.Tensor) -> torch.Tensor:  # [b, s, d_mlp] or [b*s, d_mlp]
             return transform(as_bsd(x, seq)).reshape(x.shape)
 
-        module = lm.layer_part("mlp_down", layer)
+        module = lm.layer_part("mlp_down" if name == "mlp_post" else "mlp_act", layer)
         hook = pre_hook(post_transform, keep)
         return [module.register_forward_pre_hook(hook, with_kwargs=True)]
     if name in ("attn_out", "mlp_out"):
@@ -162,7 +164,7 @@ def _resid_mid(
     ]
 
 
-def _guard(transform: Transform, keep: bool) -> Transform:
+def guard(transform: Transform, keep: bool) -> Transform:
     """With ``keep``, a value handed back to the model that shares memory with what went in
     (and so with a read) is a copy: some families edit a module's output in place after it
     returns (Falcon's ``mlp_output += attention_output``), which would silently rewrite the
@@ -180,7 +182,7 @@ def _guard(transform: Transform, keep: bool) -> Transform:
 
 
 def pre_hook(transform: Transform, keep: bool = False) -> Any:
-    transform = _guard(transform, keep)
+    transform = guard(transform, keep)
 
     def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         if args:
@@ -194,7 +196,7 @@ def pre_hook(transform: Transform, keep: bool = False) -> Any:
 
 
 def post_hook(transform: Transform, keep: bool = False) -> Any:
-    transform = _guard(transform, keep)
+    transform = guard(transform, keep)
 
     def hook(module: nn.Module, args: tuple, output: Any) -> Any:
         if isinstance(output, tuple):

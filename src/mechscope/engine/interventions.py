@@ -18,9 +18,12 @@ from mechscope.engine.sites import Site
 
 @dataclass(eq=False)
 class Read:
-    """Record the value at ``site`` (kept in the autograd graph when gradients are on)."""
+    """Record the value at ``site`` (kept in the autograd graph when gradients are on).
+    ``device``: where to keep it, moved the moment it is read (a GPU pass then never holds
+    every layer's reads at once); None keeps it where the model computed it."""
 
     site: Site
+    device: torch.device | str | None = None
 
 
 @dataclass(eq=False)
@@ -55,8 +58,19 @@ class Gate:
 
 @dataclass(eq=False)
 class Ablate:
-    """Replace ``site`` by zeros, by the mean of ``reference`` over its batch rows (and over
-    positions when ``over_positions``), or by ``reference`` rows drawn with ``seed``."""
+    """Replace ``site`` by zeros, by a mean, or by resampled rows.
+
+    - ``mode="zero"``: zeros (``reference`` unused);
+    - ``mode="mean"``: the mean of ``reference`` (the site's activations on a reference
+      batch, the full site shape ``[rows, seq, ...]``, e.g. a ``Read`` of the same site)
+      over its rows; with ``over_positions=True`` also over its positions, so one vector
+      replaces every position (use it when the reference prompts differ in length or
+      alignment);
+    - ``mode="resample"``: each row of the pass takes a row of ``reference`` drawn with
+      ``seed`` (the same seed, the same rows).
+
+    ``site.positions`` / ``site.head`` limit the replacement to that slice.
+    """
 
     site: Site
     mode: Literal["zero", "mean", "resample"] = "zero"
@@ -89,3 +103,5 @@ class ReduceAttention:
 
 
 Intervention = Read | Patch | Gate | Ablate | SuppressAttention | ReduceAttention
+"""Any intervention :meth:`Engine.run <mechscope.engine.forward.Engine.run>` takes: a pass
+gets a list of them, applied in list order within a site."""

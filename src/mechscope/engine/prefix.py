@@ -36,7 +36,8 @@ from mechscope.engine.interventions import (
     SuppressAttention,
 )
 from mechscope.engine.sites import Site
-from mechscope.errors import SiteError
+from mechscope.engine.spans import attention_span
+from mechscope.errors import SiteError, UnsupportedInterventionError
 from mechscope.models.loaded import LoadedModel
 
 
@@ -94,12 +95,16 @@ def cache_kwargs(model: torch.nn.Module, cache: Any) -> dict[str, Any]:
 
 
 def can_resume(lm: LoadedModel, seq: int) -> bool:
-    """Whether a prefix cache is exact for ``seq`` tokens: a causal model whose cache keeps
-    every position (no sliding window shorter than the sequence)."""
-    if "resume" in lm.refused:
+    """Whether a prefix cache is exact for ``seq`` tokens: a causal model whose resumed pass
+    passed the conformance probe, and whose every layer sees every earlier position up to
+    ``seq``: any sliding window, local window or attention chunk
+    (:func:`mechscope.engine.spans.attention_span`) is longer than the sequence. Longer by
+    one at least: transformers' cache of a window of ``w`` keeps the last ``w - 1``
+    positions, so a cached pass of ``w`` tokens has already lost its first."""
+    if "resume" in lm.refused or not lm.causal:
         return False
-    window = getattr(lm.config, "sliding_window", None)
-    return lm.causal and (window is None or window >= seq)
+    span = attention_span(lm.config)
+    return span is None or seq < span
 
 
 def dynamic_cache(
@@ -156,7 +161,10 @@ def tail_plan(
     if not lm.causal:
         raise ValueError("resuming from a prefix cache needs a causal model")
     if not can_resume(lm, seq):
-        raise ValueError("resuming needs a cache that keeps every position (sliding window)")
+        why = lm.refused.get("resume") or "a layer's attention is limited to fewer positions"
+        raise UnsupportedInterventionError(
+            f"resume is not supported for {seq} tokens of {lm.spec}: {why}"
+        )
     if not 0 <= start < seq or start > resume.cache.length:
         raise ValueError(
             f"resume start {start} must lie in 0..{min(seq, resume.cache.length + 1) - 1}"
@@ -194,7 +202,7 @@ def _shift_site(site: Site, start: int) -> Site:
 
 def _shift(iv: Intervention, start: int, seq: int) -> Intervention:
     if isinstance(iv, Read):
-        return Read(_shift_site(iv.site, start))
+        return Read(_shift_site(iv.site, start), iv.device)
     if isinstance(iv, Patch):
         return _shift_patch(iv, start, seq)
     if isinstance(iv, SuppressAttention):

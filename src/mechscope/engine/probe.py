@@ -13,11 +13,20 @@ that does not go through the card's site definitions:
   projection's weight;
 - ``pattern``: pattern reads equal eager attention's probabilities;
 - ``suppression``: SuppressAttention equals eager attention with a hand-built 4-D mask;
-- ``resume``: a pass continued from a cached prefix equals the full pass.
+- ``resume``: a pass continued from a cached prefix equals the full pass, at the longest
+  length the engine resumes (:func:`mechscope.engine.prefix.can_resume`);
+- ``slots`` and ``generate``: greedy rollouts equal transformers' own ``generate``, logits
+  and tokens, with continuous batching and in lock step
+  (:mod:`mechscope.engine.probe_generate`).
+
+The input runs past any sliding window, local window or attention chunk the config
+declares that is short enough to afford (:func:`probe_length`); tiny models declare them
+shorter than the input, so every family's windowed path is exercised.
 
 The first five are structural: if one fails the card is wrong and the model is refused in
-one line naming the check. The last three concern attention and the key/value cache: if one
-fails, only what depends on it is refused (``lm.refused``), each with its reason.
+one line naming the check. The others concern attention, the key/value cache and decoding:
+if one fails, only what depends on it is refused (``lm.refused``), each with its reason,
+except ``slots``, whose failure makes the model's rollouts decode in lock step instead.
 """
 
 from __future__ import annotations
@@ -30,9 +39,13 @@ import torch
 from torch import nn
 
 from mechscope.engine.forward import Engine
-from mechscope.engine.interventions import Gate, Read, SuppressAttention
-from mechscope.engine.prefix import Resume, can_resume
+from mechscope.engine.generate import LOCKSTEP
+from mechscope.engine.interventions import Gate, Read
+from mechscope.engine.probe_attention import check_pattern, check_resume, check_suppression
+from mechscope.engine.probe_compare import NotApplicable, ProbeFailed, check_close
+from mechscope.engine.probe_generate import check_generate, check_slots
 from mechscope.engine.sites import Site
+from mechscope.engine.spans import attention_span
 from mechscope.errors import MechscopeError, UnsupportedFamilyError
 from mechscope.models.loaded import LoadedModel
 from mechscope.models.trace import probe_ids
@@ -43,15 +56,19 @@ GUARDS: dict[str, tuple[str, ...]] = {
     "pattern": ("pattern", "attn_scores", "q", "k", "v", "ReduceAttention", "SuppressAttention"),
     "suppression": ("SuppressAttention",),
     "resume": ("resume",),
+    "generate": ("generate",),
 }
+#: The probe's input length, and the longest it grows to so as to pass a declared span.
+PROBE_SEQ, MAX_PROBE_SEQ = 10, 256
 
 
-class ProbeFailed(AssertionError):
-    """A check's identity does not hold (the message says by how much)."""
-
-
-class NotApplicable(Exception):
-    """A check that cannot run on this model (the message says why)."""
+def probe_length(lm: LoadedModel) -> int:
+    """Tokens per probe row: past the attention span (window, chunk) where that is
+    affordable, else :data:`PROBE_SEQ` (spans of thousands are proven on tiny models)."""
+    span = attention_span(lm.config)
+    if span and PROBE_SEQ <= span <= MAX_PROBE_SEQ - 2:
+        return span + 2
+    return PROBE_SEQ
 
 
 @dataclass
@@ -69,21 +86,6 @@ class ProbeReport:
         return None
 
 
-def _tol(lm: LoadedModel) -> float:
-    """Relative tolerance: fp32 round-off, or the half-precision model's own rounding."""
-    return 1e-4 if lm.dtype == torch.float32 else 3e-2
-
-
-def _close(lm: LoadedModel, got: torch.Tensor, ref: torch.Tensor, what: str) -> None:
-    got, ref = got.float(), ref.float().to(got.device)
-    if got.shape != ref.shape:
-        raise ProbeFailed(f"{what}: shape {tuple(got.shape)} != {tuple(ref.shape)}")
-    scale = max(float(ref.abs().max()), 1.0)
-    err = float((got - ref).abs().max())
-    if not err <= _tol(lm) * scale:
-        raise ProbeFailed(f"{what} off by {err:.3g} (scale {scale:.3g})")
-
-
 def check_hidden(eng: Engine, ids: torch.Tensor) -> None:
     lm = eng.lm
     with torch.no_grad():
@@ -94,7 +96,7 @@ def check_hidden(eng: Engine, ids: torch.Tensor) -> None:
     L = lm.n_layers
     out = eng.run(ids, [Read(Site("resid_pre", l)) for l in range(L)], logits=False)
     for l in range(L):
-        _close(lm, out[Site("resid_pre", l)], hidden[l], f"resid_pre {l}")
+        check_close(lm, out[Site("resid_pre", l)], hidden[l], f"resid_pre {l}")
 
 
 def check_residual(eng: Engine, ids: torch.Tensor) -> None:
@@ -104,7 +106,7 @@ def check_residual(eng: Engine, ids: torch.Tensor) -> None:
     out = eng.run(ids, reads, logits=False)
     for l in range(lm.n_layers):
         pre, post, attn, mlp = (out[Site(n, l)].float() for n in names)
-        _close(
+        check_close(
             lm, attn + mlp, post - pre, f"layer {l}: attn_out + mlp_out vs resid_post - resid_pre"
         )
 
@@ -125,7 +127,7 @@ def check_z(eng: Engine, ids: torch.Tensor) -> None:
                 contribution = lm.layer_part("attn_out", l)(contribution)
         if lm.residual_scale is not None:
             contribution = contribution * lm.residual_scale
-        _close(lm, contribution, out[Site("attn_out", l)], f"layer {l}: o_proj(z) vs attn_out")
+        check_close(lm, contribution, out[Site("attn_out", l)], f"layer {l}: o_proj(z) vs attn_out")
 
 
 def check_lens(eng: Engine, ids: torch.Tensor) -> None:
@@ -136,7 +138,7 @@ def check_lens(eng: Engine, ids: torch.Tensor) -> None:
     out = eng.run(ids, [Read(last)], logits=False)
     with torch.no_grad():
         ref = lm.model(input_ids=ids.to(lm.device)).logits
-        _close(lm, eng.unembed(out[last]), ref, "lens(last layer) vs logits")
+        check_close(lm, eng.unembed(out[last]), ref, "lens(last layer) vs logits")
 
 
 def check_gate(eng: Engine, ids: torch.Tensor) -> None:
@@ -147,7 +149,7 @@ def check_gate(eng: Engine, ids: torch.Tensor) -> None:
     gated = eng.run(ids, [Gate(alpha)]).logits
     with _zeroed_head_columns(lm, layer, head):
         zeroed = eng.run(ids).logits
-    _close(lm, gated, zeroed, f"gate 0 on layer {layer} head {head} vs zeroed o_proj columns")
+    check_close(lm, gated, zeroed, f"gate 0 on layer {layer} head {head} vs zeroed o_proj columns")
     if float((gated - eng.run(ids).logits).abs().max()) == 0:
         raise ProbeFailed(f"gate 0 on layer {layer} head {head} changes nothing")
 
@@ -174,70 +176,6 @@ def _zeroed_head_columns(lm: LoadedModel, layer: int, head: int) -> Iterator[Non
             view(weight).copy_(saved)
 
 
-@contextmanager
-def _eager(lm: LoadedModel) -> Iterator[None]:
-    """The model on transformers' eager attention for the duration (restored after)."""
-    current = lm.model.config._attn_implementation
-    try:
-        lm.model.set_attn_implementation("eager")
-    except (ValueError, ImportError) as exc:
-        raise NotApplicable(f"no eager attention to compare with ({exc})") from exc
-    try:
-        yield
-    finally:
-        lm.model.set_attn_implementation(current)
-
-
-def check_pattern(eng: Engine, ids: torch.Tensor) -> None:
-    lm = eng.lm
-    if not lm.causal:
-        raise NotApplicable("the eager reference builds a causal mask")
-    out = eng.run(ids, [Read(Site("pattern", l)) for l in range(lm.n_layers)], logits=False)
-    missing = [l for l in range(lm.n_layers) if Site("pattern", l) not in out.reads]
-    if missing:
-        raise ProbeFailed(f"attention never reached the engine in layers {missing}")
-    with _eager(lm), torch.no_grad():
-        ref = lm.model(input_ids=ids.to(lm.device), output_attentions=True).attentions
-    if not ref or ref[0] is None:
-        raise NotApplicable("eager attention returns no probabilities")
-    for l in range(lm.n_layers):
-        _close(lm, out[Site("pattern", l)], ref[l], f"layer {l}: pattern vs eager")
-
-
-def check_suppression(eng: Engine, ids: torch.Tensor) -> None:
-    lm = eng.lm
-    if not lm.causal:
-        raise NotApplicable("the 4-D mask reference is causal")
-    window = getattr(lm.config, "sliding_window", None)
-    ids = ids[:, : min(ids.shape[1], window)] if window else ids
-    seq = ids.shape[1]
-    start, end = 2, 4
-    allowed = torch.tril(torch.ones(seq, seq, dtype=torch.bool))
-    allowed[end:, start:end] = False
-    mask = torch.zeros(seq, seq, dtype=lm.dtype).masked_fill(~allowed, torch.finfo(lm.dtype).min)
-    mask = mask[None, None].expand(ids.shape[0], 1, -1, -1).to(lm.device)
-    got = eng.run(ids, [SuppressAttention((start, end))]).logits
-    with _eager(lm), torch.no_grad():
-        try:
-            ref = lm.model(input_ids=ids.to(lm.device), attention_mask=mask).logits
-        except (RuntimeError, ValueError, TypeError, IndexError) as exc:
-            raise NotApplicable(f"the model takes no 4-D attention mask ({exc})") from exc
-    _close(lm, got, ref, "suppression vs eager with a 4-D mask")
-
-
-def check_resume(eng: Engine, ids: torch.Tensor) -> None:
-    lm = eng.lm
-    if not can_resume(lm, ids.shape[1]):
-        raise NotApplicable("the engine does not resume this model at this length (sliding window)")
-    start = ids.shape[1] // 2
-    full = eng.run(ids).logits
-    base = eng.run(ids, cache=True, logits=False)
-    if base.cache is None:
-        raise NotApplicable("the model keeps no key/value cache")
-    tail = eng.run(ids, resume=Resume(base.cache, start)).logits
-    _close(lm, tail, full[:, start:], f"pass resumed at {start} vs full pass")
-
-
 CHECKS: dict[str, Callable[[Engine, torch.Tensor], None]] = {
     "hidden": check_hidden,
     "residual": check_residual,
@@ -247,14 +185,17 @@ CHECKS: dict[str, Callable[[Engine, torch.Tensor], None]] = {
     "pattern": check_pattern,
     "suppression": check_suppression,
     "resume": check_resume,
+    "slots": check_slots,
+    "generate": check_generate,
 }
 
 
-def run_probe(eng: Engine, *, seq: int = 10) -> ProbeReport:
-    """Run every check on a seeded ``[2, seq]`` input; record what failed and what could
-    not run. The model's interventions are not changed (see :func:`apply_probe`)."""
+def run_probe(eng: Engine, *, seq: int | None = None) -> ProbeReport:
+    """Run every check on a seeded ``[2, seq]`` input (default :func:`probe_length`);
+    record what failed and what could not run. The model's interventions are not changed
+    (see :func:`apply_probe`)."""
     lm = eng.lm
-    ids = probe_ids(lm.vocab_size, batch=2, seq=seq)
+    ids = probe_ids(lm.vocab_size, batch=2, seq=seq or probe_length(lm))
     report = ProbeReport(lm.card.family)
     for name, check in CHECKS.items():
         if name in GUARDS and any(g in lm.refused for g in GUARDS[name][:1]):
@@ -292,5 +233,8 @@ def apply_probe(eng: Engine) -> ProbeReport:
         if result.startswith("failed"):
             for key in guarded:
                 lm.refused.setdefault(key, f"the {name} check failed: {result[8:]}")
+    slots = report.results.get("slots", "ok")
+    if slots.startswith("failed"):  # exact all the same, one prompt at a time
+        lm.extra[LOCKSTEP] = f"the slots check failed: {slots[8:]}"
     lm.extra["probe"] = report
     return report

@@ -10,6 +10,7 @@ import pandas as pd
 
 from mechscope.runs import RunDir, has_table, read_arrays, read_table
 from mechscope.runs.result import (
+    HtmlRepr,
     frame_from_payload,
     frame_to_payload,
     get_arrays,
@@ -25,7 +26,7 @@ _NOT_PATHS = frozenset({"sample_ids", "tasks", "gradient"})
 
 
 @dataclass
-class HeadsResult:
+class HeadsResult(HtmlRepr):
     """What :func:`run_heads` computed (also saved in the run directory)."""
 
     sample_ids: list[str]

@@ -63,6 +63,19 @@ class ModelCard(BaseModel):
         description="module (in a layer) whose input is mlp_post, the MLP's neurons; none "
         "for mixture-of-experts layers",
     )
+    mlp_act: str | None = Field(
+        None,
+        description="module (in a layer) whose input is mlp_pre, the MLP's pre-activation (its "
+        "activation function: TransformerLens' hook_pre)",
+    )
+    ln1: str | None = Field(
+        None, description="norm (in a layer) before attention: the ln1_scale site"
+    )
+    ln2: str | None = Field(
+        None,
+        description="norm (in a layer) before the MLP: the ln2_scale site (the same module as "
+        "ln1 where one norm feeds both, as in GPT-J)",
+    )
     experts: str | None = Field(
         None,
         description="module (in a layer) called as experts(hidden, top_k_index, top_k_weights) "

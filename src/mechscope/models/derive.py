@@ -105,6 +105,7 @@ def derive_card(model: nn.Module, family: str | None = None) -> ModelCard:
         raise fail(f"no norm after the last layer makes its lens equal the logits ({tried})")
     mlp_down = _common(parts, "mlp_down")
     experts = _common(parts, "experts")
+    ln1, ln2, mlp_act = (_every(parts, role) for role in ("ln1", "ln2", "mlp_act"))
     return ModelCard(
         family=family,
         model_types=[model_type],
@@ -116,6 +117,9 @@ def derive_card(model: nn.Module, family: str | None = None) -> ModelCard:
         mlp_out=first["mlp_out"],
         mlp_down=mlp_down,
         experts=experts,
+        mlp_act=mlp_act,
+        ln1=ln1,
+        ln2=ln2,
         parallel=any(p["parallel"] for p in parts),  # type: ignore[index]
         final_norm=final_norm,
         unembed=[paths[head]],
@@ -206,6 +210,12 @@ def _scaled(logits: torch.Tensor, cfg: Any, scalars: dict[str, str]) -> torch.Te
         cap = float(getattr(cfg, scalars["logit_softcap"]))
         logits = torch.tanh(logits / cap) * cap
     return logits
+
+
+def _every(parts: list[Any], role: str) -> str | None:
+    """The path a role has in every layer (None when a layer lacks it or they differ)."""
+    found = {p[role] for p in parts}
+    return found.pop() if len(found) == 1 else None
 
 
 def _common(parts: list[Any], role: str) -> str | None:

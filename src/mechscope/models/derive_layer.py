@@ -20,6 +20,8 @@ from torch import nn
 from mechscope.models.trace import Trace
 
 _ATTN = re.compile(r"attn|attention", re.IGNORECASE)
+_NORM = re.compile(r"norm|ln", re.IGNORECASE)
+_ACT = re.compile(r"(^|_)act", re.IGNORECASE)
 
 
 def _out_dim(module: nn.Module) -> tuple[int, int] | None:
@@ -87,6 +89,9 @@ def layer_parts(
     mlp_root = (experts or mlp_down or mlp_out).split(".")[0]
     parallel = _is_parallel(trace, prefix, attn.split(".")[0], mlp_root, resid_pre)
     return {
+        "ln1": _norm_feeding(layer, prefix, trace, attn.split(".")[0]),
+        "ln2": _norm_feeding(layer, prefix, trace, mlp_root),
+        "mlp_act": None if experts else _activation(rel, prefix, trace, mlp_root),
         "attn": attn,
         "o_proj": o_proj,
         "attn_out": attn_out,
@@ -168,6 +173,39 @@ def _mlp_down(
         if path in outs and parent in outs and torch.equal(outs[path], outs[parent]):
             return path
     return None
+
+
+def _norm_feeding(layer: nn.Module, prefix: str, trace: Trace, block: str) -> str | None:
+    """The layer's own norm (a direct child named like one) whose output is the input of
+    ``block`` (its attention or MLP): the norm of the ``ln1_scale`` / ``ln2_scale`` site. Of
+    norms with equal outputs (a parallel block's two norms, alike at initialisation) the
+    last to run before the block is taken."""
+    call = trace.calls.get(f"{prefix}.{block}")
+    if call is None or call.inp is None:
+        return None
+    found = []
+    for name, module in layer.named_children():
+        norm = trace.calls.get(f"{prefix}.{name}")
+        if norm is None or norm.out is None or not _NORM.search(name + type(module).__name__):
+            continue
+        same = norm.out.shape == call.inp.shape and torch.equal(norm.out, call.inp)
+        if same and norm.order < call.order:
+            found.append((norm.order, name))
+    return max(found)[1] if found else None
+
+
+def _activation(rel: dict[str, nn.Module], prefix: str, trace: Trace, mlp_root: str) -> str | None:
+    """The MLP's activation: the first parameter-free module inside the MLP block named like
+    one (``act``, ``act_fn``) that ran (its input is ``mlp_pre``)."""
+    found = [
+        (trace.calls[f"{prefix}.{path}"].order, path)
+        for path, module in rel.items()
+        if path.startswith(mlp_root + ".")
+        and _ACT.search(path.rsplit(".", 1)[-1])
+        and not any(True for _ in module.parameters())
+        and f"{prefix}.{path}" in trace.calls
+    ]
+    return min(found)[1] if found else None
 
 
 def _is_parallel(

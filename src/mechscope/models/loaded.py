@@ -152,6 +152,14 @@ class LoadedModel:
     def dtype(self) -> torch.dtype:
         return self.embed_module().weight.dtype
 
+    def run_with_cache(self, inputs: Any, names_filter: Any = None, **kwargs: Any) -> Any:
+        """``Engine.of(self).run_with_cache(...)``: one pass that keeps the sites asked for,
+        as a :class:`mechscope.engine.cache.Cache` (TransformerLens' name). The engine is
+        imported here, on use, because it sits above this module."""
+        from mechscope.engine.forward import Engine
+
+        return Engine.of(self).run_with_cache(inputs, names_filter, **kwargs)
+
     @property
     def n_params(self) -> int:
         return sum(p.numel() for p in self.model.parameters())

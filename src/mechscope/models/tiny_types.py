@@ -4,8 +4,11 @@ A family without weights here (Mixtral, GPT-OSS, DeepSeek V3, …) is tested on 
 from its own config class and modeling code, shrunk to a few layers of width 64: every size
 field a config may use is set small, per-layer lists are cut to the layer count (keeping one
 of each layer kind, so a sliding-window family keeps a full-attention layer), dropouts are
-zeroed, and the few families that need more say so in ``tiny_overrides.yaml``. ``tiny:<type>``
-loads one (:func:`mechscope.models.load_model`).
+zeroed, and the few families that need more say so in ``tiny_overrides.yaml`` (Falcon turns
+ALiBi on there). Every sliding window, local window and attention chunk is 8 tokens, shorter
+than the conformance probe's input, so the windowed and chunked paths (prefix resume,
+generation past the window) are what the probe and the support table check.
+``tiny:<type>`` loads one (:func:`mechscope.models.load_model`).
 """
 
 from __future__ import annotations
@@ -49,7 +52,15 @@ SIZES: dict[str, int] = {
     "num_experts": 4,
     "n_routed_experts": 4,
     "num_experts_per_tok": 2,
+    # every length a layer's attention is limited to, shorter than the probe's input
     "sliding_window": 8,
+    "window_size": 8,
+    "attention_chunk_size": 8,
+    "sliding_window_size": 8,
+    "local_attention_window_len": 8,
+    "attention_window_size": 8,
+    "keep_window_size": 8,
+    "local_attention": 16,
     "kv_lora_rank": 16,
     "q_lora_rank": 32,
     "qk_rope_head_dim": 8,

@@ -143,6 +143,14 @@ class Figure:
 
         return render_plotly(self)
 
+    def show(self) -> None:
+        """Display the interactive figure (a notebook cell's output, or the browser)."""
+        self.to_plotly().show()
+
+    def _repr_html_(self) -> str:
+        """A notebook shows the figure itself (plotly from its CDN; the report inlines it)."""
+        return self.to_plotly().to_html(full_html=False, include_plotlyjs="cdn")
+
     def save_static(self, directory: Path | str, stem: str) -> list[Path]:
         """Write ``<stem>.png`` and ``<stem>.svg`` (matplotlib, Agg) atomically; return paths."""
         from mechscope.report.render_static import save_static

@@ -45,10 +45,41 @@ RESULT_TYPES = (
     "mechscope.patching.result:PatchingResult",
     "mechscope.heads.result:HeadsResult",
     "mechscope.anchors.result:ResamplingResult",
+    "mechscope.anchors.adaptive_result:AdaptiveResult",
     "mechscope.anchors.result:ReceiverResult",
     "mechscope.anchors.result:SuppressionResult",
     "mechscope.distill.result:DistillResult",
 )
+
+
+class HtmlRepr:
+    """Jupyter rendering shared by results: a title, a summary line and the head of the
+    result's main table. A class provides ``to_frame()`` (or overrides ``_repr_frame``) and
+    may add a one-line ``_repr_summary``; notebooks then show the object as a table."""
+
+    _repr_rows = 12
+
+    def _repr_frame(self) -> pd.DataFrame:
+        return self.to_frame()  # type: ignore[attr-defined]
+
+    def _repr_summary(self) -> str:
+        return ""
+
+    def _repr_html_(self) -> str:
+        import html
+
+        frame = self._repr_frame()
+        shown = frame.head(self._repr_rows)
+        more = len(frame) - len(shown)
+        parts = [f"<div><strong>{html.escape(type(self).__name__)}</strong>"]
+        summary = self._repr_summary()
+        if summary:
+            parts.append(f" &mdash; {html.escape(summary)}")
+        parts.append(shown.to_html(index=False, float_format=lambda x: f"{x:.4g}", border=0))
+        if more > 0:
+            parts.append(f"<p>… {more} more rows of {len(frame)} (<code>to_frame()</code>)</p>")
+        parts.append("</div>")
+        return "".join(parts)
 
 
 @runtime_checkable

@@ -14,6 +14,7 @@ import pandas as pd
 
 from mechscope.runs import RunDir, ShardStore, has_table, read_table
 from mechscope.runs.result import (
+    HtmlRepr,
     frame_from_payload,
     frame_to_payload,
     get_payloads,
@@ -23,7 +24,7 @@ from mechscope.studies.humaneval.layout import PART, TABLES, TESTS_PART
 
 
 @dataclass
-class StudyResult:
+class StudyResult(HtmlRepr):
     """Shard payloads of both steps and the tables written to the run directory."""
 
     payloads: dict[str, dict]

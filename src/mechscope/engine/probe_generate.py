@@ -1,0 +1,128 @@
+"""The conformance probe's generation checks: the engine's greedy rollouts against
+transformers' own ``generate``, logits and tokens, on both ways the engine decodes.
+
+- ``slots``: continuous batching on the slot cache, with a refill (a slot that held a
+  longer rollout takes a shorter one; its stale columns must stay masked), on prompts
+  that fit the model's attention span. A failure is not a refusal: the model's rollouts
+  decode in lock step instead (``LoadedModel.extra["lockstep"]``).
+- ``generate``: lock-step decoding on transformers' cache, on a prompt whose continuation
+  runs past any sliding window or attention chunk the config declares. A failure refuses
+  generation (``LoadedModel.refused["generate"]``).
+
+Each new token's logits are compared, not only its argmax: a tiny random model often
+repeats one token whatever its context, and equal tokens would prove nothing. Where the
+tokens part (a near-tie the logits' tolerance allows), the rest is not compared: the two
+continue different texts.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+
+from mechscope.engine.forward import Engine
+from mechscope.engine.generate import LOCK_STEP, SLOTS, generate
+from mechscope.engine.prefix import can_resume
+from mechscope.engine.probe_compare import NotApplicable, ProbeFailed, check_close
+from mechscope.engine.rollouts import Prompt
+from mechscope.engine.sampling import Sampling
+from mechscope.models.loaded import LoadedModel
+
+#: New tokens of the lock-step check (past the span: the prompt already fills it).
+NEW_TOKENS = 3
+
+
+def _reference(lm: LoadedModel, ids: list[int], n: int) -> tuple[list[int], list[torch.Tensor]]:
+    """transformers' greedy continuation of ``ids`` and the logits of each new token."""
+    pad = lm.tokenizer.pad_token_id
+    try:
+        with torch.no_grad():
+            out = lm.model.generate(
+                torch.tensor([ids], device=lm.device),
+                attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=lm.device),
+                max_new_tokens=n,
+                do_sample=False,
+                pad_token_id=pad if pad is not None else 0,
+                return_dict_in_generate=True,
+                output_logits=True,
+            )
+    except Exception as exc:  # the reference itself does not run: nothing is proven
+        raise ProbeFailed(f"transformers' generate fails ({type(exc).__name__}: {exc})") from exc
+    tokens = out.sequences[0, len(ids) :].tolist()
+    return tokens, [step[0] for step in out.logits]
+
+
+def _rollouts(
+    eng: Engine, prompts: list[Prompt], slots: int, batching: str
+) -> tuple[list[list[tuple[int, ...]]], dict[tuple[int, int], list[torch.Tensor]]]:
+    logits: dict[tuple[int, int], list[torch.Tensor]] = defaultdict(list)
+
+    def record(i: int, k: int, row_logits: torch.Tensor) -> None:
+        logits[(i, k)].append(row_logits.detach().clone())
+
+    out = generate(
+        eng, prompts, Sampling(max_new_tokens=NEW_TOKENS), slots=slots, on_logits=record,
+        batching=batching,
+    )  # fmt: skip
+    return [[c.tokens for c in rollouts] for rollouts in out], logits
+
+
+def _compare(
+    lm: LoadedModel,
+    tokens: tuple[int, ...],
+    logits: list[torch.Tensor],
+    ref_tokens: list[int],
+    ref_logits: list[torch.Tensor],
+    what: str,
+) -> None:
+    """Step by step: the logits each token came from, then the token itself."""
+    for t, ref in enumerate(ref_logits):
+        if t >= len(logits):
+            raise ProbeFailed(
+                f"{what} ended after {t} tokens, transformers' after {len(ref_logits)}"
+            )
+        check_close(lm, logits[t], ref, f"{what}: logits of new token {t + 1}")
+        if t < len(tokens) and t < len(ref_tokens) and tokens[t] != ref_tokens[t]:
+            return  # a near-tie within the tolerance: the texts part here
+    if len(logits) != len(ref_logits):
+        raise ProbeFailed(f"{what} ran {len(logits)} tokens, transformers' {len(ref_logits)}")
+
+
+def _check(eng: Engine, prompts: list[Prompt], slots: int, batching: str) -> None:
+    lm = eng.lm
+    got, logits = _rollouts(eng, prompts, slots, batching)
+    for i, prompt in enumerate(prompts):
+        budget = prompt.max_new_tokens or NEW_TOKENS
+        ref_tokens, ref_logits = _reference(lm, list(prompt.ids), budget)
+        for k in range(len(prompt.seeds)):
+            what = f"{batching} rollout {k} of a {len(prompt.ids)}-token prompt"
+            _compare(lm, got[i][k], logits[(i, k)], ref_tokens, ref_logits, what)
+
+
+def _applicable(eng: Engine) -> None:
+    lm = eng.lm
+    if not lm.causal:
+        raise NotApplicable("generation needs a causal model")
+    if "generate" in lm.refused:
+        raise NotApplicable(lm.refused["generate"])
+
+
+def check_slots(eng: Engine, ids: torch.Tensor) -> None:
+    """Continuous batching with a refill equals transformers' ``generate``: two rollouts of
+    a 4-token prompt in two slots, then a 2-token prompt in the slot the first one left
+    (6 tokens at most: within a tiny model's window of 8)."""
+    _applicable(eng)
+    rows = ids.tolist()
+    prompts = [Prompt(rows[0][:4], seeds=[0, 1], max_new_tokens=2), Prompt(rows[1][:2], [0], 4)]
+    longest = max(len(p.ids) + (p.max_new_tokens or 0) for p in prompts)
+    if not can_resume(eng.lm, longest):
+        raise NotApplicable(f"the engine decodes {longest} tokens of this model in lock step")
+    _check(eng, prompts, slots=2, batching=SLOTS)
+
+
+def check_generate(eng: Engine, ids: torch.Tensor) -> None:
+    """Lock-step decoding equals transformers' ``generate``, on a prompt of the probe's
+    whole length (past any declared window or chunk), two rollouts side by side."""
+    _applicable(eng)
+    _check(eng, [Prompt(ids[0].tolist(), seeds=[0, 1])], slots=2, batching=LOCK_STEP)
