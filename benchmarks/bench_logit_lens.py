@@ -7,20 +7,22 @@ layer: ``[layers + 1, tokens - 1]``.
 - mechscope: one ``Engine.run`` with a ``Read`` of every ``resid_pre`` (the last row is the
   model's own logits), then ``lens_logprobs`` layer by layer, all tokens in one chunk:
   never more than one layer's ``[tokens, vocab]`` at a time;
-- TransformerLens 3.9: ``run_with_cache`` (residual hooks only), ``accumulated_resid(
+- TransformerLens 4: ``run_with_cache`` (residual hooks only), ``accumulated_resid(
   apply_ln=True)`` (``ln_final`` recomputed per state), ``unembed``, ``log_softmax``: the
-  textbook logit lens, holding ``[layers + 1, tokens, vocab]``. The ``HookedTransformer`` is
-  built from the same weights as ``bench_patching.py`` builds it (TL cannot load SmolLM2 by
-  name offline);
+  textbook logit lens, holding ``[layers + 1, tokens, vocab]``. The ``TransformerBridge``
+  wraps a copy of the same weights, as ``bench_patching.py`` builds it (TL cannot load
+  SmolLM2 by name offline);
 - tuned-lens 0.2: ``LogitLens.from_model`` on the Hugging Face model, applied to
   ``hidden_states[:-1]`` of an ``output_hidden_states=True`` forward plus the model's logits
-  (its own convention: HF's last hidden state is already normalised).
+  (its own convention: HF's last hidden state is already normalised). It probes for
+  TransformerLens' ``HookedTransformer``, which TransformerLens 4 turns into an ImportError,
+  so the script tells it TransformerLens is absent (the model is a Hugging Face one).
 
 Time interleaved in one process, peak memory in a fresh process per side. Agreement: every
 NLL within what rounding explains (``K · eps · scale · √depth``, mechscope.tolerance) at a
 log-probability's scale (the lens logits' largest magnitude twice, plus log(vocab)) through
-every layer: TransformerLens re-implements the forward in another order of operations,
-tuned-lens reads HF's.
+every layer: TransformerLens 4 runs the Hugging Face modules with eager attention, tuned-lens
+reads HF's.
 Run: ``python benchmarks/bench_logit_lens.py [--quick] [--reps N] [--threads N]``.
 """
 
@@ -118,8 +120,12 @@ def build_peer(name: str, lm: LoadedModel) -> Callable[[torch.Tensor], torch.Ten
                 return _nll(torch.log_softmax(model.unembed(stack), -1), ids)[:, 0]
 
         return tl
+    import tuned_lens.model_surgery
     from tuned_lens.nn import LogitLens
 
+    # tuned-lens 0.2 asks whether the model is a transformer_lens.HookedTransformer, a name
+    # TransformerLens 4 turns into an ImportError; this model is a Hugging Face one
+    tuned_lens.model_surgery._transformer_lens_available = False
     hf = lm.model
     hf.set_attn_implementation("sdpa")
     lens = LogitLens.from_model(hf)

@@ -56,7 +56,7 @@ def _reference(lm: LoadedModel, ids: list[int], n: int) -> tuple[list[int], list
 
 
 def _rollouts(
-    eng: Engine, prompts: list[Prompt], slots: int, decode: str
+    eng: Engine, prompts: list[Prompt], slots: int, batching: str
 ) -> tuple[list[list[tuple[int, ...]]], dict[tuple[int, int], list[torch.Tensor]]]:
     logits: dict[tuple[int, int], list[torch.Tensor]] = defaultdict(list)
 
@@ -65,7 +65,7 @@ def _rollouts(
 
     out = generate(
         eng, prompts, Sampling(max_new_tokens=NEW_TOKENS), slots=slots, on_logits=record,
-        decode=decode,
+        batching=batching,
     )  # fmt: skip
     return [[c.tokens for c in rollouts] for rollouts in out], logits
 
@@ -95,15 +95,15 @@ def _compare(
     return margin
 
 
-def _check(eng: Engine, prompts: list[Prompt], slots: int, decode: str) -> float:
+def _check(eng: Engine, prompts: list[Prompt], slots: int, batching: str) -> float:
     lm = eng.lm
-    got, logits = _rollouts(eng, prompts, slots, decode)
+    got, logits = _rollouts(eng, prompts, slots, batching)
     margin = 0.0
     for i, prompt in enumerate(prompts):
         budget = prompt.max_new_tokens or NEW_TOKENS
         ref_tokens, ref_logits = _reference(lm, list(prompt.ids), budget)
         for k in range(len(prompt.seeds)):
-            what = f"{decode} rollout {k} of a {len(prompt.ids)}-token prompt"
+            what = f"{batching} rollout {k} of a {len(prompt.ids)}-token prompt"
             margin = max(
                 margin, _compare(lm, got[i][k], logits[(i, k)], ref_tokens, ref_logits, what)
             )
@@ -128,11 +128,11 @@ def check_slots(eng: Engine, ids: torch.Tensor) -> float:
     longest = max(len(p.ids) + (p.max_new_tokens or 0) for p in prompts)
     if not can_resume(eng.lm, longest):
         raise NotApplicable(f"the engine decodes {longest} tokens of this model in lock step")
-    return _check(eng, prompts, slots=2, decode=SLOTS)
+    return _check(eng, prompts, slots=2, batching=SLOTS)
 
 
 def check_generate(eng: Engine, ids: torch.Tensor) -> float:
     """Lock-step decoding equals transformers' ``generate``, on a prompt of the probe's
     whole length (past any declared window or chunk), two rollouts side by side."""
     _applicable(eng)
-    return _check(eng, [Prompt(ids[0].tolist(), seeds=[0, 1])], slots=2, decode=LOCK_STEP)
+    return _check(eng, [Prompt(ids[0].tolist(), seeds=[0, 1])], slots=2, batching=LOCK_STEP)
