@@ -6,6 +6,7 @@ line-count table is the one the blocks give. The peers' blocks run too where Tra
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import linecache
 
@@ -68,15 +69,31 @@ def test_mechscope_recipe_runs(recipe, setup_namespace: dict, capsys) -> None:
     assert assigned_names(code) <= set(namespace)
 
 
-PEERS = {"transformerlens": "transformer_lens", "nnsight": "nnsight"}
+#: library -> (package, distribution, the first major.minor the page is written for)
+PEERS = {
+    "transformerlens": ("transformer_lens", "transformer-lens", (4, 0)),
+    "nnsight": ("nnsight", "nnsight", (0, 8)),
+}
+
+
+def peer_skip(library: str) -> str | None:
+    """Why a peer's blocks cannot run here (None: they can)."""
+    package, dist, first = PEERS[library]
+    if importlib.util.find_spec(package) is None:
+        return f"{package} is not installed here"
+    version = importlib.metadata.version(dist)
+    if tuple(int(x) for x in version.split(".")[:2]) < first:
+        return f"the page is written for {dist} {'.'.join(map(str, first))}+, not {version}"
+    return None
 
 
 @pytest.fixture(scope="module", params=sorted(PEERS))
 def peer_namespace(request, smollm2) -> tuple[str, dict]:
     """A peer's setup on the converted smollm2 directory (its hub name replaced by it)."""
     library = request.param
-    if importlib.util.find_spec(PEERS[library]) is None:
-        pytest.skip(f"{PEERS[library]} is not installed here (make bench-install)")
+    why = peer_skip(library)
+    if why is not None:
+        pytest.skip(why)
     local = str(smollm2.model.name_or_path)
     namespace: dict = {}
     setup = setups(TEXT)[library].replace(HUB_NAME, local)

@@ -7,6 +7,10 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # two cached runs and a dozen patched passes of a 135M model
+
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "io_direction_heads.py"
 
 
