@@ -1,8 +1,8 @@
 """Every mechscope block of the recipes page runs on the real model (smollm2-135m), each in
 a fresh namespace after the page's setup, and its own ``assert`` lines hold; the page has
 at least 15 recipes, each with a TransformerLens, an nnsight and a mechscope block, and its
-line-count table is the one the blocks give. The peers' blocks run too where TransformerLens
-4 or nnsight is installed (the benchmark venv), with the same weights on the CPU."""
+line-count table is the one the blocks give. The peers' blocks run too (slow) where
+TransformerLens 4 or nnsight 0.8 is installed, on the same weights."""
 
 from __future__ import annotations
 
@@ -52,14 +52,14 @@ def setup_namespace() -> dict:
     return namespace
 
 
-def _params(library: str) -> list:
+def _params() -> list:
     return [
         pytest.param(r, id=f"{r.number}", marks=[pytest.mark.slow] if r.title in SLOW else [])
         for r in RECIPES
     ]
 
 
-@pytest.mark.parametrize("recipe", _params("mechscope"))
+@pytest.mark.parametrize("recipe", _params())
 def test_mechscope_recipe_runs(recipe, setup_namespace: dict, capsys) -> None:
     namespace = dict(setup_namespace)  # a fresh namespace: nothing leaks between recipes
     before = set(namespace)
@@ -88,26 +88,27 @@ def peer_skip(library: str) -> str | None:
 
 
 @pytest.fixture(scope="module", params=sorted(PEERS))
-def peer_namespace(request, smollm2) -> tuple[str, dict]:
+def peer_namespace(request) -> tuple[str, str, dict]:
     """A peer's setup on the converted smollm2 directory (its hub name replaced by it)."""
     library = request.param
     why = peer_skip(library)
     if why is not None:
         pytest.skip(why)
+    smollm2 = request.getfixturevalue("smollm2")  # loaded only where a peer can run
     local = str(smollm2.model.name_or_path)
     namespace: dict = {}
     setup = setups(TEXT)[library].replace(HUB_NAME, local)
     run_block(setup, f"{PAGE.name}:{library} setup", namespace)
-    return library, namespace
+    return library, local, namespace
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe", _params("peer"))
-def test_peer_recipe_runs(recipe, peer_namespace, smollm2) -> None:
-    library, setup = peer_namespace
-    code = recipe.blocks[library].replace(HUB_NAME, str(smollm2.model.name_or_path))
+@pytest.mark.parametrize("recipe", _params())
+def test_peer_recipe_runs(recipe, peer_namespace) -> None:
     import torch
 
+    library, local, setup = peer_namespace
+    code = recipe.blocks[library].replace(HUB_NAME, local)
     if not torch.cuda.is_available():  # the bf16 recipe on the CPU
         code = code.replace('"cuda"', '"cpu"')
     namespace = dict(setup)
