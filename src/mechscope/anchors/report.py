@@ -11,6 +11,7 @@ from mechscope.anchors.layout import (
     ADAPTIVE_TABLE,
     CHUNKS_TABLE,
     HEADS_TABLE,
+    RECEIVERS_SKIPPED_TABLE,
     SCORES_TABLE,
     SENTENCES_TABLE,
     SETTINGS_TABLE,
@@ -243,6 +244,9 @@ def anchors_section(run: RunDir) -> list | None:
     if figures:
         blocks.append(figures.pop(0))  # the first trace's sentence graph
     blocks += [c for p in parts for c in p.cautions]
+    if has_table(run, RECEIVERS_SKIPPED_TABLE):
+        reason = read_table(run, RECEIVERS_SKIPPED_TABLE)["reason"].iloc[0]
+        blocks.append(TextBlock(f"**Receiver heads were not computed:** {reason}."))
     if figures:
         blocks.append(DetailsBlock(f"More figures ({len(figures)})", figures))
     method = [m for p in parts for m in p.method]
