@@ -124,3 +124,15 @@ def test_unalignable_references_are_refused_in_one_line(setup) -> None:
         with pytest.raises(InputError, match=match) as info:
             Ablate(**kwargs)
         assert "\n" not in str(info.value)
+
+
+def test_a_recorded_decode_step_takes_the_mask_along(setup) -> None:
+    """``on_device`` (what a recorded decode step holds) keeps the reference and its mask."""
+    from mechscope.engine.decode_step import on_device
+
+    _, _, cache = setup
+    ablate = Ablate(Site("mlp_out", LAYER), "mean", cache, over_positions=True)
+    moved = on_device(ablate, torch.device("cpu"))
+    assert isinstance(moved, Ablate) and moved.over_positions and moved.mode == "mean"
+    assert torch.equal(moved.reference_mask, cache.tokens.attention_mask.bool())
+    assert torch.equal(moved.reference, cache["mlp_out", LAYER])
