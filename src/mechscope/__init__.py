@@ -46,8 +46,10 @@ if TYPE_CHECKING:
         UnsupportedInterventionError,
     )
     from mechscope.models import LoadedModel, ModelCard, load_model
+    from mechscope.patching.config import PatchSpec
     from mechscope.patching.path import path_patch
     from mechscope.patching.path_result import PathResult
+    from mechscope.patching.run import patch_pairs
     from mechscope.steering.config import SteerConfig
     from mechscope.steering.result import SteeringResult
     from mechscope.steering.run import steer_sweep
@@ -78,8 +80,10 @@ EXPORTS = {
     "Cache": "mechscope.engine.cache",
     "Components": "mechscope.engine.cache",
     "LogitAttribution": "mechscope.engine.attribution",
-    # path patching and steering
+    # activation and path patching, steering
     "ContrastivePair": "mechscope.data.pairs",
+    "PatchSpec": "mechscope.patching.config",
+    "patch_pairs": "mechscope.patching.run",
     "path_patch": "mechscope.patching.path",
     "PathResult": "mechscope.patching.path_result",
     "Contrast": "mechscope.steering.samples",
@@ -121,6 +125,7 @@ __all__ = [
     "MemoryBudgetError",
     "ModelCard",
     "Patch",
+    "PatchSpec",
     "PathResult",
     "Prompt",
     "Read",
@@ -140,6 +145,7 @@ __all__ = [
     "caa_vector",
     "load_model",
     "logit_diff",
+    "patch_pairs",
     "path_patch",
     "run_with_cache",
     "steer_sweep",

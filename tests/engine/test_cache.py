@@ -14,6 +14,8 @@ recomputed in another order at depth 1, at the magnitude of the products it sums
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from engine_tiny import (
@@ -26,6 +28,7 @@ from engine_tiny import (
 from mechscope.engine import Engine, Site
 from mechscope.errors import MemoryBudgetError, UnsupportedInterventionError
 from mechscope.models import load_model
+from mechscope.models.memory import human_bytes, parse_memory
 from tolerance import assert_rounding_close, depth_of, scale_of
 
 PROMPTS = ["When Mary and John went to the store, John gave a drink to", "Once upon a time"]
@@ -225,6 +228,24 @@ def test_stop_positions_filters_and_device() -> None:
     with pytest.raises(MemoryBudgetError, match="cache fewer sites") as info:
         eng.run_with_cache(long, memory="1MiB")  # about 8 MiB of reads
     assert "\n" not in str(info.value)
+    assert "over the 1.00 MiB it may use" in str(info.value) and "0.00 GiB" not in str(info.value)
+    sizes = re.search(
+        r"hold (\S+ \S+) .*\(cache (\S+ \S+), pass (\S+ \S+)\), over the (\S+ \S+)",
+        str(info.value),
+    )
+    held, cache, run, limit = (parse_memory(x.replace(" ", ""))[1] for x in sizes.groups())
+    assert limit == 2**20 and held > limit and cache > 2**20  # each in a unit that shows it
+    assert abs(held - cache - run) <= 0.015 * 2**20  # three numbers rounded to 0.01 MiB
+
+
+def test_human_bytes() -> None:
+    assert [human_bytes(n) for n in (512, 2**20, 1.5 * 2**20, 3.25 * 2**30, 2**41)] == [
+        "512 B",
+        "1.00 MiB",
+        "1.50 MiB",
+        "3.25 GiB",
+        "2.00 TiB",
+    ]
 
 
 def test_a_nonlinearity_after_o_proj_is_refused_not_decomposed() -> None:

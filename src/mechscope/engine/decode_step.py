@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import torch
@@ -225,6 +225,6 @@ def on_device(iv: Intervention, device: torch.device) -> Intervention:
     if isinstance(iv, Patch):
         return Patch(iv.site, iv.value.to(device), None if iv.mask is None else iv.mask.to(device))
     if isinstance(iv, Ablate) and iv.reference is not None:
-        ref = iv.reference.to(device)
-        return Ablate(iv.site, iv.mode, ref, iv.over_positions, iv.seed)
+        mask = None if iv.reference_mask is None else iv.reference_mask.to(device)
+        return replace(iv, reference=iv.reference.to(device), reference_mask=mask)  # type: ignore[union-attr]
     return iv

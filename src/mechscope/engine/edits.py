@@ -54,21 +54,33 @@ def apply_ablation(act: torch.Tensor, ablate: Ablate) -> torch.Tensor:
     if ablate.mode == "zero":
         replacement = torch.zeros_like(act)
     else:
-        if ablate.reference is None:
-            raise ValueError(f"{ablate.mode} ablation of {site} needs a reference activation")
-        ref = ablate.reference.to(device=act.device, dtype=act.dtype)
+        ref = ablate.reference
+        assert isinstance(ref, torch.Tensor)  # a Cache was resolved when the Ablate was made
         if ablate.mode == "mean":
-            mean = ref.mean(dim=0, keepdim=True)  # [1, seq, ...]
-            if ablate.over_positions:
-                mean = mean.mean(dim=site.pos_dim, keepdim=True)  # [1, 1, ...]
-            replacement = mean.expand_as(act)
-        elif ablate.mode == "resample":
+            mean = reference_mean(ref, ablate.reference_mask, site, ablate.over_positions)
+            replacement = mean.to(device=act.device, dtype=act.dtype).expand_as(act)
+        else:
             gen = torch.Generator().manual_seed(ablate.seed)
             rows = torch.randint(0, ref.shape[0], (act.shape[0],), generator=gen)
-            replacement = ref[rows.to(ref.device)]
-        else:
-            raise ValueError(f"unknown ablation mode {ablate.mode!r}: zero, mean or resample")
+            replacement = ref[rows.to(ref.device)].to(device=act.device, dtype=act.dtype)
     return apply_patch(act, Patch(site, select(replacement, site)))
+
+
+def reference_mean(
+    ref: torch.Tensor, mask: torch.Tensor | None, site: Site, over_positions: bool
+) -> torch.Tensor:
+    """The fp32 mean of ``ref [rows, seq, ...]`` over its rows (``[1, seq, ...]``), or over
+    rows and positions (``[1, 1, ...]``); ``mask [rows, seq]`` (True = real token, only with
+    ``over_positions``: :func:`mechscope.engine.interventions.checked_mask`) keeps the
+    padding out."""
+    x = ref.float()
+    if not over_positions:
+        return x.mean(dim=0, keepdim=True)
+    if mask is None:
+        return x.mean(dim=(0, site.pos_dim), keepdim=True)
+    real = mask.to(x.device).reshape(*mask.shape, *([1] * (x.dim() - 2)))  # [rows, seq, 1...]
+    total = torch.where(real, x, 0.0).sum(dim=(0, 1), keepdim=True)  # padding may be NaN
+    return total / real.sum()
 
 
 def apply_gate(z: torch.Tensor, alpha: torch.Tensor, layer: int) -> torch.Tensor:

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
-from mechscope.engine.sites import Site
+from mechscope.engine.sites import SCORE_SITES, Site
 from mechscope.errors import InputError
+
+if TYPE_CHECKING:
+    from mechscope.engine.cache import Cache
 
 #: Sites a :class:`Steer` can edit: every site with a vector per position.
 STEER_SITES = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "mlp_post")
@@ -73,22 +76,105 @@ class Ablate:
     """Replace ``site`` by zeros, by a mean, or by resampled rows.
 
     - ``mode="zero"``: zeros (``reference`` unused);
-    - ``mode="mean"``: the mean of ``reference`` (the site's activations on a reference
-      batch, the full site shape ``[rows, seq, ...]``, e.g. a ``Read`` of the same site)
-      over its rows; with ``over_positions=True`` also over its positions, so one vector
-      replaces every position (use it when the reference prompts differ in length or
-      alignment);
+    - ``mode="mean"``: the mean of ``reference`` over its rows; with ``over_positions=True``
+      also over its positions, so one vector replaces every position (use it when the
+      reference prompts differ in length or alignment);
     - ``mode="resample"``: each row of the pass takes a row of ``reference`` drawn with
       ``seed`` (the same seed, the same rows).
+
+    ``reference``: the site's activations on a reference batch, either a
+    :class:`~mechscope.engine.cache.Cache` of that batch (``run_with_cache``: its read of
+    the site, and its attention mask, are taken from it) or a tensor of the full site shape
+    ``[rows, seq, ...]`` (e.g. a ``Read``), with ``reference_mask`` ``[rows, seq]`` (True =
+    a real token) where its rows were padded. Padding never enters a mean: with
+    ``over_positions=True`` the mean is over the real tokens only; a mean over rows at each
+    position, or resampled rows, of a reference whose rows differ in length cannot line the
+    positions up and are refused in one line (before any forward work), as is a padded
+    reference of attention scores (its masked keys).
 
     ``site.positions`` / ``site.head`` limit the replacement to that slice.
     """
 
     site: Site
     mode: Literal["zero", "mean", "resample"] = "zero"
-    reference: torch.Tensor | None = None
+    reference: torch.Tensor | Cache | None = None
     over_positions: bool = False
     seed: int = 0
+    reference_mask: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("zero", "mean", "resample"):
+            raise InputError(
+                f"expected mode 'zero', 'mean' or 'resample', got {self.mode!r}", field="mode"
+            )
+        if self.reference is not None and not isinstance(self.reference, torch.Tensor):
+            if self.reference_mask is not None:
+                raise InputError(
+                    "a reference Cache brings its own padding mask: give reference_mask only "
+                    "with a tensor reference",
+                    field="reference_mask",
+                )
+            self.reference, self.reference_mask = cache_reference(self.reference, self.site)
+        if self.mode == "zero":
+            return
+        if self.reference is None:
+            raise InputError(
+                f"{self.mode} ablation of {self.site} needs a reference", field="reference"
+            )
+        self.reference_mask = checked_mask(self)
+
+
+def cache_reference(cache: Any, site: Site) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A cache's read of ``site`` (every head, every kept position) and its ``[rows, seq]``
+    bool mask of real tokens at those positions (None: no padding)."""
+    from mechscope.engine.cache import Cache
+
+    if not isinstance(cache, Cache):
+        raise InputError(
+            f"expected a tensor or a Cache, got {type(cache).__name__}", field="reference"
+        )
+    try:
+        value = cache[replace(site, head=None, positions=None)]
+    except KeyError as err:
+        raise InputError(str(err.args[0]), field="reference") from None
+    mask = cache.tokens.attention_mask
+    if mask is not None and cache.positions is not None:
+        mask = mask[:, list(cache.positions)]
+    return value, None if mask is None else mask.bool()
+
+
+def checked_mask(ablate: Ablate) -> torch.Tensor | None:
+    """``ablate.reference_mask`` as a bool ``[rows, seq]`` tensor, None when every token is
+    real; refused in one line where the padding cannot be kept out of the replacement."""
+    mask, ref, site = ablate.reference_mask, ablate.reference, ablate.site
+    if mask is None:
+        return None
+    assert isinstance(ref, torch.Tensor)
+    mask = torch.as_tensor(mask).bool()
+    want = [ref.shape[0], ref.shape[site.pos_dim]] if ref.dim() > site.pos_dim else None
+    if want is None or list(mask.shape) != want:
+        raise InputError(
+            f"expected reference_mask [rows, seq] = {want} (True = real token), got "
+            f"{list(mask.shape)}",
+            field="reference_mask",
+        )
+    if bool(mask.all()):
+        return None
+    if not bool(mask.any()):
+        raise InputError("the reference has no real token", field="reference_mask")
+    if site.name in SCORE_SITES:
+        raise InputError(
+            f"a padded reference of {site.name} holds masked keys: use prompts of equal length",
+            field="reference",
+        )
+    if ablate.mode == "resample" or not ablate.over_positions:
+        what = "resampled rows" if ablate.mode == "resample" else "a mean over rows"
+        raise InputError(
+            f"{what} of a reference whose rows differ in length (left padding) cannot line "
+            "its positions up: use over_positions=True or prompts of equal length",
+            field="reference",
+        )
+    return mask
 
 
 @dataclass(eq=False)

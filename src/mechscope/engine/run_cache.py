@@ -32,7 +32,7 @@ from mechscope.engine.sites import (
     Site,
 )
 from mechscope.errors import MemoryBudgetError, SiteError
-from mechscope.models.memory import free_bytes, memory_budget
+from mechscope.models.memory import free_bytes, human_bytes, memory_budget
 
 if TYPE_CHECKING:
     from mechscope.engine.forward import Engine
@@ -140,9 +140,9 @@ def check_memory(
         )
         if nbytes > limit:
             raise MemoryBudgetError(
-                f"run_with_cache would hold {nbytes / 2**30:.2f} GiB on {dev} for {what} "
-                f"(cache {cache / 2**30:.2f} GiB, pass {run / 2**30:.2f} GiB), over the "
-                f"{limit / 2**30:.2f} GiB it may use: cache fewer sites (names_filter), fewer "
+                f"run_with_cache would hold {human_bytes(nbytes)} on {dev} for {what} "
+                f"(cache {human_bytes(cache)}, pass {human_bytes(run)}), over the "
+                f"{human_bytes(limit)} it may use: cache fewer sites (names_filter), fewer "
                 "positions (positions=), stop_at_layer, logits=False, device='cpu', or "
                 "give memory="
             )

@@ -130,7 +130,14 @@ def patch_pairs(
     keep_logits: bool = False,
     progress: bool = True,
 ) -> PatchingResult:
-    """Run ``spec`` on every pair in memory (no run directory)."""
+    """Run the patching sweep ``spec`` on every pair, in memory: a
+    :class:`~mechscope.patching.result.PatchingResult` (``to_frame()``, ``figure()``), with
+    no run directory (``mechscope patch run`` / :func:`run_patching` write one).
+
+    Pairs are :class:`~mechscope.data.pairs.ContrastivePair` (text) or tokenized pairs;
+    every pair is checked before the first forward pass, so a bad one is refused in one line
+    naming it. Pairs go through in groups sized by the memory budget; ``keep_logits`` keeps
+    each patched run's readout logits, ``progress`` shows a progress bar."""
     check_pair_ids(pairs)
     for p in pairs:  # fail before any forward on a bad pair
         for d in spec.directions:
