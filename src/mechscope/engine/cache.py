@@ -13,7 +13,7 @@ computed in fp32 and checked to sum to what the model computed.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -110,9 +110,29 @@ class Cache(HtmlRepr):
     lm: LoadedModel
     reads: dict[Key, torch.Tensor]
     tokens: Tokens
-    logits: torch.Tensor | None = None  # [batch, seq|kept, vocab] fp32
+    #: ``[batch, seq, d_model]``: the final norm's input in the pass, from which
+    #: :attr:`logits` are read out when first asked for (None: the pass kept no logits)
+    final_hidden: torch.Tensor | None = None
     positions: tuple[int, ...] | None = None
     stop_at_layer: int | None = None
+    device: torch.device | str | None = None  # where the logits go (None: the model's)
+    _logits: torch.Tensor | None = field(default=None, repr=False)
+
+    @property
+    def logits(self) -> torch.Tensor | None:
+        """``[batch, seq, vocab]`` fp32 logits of every position (None without them).
+
+        Computed on first access from the final norm's input kept by the pass, with the
+        engine's readout (:meth:`Engine.unembed`) — the same call on the same tensor as the
+        pass's own logits, so the same numbers — and then kept. A cache whose logits are
+        never read never holds the ``[batch, seq, vocab]`` tensor, usually its largest."""
+        if self._logits is None and self.final_hidden is not None:
+            from mechscope.engine.forward import Engine
+
+            with torch.no_grad():
+                logits = Engine.of(self.lm).unembed(self.final_hidden)
+            self._logits = logits if self.device is None else logits.to(self.device)
+        return self._logits
 
     # --- indexing ------------------------------------------------------------------------
     def key(self, item: Any) -> tuple[Key, int | None]:
@@ -176,8 +196,11 @@ class Cache(HtmlRepr):
     def to(self, device: torch.device | str) -> Cache:
         """The same cache with every tensor on ``device``."""
         reads = {k: v.to(device) for k, v in self.reads.items()}
-        logits = None if self.logits is None else self.logits.to(device)
-        return Cache(self.lm, reads, self.tokens, logits, self.positions, self.stop_at_layer)
+        logits = None if self._logits is None else self._logits.to(device)
+        return Cache(
+            self.lm, reads, self.tokens, self.final_hidden, self.positions,
+            self.stop_at_layer, device, logits,
+        )  # fmt: skip
 
     def to_frame(self) -> pd.DataFrame:
         """One row per read: site, layer, shape, dtype, device."""

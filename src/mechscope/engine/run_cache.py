@@ -36,6 +36,7 @@ from mechscope.models.memory import free_bytes, human_bytes, memory_budget
 
 if TYPE_CHECKING:
     from mechscope.engine.forward import Engine
+    from mechscope.models.loaded import LoadedModel
 
 #: What a cache holds by default: every site at a module boundary, cheap to keep. Attention
 #: internals (q, k, v, scores, patterns: the explicit fp32 path) and mixture-of-experts sites
@@ -189,17 +190,25 @@ def run_with_cache(
     rows, seq = (int(n) for n in tokens.ids.shape)
     keep_logits = logits and stop_at_layer in (None, lm.n_layers)
     check_memory(engine, wanted, rows, seq, keep_logits, device, memory)
+    final = Read(final_norm_input(lm)) if keep_logits else None  # the logits, on access
     out = engine.run(
         tokens.ids,
-        [*interventions, *(Read(s, device) for s in wanted)],
+        [*interventions, *(Read(s, device) for s in wanted), *([final] if final else [])],
         attention_mask=tokens.attention_mask,
         position_ids=tokens.position_ids,
-        logits=keep_logits,
+        logits=False,
         stop_at_layer=stop_at_layer,
     )
     reads = {s.key: out.reads[s] for s in [*wanted, *_user_reads(interventions)] if s in out.reads}
-    kept = out.logits if out.logits is None or device is None else out.logits.to(device)
-    return Cache(lm, reads, tokens, kept, pos, stop_at_layer)
+    hidden = None if final is None else out.reads[final.site]  # [batch, seq, d_model]
+    return Cache(lm, reads, tokens, hidden, pos, stop_at_layer, device)
+
+
+def final_norm_input(lm: LoadedModel) -> Site:
+    """The final norm's input as a module site: what the logits are read out from."""
+    norm = lm.final_norm()
+    path = next(p for p, m in lm.model.named_modules() if m is norm)
+    return Site.module(path, "input")
 
 
 def _whole(site: Site, positions: tuple[int, ...] | None) -> Site:

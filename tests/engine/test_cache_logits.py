@@ -1,0 +1,47 @@
+"""A cache's logits are read out on first access from the final norm's input the pass
+kept: bit for bit the logits of the same pass, and never held unless asked for."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from engine_tiny import one_thread  # noqa: F401  (autouse fixture)
+
+from mechscope.engine import Engine
+from mechscope.engine.inputs import to_tokens
+from mechscope.models import load_model
+
+
+@pytest.mark.parametrize(
+    ("model", "dtype"),
+    [
+        ("tiny:llama", None),
+        ("tiny:gpt2", None),
+        ("tiny:gemma2", None),  # final soft-cap
+        ("tiny:cohere", None),  # logit scale
+        ("tiny:qwen3", "bfloat16"),  # the fp32 readout of a low-precision head
+    ],
+)
+def test_logits_on_access_equal_the_passs_logits(model, dtype):
+    lm = load_model(model, dtype=dtype)
+    ids = torch.randint(3, 200, (2, 9), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0  # a left-padded row
+    tokens = to_tokens(lm, ids, mask)  # the cache's inputs: position ids from the mask
+    want = (
+        Engine.of(lm)
+        .run(tokens.ids, attention_mask=tokens.attention_mask, position_ids=tokens.position_ids)
+        .logits
+    )  # [2, 9, vocab] fp32
+    cache = lm.run_with_cache(ids, ["resid_post"], attention_mask=mask)
+    assert cache._logits is None  # nothing read out yet
+    assert torch.equal(cache.logits, want)
+    assert cache.logits is cache.logits  # read out once, then kept
+    assert torch.equal(cache.to("cpu").logits, want)
+
+
+def test_no_logits_asked_none_kept():
+    lm = load_model("tiny:llama")
+    ids = torch.randint(3, 200, (1, 6), generator=torch.Generator().manual_seed(1))
+    assert lm.run_with_cache(ids, ["z"], logits=False).logits is None
+    assert lm.run_with_cache(ids, ["z"], stop_at_layer=1).logits is None
