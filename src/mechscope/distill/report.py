@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from mechscope.distill.experiments import format_purity
 from mechscope.distill.figures import summary_figures
+from mechscope.distill.gradients import gradient_figures
 from mechscope.distill.intervals import format_contrasts
 from mechscope.distill.result import DistillResult
+from mechscope.distill.robustness import format_robustness
 from mechscope.distill.summarize import format_summary
+from mechscope.distill.sweep import format_sweep, sweep_figure
 from mechscope.report import FigureBlock, TableBlock, TextBlock, register_section
 from mechscope.runs import RunDir, has_table, read_table
 
@@ -25,6 +29,24 @@ CONTRASTS = (
     "of method − reference over seeds, 95 % interval and p-value of the paired t-test."
 )
 
+
+SWEEP = (
+    "Loss weights: each variant of a method against output-only KD with the same seeds. "
+    "'learns' = mean accuracy within 0.05 of KD's; 'more mechanism' = the seed-paired "
+    "difference in per-checkpoint consistency has its 95 % interval above 0. grad cos and "
+    "the norm ratio compare the weighted KL and method terms' gradients on the student."
+)
+ROBUSTNESS = (
+    "Experiment 3: Pearson correlation between a distilled student's consistency and its "
+    "OOD degradation, over every distilled student of a task, with Fisher-z and bootstrap "
+    "(BCa, over students) 95 % intervals, Spearman's rho, and the partial correlation given "
+    "test accuracy."
+)
+PURITY = (
+    "Experiment 4: probe selectivity (task − control accuracy, 5-fold cross-validated) of the "
+    "teacher's clean state h and contrastive difference d at unmodified positions of the "
+    "checkpoint layers; intervals are 95 % Student-t over pairs, d − h paired by pair."
+)
 
 #: The teacher-side and per-checkpoint tables, in report order, with how to read them.
 TABLE_CAPTIONS = {
@@ -49,6 +71,29 @@ TABLE_CAPTIONS = {
 }
 
 
+def experiment_blocks(run: RunDir) -> list:
+    """The loss-weight sweep (table and figures), experiment 3's correlation and experiment
+    4's purity with intervals, from the tables ``distill summarize`` wrote."""
+    blocks: list = []
+    if has_table(run, "distill_sweep"):
+        sweep = read_table(run, "distill_sweep")
+        blocks += [TextBlock(SWEEP), TextBlock(format_sweep(sweep))]
+        fig = sweep_figure(sweep)
+        if fig is not None:
+            blocks.append(FigureBlock(fig, name="distill-lambda-sweep"))
+    if has_table(run, "distill_gradients"):
+        for stem, fig in gradient_figures(read_table(run, "distill_gradients")).items():
+            blocks.append(FigureBlock(fig, name=f"distill-{stem}"))
+    if has_table(run, "distill_robustness"):
+        blocks += [TextBlock(ROBUSTNESS)]
+        blocks.append(TextBlock(format_robustness(read_table(run, "distill_robustness"))))
+    if has_table(run, "distill_purity"):
+        purity = read_table(run, "distill_purity")
+        if "ci_low" in purity:
+            blocks += [TextBlock(PURITY), TextBlock(format_purity(purity))]
+    return blocks
+
+
 @register_section("distill", "Distillation: does the student keep the teacher's mechanism?")
 def distill_section(run: RunDir) -> list:
     if not has_table(run, "distill_summary") and not has_table(run, "distill_checkpoints"):
@@ -64,6 +109,7 @@ def distill_section(run: RunDir) -> list:
         result = DistillResult.from_run(run)
         for stem, fig in summary_figures(result).items():
             blocks.append(FigureBlock(fig, name=f"distill-{stem}"))
+    blocks += experiment_blocks(run)
     for name, caption in TABLE_CAPTIONS.items():
         if has_table(run, name):
             blocks.append(TableBlock(read_table(run, name), caption=caption))
