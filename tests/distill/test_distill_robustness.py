@@ -140,3 +140,32 @@ def test_sweep_differences_and_verdicts():
 def test_no_sweep_without_variants():
     trials = _trials()
     assert sweep_table(trials[trials["method"] != "rcid-lm0.1"]).empty
+
+
+def test_one_seed_accuracy_gets_the_wilson_interval_over_test_pairs():
+    """One finished seed: no interval over seeds, so accuracy's is Wilson over the n_test
+    pairs (checked against the closed-form Wilson score interval, 1e-9), marked in the
+    Markdown."""
+    z = stats.norm.ppf(0.975)
+
+    def wilson(k: int, n: int) -> tuple[float, float]:
+        p = k / n
+        centre = (p + z**2 / (2 * n)) / (1 + z**2 / n)
+        half = z / (1 + z**2 / n) * math.sqrt(p * (1 - p) / n + z**2 / (4 * n**2))
+        return centre - half, centre + half
+
+    trials = _trials()
+    one = trials[trials["seed"] == 0].assign(accuracy=[0.375, 0.8125, 0.5, 0.796875], n_test=64)
+    table = sweep_table(one).set_index("method")
+    for method in ("standard_kd", "rcid", "rcid-lm0.1"):
+        acc = one.set_index("method").loc[method, "accuracy"]
+        low, high = wilson(round(acc * 64), 64)
+        row = table.loc[method]
+        assert row["accuracy_ci_over"] == "pairs"
+        np.testing.assert_allclose([row["accuracy_ci_low"], row["accuracy_ci_high"]],
+                                   [low, high], atol=1e-9)  # fmt: skip
+        assert math.isnan(row["consistency_mean_ci_low"]) and math.isnan(row["d_acc_ci_low"])
+    text = format_sweep(table.reset_index())
+    assert "0.812 [" in text and "]ᵖ" in text and "Wilson" in text
+    # with every seed, the interval is over seeds again
+    assert set(sweep_table(trials)["accuracy_ci_over"]) == {"seeds"}

@@ -69,3 +69,33 @@ def test_summary_has_the_sweep_gradients_and_robustness(sweep_study):
         assert (run.figures_dir / f"distill-{stem}.png").is_file(), stem
     texts = " ".join(getattr(b, "content", "") for b in distill_section(run))
     assert "Loss weights" in texts and "Experiment 3" in texts
+
+
+def test_docs_script_fills_the_study_block(sweep_study, tmp_path):
+    """scripts/distill_docs.py replaces only its study's block, copies the figures, and
+    --check then reports no difference."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "distill_docs.py"
+    spec = importlib.util.spec_from_file_location("distill_docs", path)
+    docs_script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(docs_script)
+    _, study = sweep_study
+    name = study.path.name
+    page = tmp_path / "page.md"
+    page.write_text(
+        f"before\n<!-- distill: {name}: begin -->\nold\n<!-- distill: {name}: end -->\nafter\n"
+    )
+    img = tmp_path / "img"
+    img.mkdir()
+    args = [str(study.path), "--docs", str(page), "--img", str(img)]
+    assert docs_script.main(args) == 0
+    text = page.read_text()
+    assert text.startswith("before\n") and text.endswith("\nafter\n") and "\nold\n" not in text
+    n = len(expand_trials(sweep_study[0]))
+    assert f"*{n} of {n} trials finished" in text and "rcid-lm0.1" in text
+    assert (img / f"distill-{name}-lambda-sweep.png").is_file()
+    assert docs_script.main([*args, "--check"]) == 0
+    page.write_text("no block here\n")
+    assert docs_script.main(args) == 2

@@ -11,6 +11,11 @@ reads, against output-only KD with the same seeds:
   term's, means over seeds;
 - two verdicts: ``learns`` (mean accuracy within ``LEARN_MARGIN`` of KD's) and
   ``more_mechanism`` (the paired consistency difference's interval above 0).
+
+A variant with one finished seed has no interval over seeds; its accuracy then gets the
+Wilson interval over the test pairs (:func:`~mechscope.stats.proportions.pass_rate`,
+``accuracy_ci_over: pairs``): how far the rate could move on other pairs of the task, the
+student fixed. It says nothing of the seed-to-seed spread, which is usually wider.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import pandas as pd
 
 from mechscope.distill.intervals import mean_ci, paired_difference
 from mechscope.report import Figure, Series, curves
+from mechscope.stats.proportions import pass_rate
 
 #: "Learns the task": mean test accuracy at most this far below KD's (issue: within 0.05).
 LEARN_MARGIN = 0.05
@@ -47,6 +53,17 @@ def _ci_cells(x: pd.Series) -> tuple[float, float, float]:
     return (float(finite.mean()) if finite.size else float("nan")), low, high
 
 
+def _accuracy_cells(v: pd.DataFrame) -> tuple[float, float, float, str]:
+    """Accuracy's mean and interval over seeds; with one seed (and ``n_test`` known) the
+    Wilson interval over the test pairs instead; the last cell says which."""
+    mean, low, high = _ci_cells(v["accuracy"])
+    if len(v) == 1 and "n_test" in v and np.isfinite(mean):
+        n = int(v["n_test"].iloc[0])
+        rate = pass_rate(round(mean * n), n)
+        return mean, rate.low, rate.high, "pairs"
+    return mean, low, high, "seeds"
+
+
 def sweep_table(trials: pd.DataFrame) -> pd.DataFrame:
     """One row per student × task × variant of a swept method, plus KD's row; empty when the
     study has no KD or no variant with its own weights."""
@@ -64,7 +81,10 @@ def sweep_table(trials: pd.DataFrame) -> pd.DataFrame:
             row = {"student": student, "task": task, "method": method}
             row.update(base_method=v["base_method"].iloc[0], lambda_kl=lkl, lambda_method=lm)
             row["ratio"] = lm / lkl if method != REFERENCE and lkl > 0 else float("nan")
-            for metric in ("accuracy", "consistency_mean", "grad_cos_mean", "grad_ratio_median"):
+            mean, low, high, over = _accuracy_cells(v)
+            row.update(accuracy=mean, accuracy_ci_low=low, accuracy_ci_high=high)
+            row["accuracy_ci_over"] = over
+            for metric in ("consistency_mean", "grad_cos_mean", "grad_ratio_median"):
                 if metric in v:
                     mean, low, high = _ci_cells(v[metric])
                     row.update({metric: mean, f"{metric}_ci_low": low, f"{metric}_ci_high": high})
@@ -97,7 +117,8 @@ def _fmt(mean: float, low: float, high: float, signed: bool = False) -> str:
 
 
 def format_sweep(table: pd.DataFrame) -> str:
-    """Markdown: one row per variant, KD first."""
+    """Markdown: one row per variant, KD first; an accuracy interval over test pairs (one
+    seed) is marked ``ᵖ`` and explained under the table."""
     head = [
         "student · task", "method", "λ_KL", "λ_method", "accuracy", "consistency (per-ckpt)",
         "Δ accuracy vs KD", "Δ consistency vs KD", "grad cos", "‖g_method‖/‖g_KL‖",
@@ -111,7 +132,7 @@ def format_sweep(table: pd.DataFrame) -> str:
             r.method,
             f"{r.lambda_kl:g}",
             "–" if ref else f"{r.lambda_method:g}",
-            _fmt(r.accuracy, r.accuracy_ci_low, r.accuracy_ci_high),
+            _fmt(r.accuracy, r.accuracy_ci_low, r.accuracy_ci_high) + _pairs_mark(r),
             _fmt(r.consistency_mean, r.consistency_mean_ci_low, r.consistency_mean_ci_high),
             "–" if ref else _fmt(r.d_acc, r.d_acc_ci_low, r.d_acc_ci_high, signed=True),
             "–" if ref else _fmt(r.d_cons, r.d_cons_ci_low, r.d_cons_ci_high, signed=True),
@@ -122,7 +143,17 @@ def format_sweep(table: pd.DataFrame) -> str:
             str(r.n_seeds),
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    if (table.get("accuracy_ci_over", pd.Series(dtype=str)) == "pairs").any():
+        lines.append("")
+        lines.append(
+            "ᵖ one seed: Wilson 95 % interval over the test pairs, not over seeds; "
+            "consistency and the differences from KD have no interval with one seed."
+        )
     return "\n".join(lines)
+
+
+def _pairs_mark(r: object) -> str:
+    return "ᵖ" if getattr(r, "accuracy_ci_over", "seeds") == "pairs" else ""
 
 
 def sweep_figure(table: pd.DataFrame) -> Figure | None:
@@ -169,8 +200,9 @@ def sweep_figure(table: pd.DataFrame) -> Figure | None:
         "test accuracy; consistency (mean over checkpoints)",
         hline=0.5,
         caption=f"How to read this: each x is a weight ratio of {base}'s method term to the "
-        "KL term; lines are means over seeds, bands their 95 % Student-t interval. The flat "
-        "lines are output-only KD. A weight that learns the task keeps accuracy near KD's "
+        "KL term; lines are means over seeds, bands their 95 % Student-t interval (with one "
+        "seed: accuracy's Wilson interval over test pairs, no band for consistency). The "
+        "flat lines are output-only KD. A weight that learns the task keeps accuracy near KD's "
         "line; one that keeps more mechanism has consistency above KD's. The dashed line is "
         "chance accuracy (0.5).",
     )
