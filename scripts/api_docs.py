@@ -23,6 +23,7 @@ EXCLUDED = (
     "demo_timing",
     "distill",
     "heads",
+    "lazy",
     "lens",
     "overview",
     "patching",
@@ -37,12 +38,14 @@ EXCLUDED = (
 
 def build(out: Path, modules: tuple[str, ...] = MODULES) -> Path:
     """Render the reference of ``modules`` into ``out``; returns the page of ``mechscope``."""
+    import importlib
+
     import pdoc
 
-    import mechscope
-
-    for name in mechscope.__all__:  # resolve the lazy exports, so pdoc sees them
-        getattr(mechscope, name)
+    for module in modules:  # resolve the lazy exports, so pdoc sees them
+        package = importlib.import_module(module)
+        for name in getattr(package, "__all__", ()):
+            getattr(package, name)
     pdoc.render.configure(docformat="markdown", footer_text="mechscope API reference")
     excluded = [f"!mechscope.{name}" for name in EXCLUDED]
     pdoc.pdoc(*modules, *excluded, output_directory=out)

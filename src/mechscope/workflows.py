@@ -16,6 +16,7 @@ needed, and a workflow whose package is not installed is skipped.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -130,3 +131,12 @@ def import_optional(name: str) -> ModuleType | None:
         if exc.name in {".".join(parts[: i + 1]) for i in range(len(parts))}:
             return None
         raise
+
+
+def installed(package: str) -> bool:
+    """Whether ``package`` can be imported, found without importing it (its parent packages
+    are imported)."""
+    try:
+        return importlib.util.find_spec(package) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False

@@ -69,3 +69,21 @@ def test_end_to_end_with_tiny_model(lm):
     # a story model never answers: every rollout is kept and flagged as unanswered
     assert sum(out.n_without_answer().values()) == 6
     assert torch.is_grad_enabled()  # generation leaves autograd as it found it
+
+
+def test_later_rollouts_and_grouped_requests_are_the_same_rollouts(lm):
+    """Rollouts ``first…`` of a seed are those of one bigger call; several requests sampled
+    together (``generate_requests``) give each request's own rollouts."""
+    from mechscope.anchors.sampler import RolloutRequest, sample_requests
+
+    sampler = EngineSampler(lm, slots=4)
+    whole = _gen(sampler, PROMPTS[:1], n=5, temperature=1.0, seed=9)[0]
+    later = sampler.generate(
+        PROMPTS[:1], n=3, temperature=1.0, top_p=0.95, max_new_tokens=8, seed=9, first=2
+    )[0]
+    assert later == whole[2:]
+    requests = [RolloutRequest(PROMPTS[0], 9, 2, 3), RolloutRequest(PROMPTS[1], 4, 2)]
+    together = sample_requests(sampler, requests, temperature=1.0, top_p=0.95, max_new_tokens=8)
+    assert together[0] == whole[3:5]
+    assert together[1] == _gen(sampler, PROMPTS[1:2], n=2, temperature=1.0, seed=4)[0]
+    assert sample_requests(sampler, [], temperature=1.0, top_p=0.95, max_new_tokens=8) == []

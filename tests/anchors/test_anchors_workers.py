@@ -75,3 +75,25 @@ def test_a_live_claim_is_respected_and_released(tmp_path):
     mine.release("story__p0001")
     assert other.claim("story__p0001")
     assert store.ids() == []  # claims are not shards
+
+
+def test_two_adaptive_workers_sample_each_batch_once_and_match_one(stories_path, tmp_path):
+    from worker_helpers import adaptive_worker
+
+    from mechscope.anchors.adaptive_result import AdaptiveResult
+
+    alone_path, shared = tmp_path / "alone", tmp_path / "shared"
+    alone_path.mkdir()
+    shared.mkdir()
+    alone = adaptive_worker(str(stories_path), str(alone_path))
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(2) as pool:
+        jobs = [
+            pool.apply_async(adaptive_worker, (str(stories_path), str(shared), 2)) for _ in range(2)
+        ]
+        a, b = (j.get(timeout=300) for j in jobs)
+    assert sorted(a + b) == alone and not set(a) & set(b)  # every batch once, same rounds
+    assert _rollouts(shared) == _rollouts(alone_path)
+    assert AdaptiveResult.from_run(shared).positions.equals(
+        AdaptiveResult.from_run(alone_path).positions
+    )

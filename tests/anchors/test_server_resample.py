@@ -74,3 +74,29 @@ def test_server_run_matches_the_embedded_run_within_sampling_noise(llama_server,
     (tmp_path / "server" / "shards" / ROLLOUTS_PART).rename(tmp_path / "old_shards")
     _resample(tmp_path, "server", "--server", "http://127.0.0.1:9/v1", "--server-model", MODEL_ID)
     assert _forced_accuracy(tmp_path / "server") == srv
+
+
+def test_adaptive_run_on_the_server_records_it_and_a_rerun_sends_nothing(llama_server, tmp_path):
+    from mechscope.anchors.adaptive_result import AdaptiveResult
+    from mechscope.anchors.layout import BACKEND_TABLE
+    from mechscope.runs import read_table
+
+    (tmp_path / "trace.json").write_text(json.dumps([TRACE]))
+    adaptive = ["--adaptive", "--n-min", "2", "--step", "2", "--width", "0.5"]
+    server = ["--server", llama_server, "--server-model", MODEL_ID]
+    args = ["anchors", "resample", str(tmp_path / "trace.json"), "--out", str(tmp_path / "ad")]
+    args += ["--model", "smollm2-135m", "--n", "6", "--max-new-tokens", "4", "--seed", "3"]
+    assert run_app(app, [*args, *adaptive, *server]) in (None, 0)
+    result = AdaptiveResult.from_run(tmp_path / "ad")
+    assert (result.positions["rollouts"] >= 2).all() and result.total[1] == 6 * len(
+        result.positions
+    )
+    backend = read_table(tmp_path / "ad", BACKEND_TABLE).iloc[0]
+    assert backend["backend"] == "server" and backend["model"] == MODEL_ID
+    assert backend["url"] == llama_server and MODEL_ID in backend["models"]
+    # a rerun without the shards asks the cache only: an unreachable server is never contacted
+    (tmp_path / "ad" / "shards" / ROLLOUTS_PART).rename(tmp_path / "old")
+    offline = ["--server", "http://127.0.0.1:9/v1", "--server-model", MODEL_ID]
+    assert run_app(app, [*args, *adaptive, *offline]) in (None, 0)
+    assert AdaptiveResult.from_run(tmp_path / "ad").positions.equals(result.positions)
+    assert len(read_table(tmp_path / "ad", BACKEND_TABLE)) == 2

@@ -234,3 +234,43 @@ def test_bad_generation_args_are_input_errors_before_any_request(bad: dict) -> N
 def test_bad_settings_are_input_errors(bad: dict) -> None:
     with pytest.raises(InputError):
         ServerSampler(**{"base_url": "http://127.0.0.1:9/v1", **bad})
+
+
+def test_a_prefixs_rollouts_are_sent_together_one_request_each(llama_server: str) -> None:
+    with sampler(llama_server, concurrency=2) as s:
+        out = s.generate(PROMPTS, n=3, seed=SEED, **SAMPLING)
+    assert [prompt for prompt, _, _ in s.sent] == [PROMPTS[0]] * 3 + [PROMPTS[1]] * 3
+    assert all(n == 1 for _, _, n in s.sent)
+    for i, prompt in enumerate(PROMPTS):  # the same texts as one request per seed, by hand
+        assert [seed for p, seed, _ in s.sent if p == prompt] == sorted(
+            rollout_seed(SEED, k) for k in range(3)
+        )
+        for k in (0, 2):
+            assert out[i][k] == direct(llama_server, prompt, seed=rollout_seed(SEED, k), **SAMPLING)
+
+
+def test_later_rollouts_extend_a_call_and_come_from_the_cache(llama_server, tmp_path) -> None:
+    with sampler(llama_server, cache_dir=tmp_path) as s:
+        four = s.generate(PROMPTS[:1], n=4, seed=SEED, **SAMPLING)[0]
+    with sampler(llama_server, cache_dir=tmp_path) as again:
+        later = again.generate(PROMPTS[:1], n=2, seed=SEED, first=2, **SAMPLING)[0]
+    assert later == four[2:] and again.n_requests == 0  # rollouts 2 and 3, cached
+    assert rollout_seed(SEED, 3) == rollout_seed(SEED, 0) + 3  # consecutive seeds
+
+
+def test_grouping_n_is_refused_in_one_line_by_a_server_without_n(llama_server: str) -> None:
+    s = sampler(llama_server, grouping="n")
+    with s, pytest.raises(InputError) as exc:
+        s.generate(PROMPTS[:1], n=3, seed=SEED, **SAMPLING)
+    message = one_line(exc)
+    assert "n=3" in message and "prefix" in message, message
+    assert s.sent == [(PROMPTS[0], rollout_seed(SEED, 0), 3)]  # one request for the prefix
+
+
+def test_describe_names_the_served_model(llama_server: str) -> None:
+    with sampler(llama_server) as s:
+        info = s.describe()
+    assert info["backend"] == "server" and info["model"] == MODEL_ID
+    assert info["url"] == llama_server and MODEL_ID in [m["id"] for m in info["models"]]
+    # llama-cpp-python has no version endpoint of vLLM's, SGLang's or llama.cpp's kind
+    assert info["version"] is None and info["version_endpoint"] is None

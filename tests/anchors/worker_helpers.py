@@ -59,3 +59,29 @@ def worker(model: str, run_path: str, die_at: int | None = None, together: int =
     resample_run(run, sampler, [t], SETTINGS)
     prefixes = {t.prefix(p): p for p in range(t.n_chunks + 1)}
     return sorted(prefixes[p] for p in sampler.prompts)
+
+
+def adaptive_worker(model: str, run_path: str, together: int = 1) -> list[str]:
+    """Adaptive resampling of the story trace into ``run_path``; returns the batches this
+    process sampled (``position:first``). ``together``: wait for that many workers."""
+    from mechscope.anchors.adaptive_run import adaptive_resample_run
+    from mechscope.anchors.config import AdaptiveSettings
+    from mechscope.anchors.sampler import EngineSampler
+    from mechscope.models import load_model
+    from mechscope.runs import RunDir
+
+    t = trace()
+    drawn: list[str] = []
+    prefixes = {t.prefix(p): p for p in range(t.n_chunks + 1)}
+
+    class Batches(Recording):  # one generate call per batch (no generate_requests)
+        def generate(self, prompts, **kwargs):
+            drawn.append(f"{prefixes[prompts[0]]}:{kwargs.get('first', 0)}")
+            return self.inner.generate(prompts, **kwargs)
+
+    sampler = Batches(EngineSampler(load_model(model), slots=4))
+    rule = AdaptiveSettings(n_min=2, step=2, width=0.5, threshold=0.3)
+    settings = RolloutSettings(n=6, temperature=0.6, top_p=0.95, max_new_tokens=6)
+    _wait_for(Path(run_path) / "ready", together)
+    adaptive_resample_run(RunDir(Path(run_path)), sampler, [t], settings, rule, batch_rollouts=4)
+    return sorted(drawn)

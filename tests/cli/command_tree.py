@@ -13,6 +13,7 @@ from typer.models import ArgumentInfo, OptionInfo
 from typer.utils import get_params_from_function
 
 from mechscope.cli.main import app
+from mechscope.cli.mount import typer_of
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,6 @@ def commands(root: typer.Typer = app, path: tuple[str, ...] = ()) -> list[Comman
     for info in root.registered_commands:
         name = info.name or info.callback.__name__.replace("_", "-")
         found.append(Command((*path, name), _params(info.callback)))
-    for group in root.registered_groups:
-        found += commands(group.typer_instance, (*path, group.name))
+    for group in root.registered_groups:  # a workflow's group: its module imported here
+        found += commands(typer_of(group.typer_instance), (*path, group.name))
     return found

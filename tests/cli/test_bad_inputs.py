@@ -241,6 +241,33 @@ CASES: dict[str, tuple[list[str], str]] = {
     "resample: server not a URL": ([*RESAMPLE, "--server", "localhost:8000"], "--server"),
     "resample: concurrency 0": ([*RESAMPLE, "--server", URL, "--concurrency", "0"], "concurrency"),
     "resample: rate limit 0": ([*RESAMPLE, "--server", URL, "--rate-limit", "0"], "rate-limit"),
+    "resample: adaptive width 0": ([*RESAMPLE, "--adaptive", "--width", "0"], "width"),
+    "resample: adaptive negative budget": ([*RESAMPLE, "--adaptive", "--budget", "-1"], "budget"),
+    "resample: adaptive budget below n-min": (
+        [*RESAMPLE, "--adaptive", "--budget", "0.05"],
+        "budget",
+    ),
+    "resample: adaptive n-min 0": ([*RESAMPLE, "--adaptive", "--n-min", "0"], "--n-min"),
+    "resample: adaptive n-min above n": ([*RESAMPLE, "--adaptive", "--n-min", "200"], "n_min"),
+    "resample: adaptive negative threshold": (
+        [*RESAMPLE, "--adaptive", "--threshold", "-0.1"],
+        "threshold",
+    ),
+    "resample: adaptive bad correction": ([*RESAMPLE, "--adaptive", "--correction", "x"], ""),
+    "resample: adaptive bad prior": ([*RESAMPLE, "--adaptive", "--prior", "oracle"], "prior"),
+    "resample: bad grouping": ([*RESAMPLE, "--server", URL, "--grouping", "all"], "grouping"),
+    "plan: no throughput": (["anchors", "plan", "trace.json"], "throughput"),
+    "plan: negative throughput": (
+        ["anchors", "plan", "trace.json", "--throughput", "-5"],
+        "throughput",
+    ),
+    "plan: width 0": (["anchors", "plan", "trace.json", "--throughput", "9", "--width", "0"], ""),
+    "plan: input and published": (
+        ["anchors", "plan", "trace.json", "--published", "afile", "--throughput", "9"],
+        "INPUT",
+    ),
+    "simulate: seeds 0": (["anchors", "simulate", "--published", ".", "--seeds", "0"], "seeds"),
+    "simulate: no published traces": (["anchors", "simulate", "--published", "."], "published"),
     "resample: trace without gold": (
         ["anchors", "resample", "trace_nogold.json", *M, *OUT],
         "gold",
@@ -336,6 +363,15 @@ CASES: dict[str, tuple[list[str], str]] = {
         "--server-model",
     ),
     "resample: concurrency without server": ([*RESAMPLE, "--concurrency", "4"], "--concurrency"),
+    "resample: grouping without server": ([*RESAMPLE, "--grouping", "n"], "--grouping"),
+    "plan: server without probe": (
+        ["anchors", "plan", "trace.json", "--throughput", "9", "--server", URL],
+        "--probe",
+    ),
+    "plan: server model without server": (
+        ["anchors", "plan", "trace.json", "--throughput", "9", "--server-model", "m"],
+        "--server-model",
+    ),
     "receivers: no receiver head": ([*RECEIVERS, "--proximity", "1000"], "receiver head"),
     "distill check: student layer 99": (["distill", "check", "study_layers.yaml"], "99"),
     "distill run: student layer 99": (

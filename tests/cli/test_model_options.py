@@ -18,6 +18,7 @@ NO_MODEL = {
     "models",
     "report",
     "anchors analyze",
+    "anchors simulate",
     "heads diagnose",
     "distill run",
     "distill check",

@@ -58,3 +58,11 @@ def test_missing_file_and_bad_json_document(tmp_path):
     bad.write_text('{"a": 1,\n "b": }', encoding="utf-8")
     with pytest.raises(InputError, match=r"line 2 column"):
         read_json(bad)
+
+
+def test_lone_surrogates_are_found_at_any_depth_and_numbers_pass():
+    from mechscope.data.loaders import lone_surrogate
+
+    assert lone_surrogate({"id": 3, "score": 0.5, "ok": True, "none": None}) is None
+    assert lone_surrogate({"a": [1, {"b": "x\ud800"}]}) == "a.1.b"
+    assert lone_surrogate("\udfff") == "text"

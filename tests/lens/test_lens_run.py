@@ -17,9 +17,9 @@ from mechscope.runs import RunDir, ShardStore, read_table
 
 
 def _samples():
-    recs = [sample_record(f"s{i}") for i in range(4)]
+    recs = [sample_record(f"s{i}") for i in range(6)]
     for i, r in enumerate(recs):
-        r["group"] = "G10" if i < 2 else "G01"
+        r["group"] = "G10" if i < 3 else "G01"
         r["continuation"] = f"def f{i}(x):\n    return x + {i}\n"
     return [parse_sample(r, "t") for r in recs]
 
@@ -27,9 +27,10 @@ def _samples():
 def test_run_writes_tables_and_resumes_identically(tiny, tmp_path):
     config = DiffConfig(contrast=("a", "b"), n_resamples=100, n_bins=5, group_diff=("G10", "G01"))
     run = RunDir.create(tmp_path, "r", config)
-    first = run_diff(run, tiny, _samples()[:2], config, progress=False)
-    assert len(ShardStore(run, "lens_diff")) == 2
-    full = run_diff(run, tiny, _samples(), config, progress=False)  # resumes s0, s1
+    samples = _samples()
+    first = run_diff(run, tiny, [samples[i] for i in (0, 1, 3, 4)], config, progress=False)
+    assert len(ShardStore(run, "lens_diff")) == 4
+    full = run_diff(run, tiny, samples, config, progress=False)  # resumes s0, s1, s3, s4
     again = run_diff(run, tiny, _samples(), config, progress=False)
     np.testing.assert_array_equal(first.samples[0].metrics, full.samples[0].metrics)
     for a, b in zip(full.samples, again.samples, strict=True):

@@ -14,7 +14,7 @@ from test_loading import _write_llama_gguf
 
 from mechscope.errors import ModelSpecError
 from mechscope.models import ALIASES, load_model
-from mechscope.models.loading import AliasSource
+from mechscope.models.aliases import AliasSource
 
 REPO = Path(__file__).resolve().parents[2]
 GEMMA_PACKAGES = [
@@ -161,7 +161,7 @@ def test_assembled_gguf_failing_its_checksum_says_reinstall(tmp_path: Path, monk
 CONCURRENT_LOAD = """
 import shutil, sys, time, types
 from pathlib import Path
-from mechscope.models import loading
+from mechscope.models import aliases, loading
 
 source, log = Path(sys.argv[1]), Path(sys.argv[2])
 
@@ -175,7 +175,7 @@ def assemble(output_path):
 module = types.ModuleType("fake_slow_gguf")
 module.assemble = assemble
 sys.modules["fake_slow_gguf"] = module
-loading.ALIASES["slow"] = loading.AliasSource(
+loading.ALIASES["slow"] = aliases.AliasSource(
     packages=("slow==1",), file="s.gguf", assembler="fake_slow_gguf"
 )
 print(loading.load_model("slow").card.family)

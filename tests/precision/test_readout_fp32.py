@@ -118,7 +118,7 @@ def test_pass_logits_are_the_fp32_readout(stories_bf16):
     assert rel_err(tail, ref[:, -3:]) < READOUT_RTOL
     picked = eng.run(ids, logits=torch.tensor([0, 5])).logits
     assert rel_err(picked, ref[:, [0, 5]]) < READOUT_RTOL
-    site = Site("logits", 0, positions=(4,))
+    site = Site("logits", positions=(4,))
     read = eng.run(ids, [Read(site)])[site]
     assert rel_err(read, ref[:, [4]]) < READOUT_RTOL
     with torch.no_grad():  # the model's own bf16 head is what the pass no longer returns

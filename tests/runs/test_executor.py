@@ -23,7 +23,7 @@ import pytest
 from mechscope.cli.errors import run_app
 from mechscope.cli.main import app
 from mechscope.errors import InputError
-from mechscope.runs.executor import check_executor, local_gpu, worker_argv
+from mechscope.runs.executor import MAX_WORKERS, check_executor, local_gpu, worker_argv
 
 PLACES = ["store", "park", "school", "market", "house", "garden", "city", "river"]
 
@@ -94,7 +94,8 @@ def _same_tables(a: Path, b: Path) -> None:
     for name in ta:
         if name.endswith("timings"):
             continue  # seconds differ from run to run
-        timing = [c for c in ta[name].columns if c == "seconds"]  # wall time of a sample
+        # wall time of a sample; when a command started (anchors_backend)
+        timing = [c for c in ta[name].columns if c in ("seconds", "started")]
         pd.testing.assert_frame_equal(
             ta[name].drop(columns=timing), tb[name].drop(columns=timing), obj=name
         )
@@ -126,7 +127,7 @@ def test_local_workers_get_their_own_gpu_round_robin():
 def test_bad_executor_options_are_input_errors():
     with pytest.raises(InputError, match="one of inline, local, ray"):
         check_executor("threads", 2, None)
-    with pytest.raises(InputError, match=">= 0"):
+    with pytest.raises(InputError, match=f"0 to {MAX_WORKERS} worker processes"):
         check_executor("local", -1, None)
     with pytest.raises(InputError, match="only with --executor ray"):
         check_executor("local", 2, "ray://x:10001")

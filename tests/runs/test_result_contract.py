@@ -80,6 +80,7 @@ REOPENED = (
     "PatchingResult",
     "HeadsResult",
     "ResamplingResult",
+    "AdaptiveResult",
     "DistillResult",
 )
 

@@ -144,16 +144,18 @@ def test_bad_names_and_foreign_folders_refused(tmp_path):
 
 
 def test_a_resumed_run_removes_the_temp_files_of_killed_writes(tmp_path):
-    from mechscope.runs import RunDir
+    import pandas as pd
+
+    from mechscope.runs import RunDir, write_table
     from mechscope.runs.atomic import TEMP_MARKER
 
     run = RunDir.create(tmp_path, "r", {"a": 1})
     stale = run.tables_dir / f".notes{TEMP_MARKER}abc123.parquet"  # a write that was killed
     stale.write_bytes(b"half")
-    kept = run.tables_dir / "notes.parquet"
-    kept.write_bytes(b"done")
+    kept = write_table(run, "notes", pd.DataFrame({"x": [1]}))
+    done = kept.read_bytes()
     RunDir.create(tmp_path, "r", {"a": 1})  # resume
-    assert not stale.exists() and kept.read_bytes() == b"done"
+    assert not stale.exists() and kept.read_bytes() == done
 
 
 def test_a_refused_command_takes_back_only_what_it_did_to_runs(tmp_path):
@@ -165,18 +167,28 @@ def test_a_refused_command_takes_back_only_what_it_did_to_runs(tmp_path):
     before = finished.manifest
     mark = runs_mark()
     mine = RunDir.create(tmp_path / "made" / "for", "it", {"a": 1})
-    claimed = RunDir.create(tmp_path, "claimed", {"a": 1})
-    (claimed.shards_dir / "s0.claim").write_text("{}")  # a claim is no finished unit
     worked = RunDir.create(tmp_path, "worked", {"a": 1})
-    (worked.shards_dir / "s0.json").write_bytes(b"x")  # a finished unit: the run is kept
+    (worked.shards_dir / "s0.json").write_bytes(b"x")  # its partial work goes too
     again = RunDir.create(tmp_path, "finished", {"a": 1})  # resumed: marked running
     (again.tables_dir / "kept.parquet").write_bytes(b"y")
     assert again.manifest["status"] == "running"
-    assert undo_runs(since=mark) == [claimed.path, mine.path]
+    assert undo_runs(since=mark) == [worked.path, mine.path]
     assert not (tmp_path / "made").exists()  # with the folders made for it
-    assert not claimed.path.exists()
-    assert (worked.shards_dir / "s0.json").is_file()  # late refusal: its work is not lost
-    assert RunDir.open(worked.path).manifest["status"] == "refused"
+    assert not worked.path.exists()
     assert earlier.path.is_dir()
     assert finished.manifest == before  # "finished" again, its files kept
     assert (finished.tables_dir / "kept.parquet").is_file()
+
+
+def test_a_resumable_failure_keeps_the_finished_units_of_a_run_it_made(tmp_path):
+    from mechscope.runs.rundir import runs_mark, undo_runs
+
+    mark = runs_mark()
+    idle = RunDir.create(tmp_path, "idle", {"a": 1})
+    (idle.shards_dir / "s0.claim").write_text("{}")  # a claim is no finished unit
+    worked = RunDir.create(tmp_path, "worked", {"a": 1})
+    (worked.shards_dir / "s0.json").write_bytes(b"x")
+    assert undo_runs(since=mark, keep_work=True) == [idle.path]
+    assert (worked.shards_dir / "s0.json").is_file()  # the server's rollouts are not lost
+    assert RunDir.open(worked.path).manifest["status"] == "stopped"
+    assert RunDir.create(tmp_path, "worked", {"a": 1}).resumed  # the same command resumes it

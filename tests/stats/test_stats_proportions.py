@@ -37,3 +37,50 @@ def test_mcnemar_is_a_two_sided_binomial_on_discordant_tasks():
     assert mcnemar_exact(n10, n01) == pytest.approx(min(1.0, 2 * tail), abs=ATOL)
     assert mcnemar_exact(0, 0) == 1.0
     assert mcnemar_exact(3, 3) == pytest.approx(1.0)
+
+
+def test_wilson_intervals_equal_scipy_elementwise_and_n_zero_is_the_whole_range():
+    from mechscope.stats import wilson_intervals
+
+    k, n = [0, 3, 7, 164, 0], [10, 10, 164, 164, 0]
+    low, high = wilson_intervals(k, n, confidence=0.9)
+    for i in range(4):
+        r = pass_rate(k[i], n[i], confidence=0.9)  # scipy's binomtest, one at a time
+        assert low[i] == pytest.approx(r.low, abs=ATOL)
+        assert high[i] == pytest.approx(r.high, abs=ATOL)
+    assert (low[4], high[4]) == (0.0, 1.0)
+
+
+#: Newcombe (1998), Statistics in Medicine 17:873-890, Table II, method 10 (hybrid score),
+#: 95 % limits as printed (4 decimals).
+NEWCOMBE_TABLE_II = [
+    ((56, 70, 48, 80), (0.0524, 0.3339)),
+    ((9, 10, 3, 10), (0.1705, 0.8090)),
+    ((0, 10, 0, 10), (-0.2775, 0.2775)),
+    ((10, 10, 0, 10), (0.6075, 1.0000)),
+]
+
+
+@pytest.mark.parametrize(("counts", "printed"), NEWCOMBE_TABLE_II, ids=str)
+def test_difference_intervals_reproduce_newcombes_table(counts, printed):
+    from mechscope.stats import difference_intervals
+
+    diff, low, high = difference_intervals(*counts)
+    k1, n1, k2, n2 = counts
+    assert float(diff) == pytest.approx(k1 / n1 - k2 / n2, abs=1e-15)
+    assert float(low) == pytest.approx(printed[0], abs=5e-5)  # printed to 4 decimals
+    assert float(high) == pytest.approx(printed[1], abs=5e-5)
+
+
+def test_difference_intervals_are_newcombes_formula_on_scipys_wilson_bounds():
+    from mechscope.stats import difference_intervals
+
+    cases = [(3, 17, 11, 20), (0, 5, 5, 5), (40, 100, 38, 90), (1, 2, 0, 0)]
+    k1, n1, k2, n2 = (list(c) for c in zip(*cases, strict=True))
+    diff, low, high = difference_intervals(k1, n1, k2, n2, confidence=0.99)
+    for i, (a, b, c, d) in enumerate(cases[:3]):
+        r1, r2 = pass_rate(a, b, 0.99), pass_rate(c, d, 0.99)
+        p1, p2 = a / b, c / d
+        assert low[i] == pytest.approx(p1 - p2 - math.hypot(p1 - r1.low, r2.high - p2), abs=1e-12)
+        assert high[i] == pytest.approx(p1 - p2 + math.hypot(r1.high - p1, p2 - r2.low), abs=1e-12)
+    assert math.isnan(diff[3]) and (low[3], high[3]) == (-1.0, 1.0)  # one side unobserved

@@ -7,49 +7,54 @@ and forced-answer importance, overdeterminedness, different trajectories) and
 with the eight-category taxonomy.
 """
 
-from mechscope.anchors.chunking import (
-    Chunk,
-    chunk_token_ranges,
-    first_chunk_text,
-    reasoning_region,
-    split_into_chunks,
-)
-from mechscope.anchors.config import KLOptions, MetricOptions, RolloutSettings
-from mechscope.anchors.distributions import (
-    NO_ANSWER,
-    accuracy,
-    answer_counts,
-    answer_kl,
-    kl_from_counts,
-    next_minus_this,
-)
-from mechscope.anchors.embeddings import Embedder, MiniLMEmbedder, embed_unique, minilm_path
-from mechscope.anchors.llm_labeler import LLMLabeler
-from mechscope.anchors.metrics import (
-    ChunkMetrics,
-    chunk_metrics,
-    metrics_frame,
-    overdeterminedness,
-)
-from mechscope.anchors.rollouts import (
-    Rollout,
-    TraceRollouts,
-    make_rollout,
-    resample_trace,
-)
-from mechscope.anchors.sampler import EngineSampler, Sampler
-from mechscope.anchors.sentence_matrix import sentence_matrix
-from mechscope.anchors.taxonomy import CATEGORIES, Label, Labeler, RuleLabeler
-from mechscope.anchors.trace import FORCED_ANSWER_CUE, Trace
-from mechscope.data.math_answers import (
-    extract_answer,
-    extract_boxed,
-    extract_gsm8k,
-    find_boxed,
-    is_equivalent,
-    normalize_answer,
-    read_forced_answer,
-)
+from typing import TYPE_CHECKING
+
+from mechscope.lazy import lazy_package
+
+if TYPE_CHECKING:  # the exports, each imported on first use (mechscope.lazy)
+    from mechscope.anchors.chunking import (
+        Chunk,
+        chunk_token_ranges,
+        first_chunk_text,
+        reasoning_region,
+        split_into_chunks,
+    )
+    from mechscope.anchors.config import KLOptions, MetricOptions, RolloutSettings
+    from mechscope.anchors.distributions import (
+        NO_ANSWER,
+        accuracy,
+        answer_counts,
+        answer_kl,
+        kl_from_counts,
+        next_minus_this,
+    )
+    from mechscope.anchors.embeddings import Embedder, MiniLMEmbedder, embed_unique, minilm_path
+    from mechscope.anchors.llm_labeler import LLMLabeler
+    from mechscope.anchors.metrics import (
+        ChunkMetrics,
+        chunk_metrics,
+        metrics_frame,
+        overdeterminedness,
+    )
+    from mechscope.anchors.rollouts import (
+        Rollout,
+        TraceRollouts,
+        make_rollout,
+        resample_trace,
+    )
+    from mechscope.anchors.sampler import EngineSampler, Sampler
+    from mechscope.anchors.sentence_matrix import sentence_matrix
+    from mechscope.anchors.taxonomy import CATEGORIES, Label, Labeler, RuleLabeler
+    from mechscope.anchors.trace import FORCED_ANSWER_CUE, Trace
+    from mechscope.data.math_answers import (
+        extract_answer,
+        extract_boxed,
+        extract_gsm8k,
+        find_boxed,
+        is_equivalent,
+        normalize_answer,
+        read_forced_answer,
+    )
 
 __all__ = [
     "CATEGORIES",
@@ -96,3 +101,5 @@ __all__ = [
     "sentence_matrix",
     "split_into_chunks",
 ]
+
+lazy_package(__name__)

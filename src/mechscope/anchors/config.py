@@ -2,6 +2,8 @@
 
 Every class checks itself when made, before any trace is read or written:
 :class:`RolloutSettings` (how rollouts are sampled, ``anchors resample``),
+:class:`AdaptiveSettings` (when the adaptive design stops sampling a position, ``anchors
+resample --adaptive``, see :mod:`mechscope.anchors.adaptive`),
 :class:`KLOptions` and :class:`MetricOptions` (how chunk metrics compare rollout sets,
 ``anchors analyze``; see :mod:`mechscope.anchors.distributions` and
 :mod:`mechscope.anchors.metrics`), :class:`ReceiverOptions` (``anchors receivers``, see
@@ -19,6 +21,8 @@ from mechscope.anchors.sampler import _check_generation_args
 from mechscope.errors import InputError
 
 Alignment = Literal["next_token", "same_position"]
+Correction = Literal["looks", "none"]
+Prior = Literal["none", "receivers", "suppression"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,67 @@ class RolloutSettings:
             raise InputError(
                 f"forced_max_new_tokens >= 1, got {self.forced_max_new_tokens}",
                 field="forced_max_new_tokens",
+            )
+
+
+@dataclass(frozen=True)
+class AdaptiveSettings:
+    """The adaptive design's stopping rule (stated in full in :mod:`mechscope.anchors.adaptive`).
+
+    Every position first gets ``n_min`` rollouts, then ``step`` more per round while one of
+    its chunks' importance intervals is wider than ``width`` and not confidently inside
+    ``(-threshold, threshold)``, up to the fixed design's ``n`` per position and, over a
+    trace, ``budget`` times the fixed design's rollouts. Intervals are Newcombe's at
+    ``confidence``, per look (``correction="none"``) or Bonferroni-split over the looks a
+    chunk can get (``"looks"``, so the interval it stops with covers at ``confidence``).
+    ``count_no_answer`` counts rollouts without an answer as wrong (as ``anchors analyze
+    --count-no-answer``); by default they leave the denominators. ``prior`` orders positions
+    by a white-box score (receiver score or suppression effect of their chunks).
+    """
+
+    n_min: int = 10
+    step: int = 10
+    width: float = 0.2
+    threshold: float | None = 0.25
+    confidence: float = 0.95
+    correction: Correction = "looks"
+    budget: float = 1.0
+    count_no_answer: bool = False
+    prior: Prior = "none"
+
+    def __post_init__(self) -> None:
+        if self.n_min < 1:
+            raise InputError(f"n_min >= 1, got {self.n_min}", field="n_min")
+        if self.step < 1:
+            raise InputError(f"step >= 1, got {self.step}", field="step")
+        if not 0 < self.width <= 2:
+            raise InputError(f"0 < width <= 2 (an interval of a difference of rates), got "
+                             f"{self.width}", field="width")  # fmt: skip
+        if self.threshold is not None and not 0 < self.threshold <= 1:
+            raise InputError(f"0 < threshold <= 1, got {self.threshold}", field="threshold")
+        if not 0 < self.confidence < 1:
+            raise InputError(f"0 < confidence < 1, got {self.confidence}", field="confidence")
+        if self.correction not in ("looks", "none"):
+            raise InputError(f"'looks' or 'none', got {self.correction!r}", field="correction")
+        if not 0 < self.budget <= 1:
+            raise InputError(
+                f"0 < budget <= 1 (a share of the fixed design), got {self.budget}", field="budget"
+            )
+        if self.prior not in ("none", "receivers", "suppression"):
+            raise InputError(
+                f"'none', 'receivers' or 'suppression', got {self.prior!r}", field="prior"
+            )
+
+    def check_against(self, n: int) -> None:
+        """The rule against the fixed design's ``n`` rollouts per position (its cap)."""
+        if self.n_min > n:
+            raise InputError(f"n_min <= n (the cap per position, {n}), got {self.n_min}",
+                             field="n_min")  # fmt: skip
+        if self.budget * n < self.n_min:
+            raise InputError(
+                f"budget >= n_min / n = {self.n_min / n:g} (every position's first round), "
+                f"got {self.budget}",
+                field="budget",
             )
 
 

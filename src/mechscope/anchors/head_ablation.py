@@ -30,7 +30,8 @@ import torch
 
 from mechscope.anchors.trace import Trace
 from mechscope.engine import Engine, Gate
-from mechscope.errors import InputError
+from mechscope.engine.finite import first_nonfinite_layer
+from mechscope.errors import InputError, NonFiniteError
 
 Head = tuple[int, int]
 
@@ -81,6 +82,14 @@ def score_answer(
     target = answer.to(logp.device)[None, :, None].expand(rows, -1, 1)  # [rows, A, 1]
     gold = logp.gather(-1, target)[..., 0]  # [rows, A]
     correct = (logp.argmax(dim=-1) == target[..., 0]).all(dim=-1)  # [rows]
+    finite = torch.isfinite(logp).all(dim=-1).all(dim=-1)  # [rows]: no argmax of NaN counts
+    if not bool(finite.all()):  # the unablated pass's first NaN layer, or else the ablation
+        bad = (~finite).nonzero().flatten().tolist()
+        raise NonFiniteError(
+            f"the answer's logits under gate row(s) {bad} are not finite; {NonFiniteError.HINT}",
+            sample=probe.trace_id,
+            layer=first_nonfinite_layer(eng, ids),
+        )
     return correct.cpu().numpy(), gold.sum(dim=-1).double().cpu().numpy()
 
 

@@ -17,12 +17,15 @@ SUMMARY_TABLE = "anchors_receiver_summary"  # options, head list, split-half rel
 ABLATION_TABLE = "anchors_ablation"  # trace × condition (none / receivers / random sets)
 SUPPRESSION_TABLE = "anchors_suppression"  # trace, source, target, mean log-KL, row-centred
 SETTINGS_TABLE = "anchors_settings"  # what the demo ran with (key, value)
+ADAPTIVE_TABLE = "anchors_adaptive"  # adaptive design: per position, rollouts and intervals
+ADAPTIVE_TRACES_TABLE = "anchors_adaptive_traces"  # adaptive design: per trace, vs the fixed
+BACKEND_TABLE = "anchors_backend"  # what sampled the rollouts (engine or server, its version)
 
 # Arrays (``arrays/<name>.npz``)
 RESAMPLING_MATRIX = "anchors_resampling_matrix"  # trace id → [n, n] sentence matrix
 
 # Shard parts (``shards/<part>/``)
 BASE_PART = "anchors_base"  # one greedy base trace per problem
-ROLLOUTS_PART = "anchors_rollouts"  # one per (trace, position)
+ROLLOUTS_PART = "anchors_rollouts"  # one per (trace, position), or per batch (adaptive)
 RECEIVERS_PART = "anchors_receivers"  # one per trace: vertical scores and kurtosis
 SUPPRESSION_PART = "anchors_suppression"  # one per trace: suppression matrix and token KL

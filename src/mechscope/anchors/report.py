@@ -8,6 +8,7 @@ import pandas as pd
 from mechscope.anchors import figures as F
 from mechscope.anchors.layout import (
     ABLATION_TABLE,
+    ADAPTIVE_TABLE,
     CHUNKS_TABLE,
     HEADS_TABLE,
     SCORES_TABLE,
@@ -58,6 +59,46 @@ def _blackbox(result: ResamplingResult) -> list:
         if c in chunks
     ]
     blocks.append(TableBlock(chunks[cols], caption="Per-chunk metrics (first rows).", max_rows=30))
+    return blocks
+
+
+def _adaptive(run: RunDir) -> list:
+    from mechscope.anchors import figures_adaptive as FA
+    from mechscope.anchors.adaptive_result import AdaptiveResult
+
+    result = AdaptiveResult.from_run(run)
+    drawn, fixed = result.total
+    first = result.traces.iloc[0]
+    tau = first["threshold"]
+    blocks: list = [
+        TextBlock(
+            f"**Adaptive resampling.** {drawn} rollouts against {fixed} for the fixed design "
+            f"({1 - drawn / fixed:.0%} fewer). Positions were sampled in rounds of "
+            f"{first['step']} after {first['n_min']}, and a position stopped once each chunk "
+            f"it enters had an importance interval at most {first['width']:g} wide"
+            + ("" if pd.isna(tau) else f" or surely inside ±{tau:g}")
+            + f", at the cap of {first['n']}, or out of budget. Intervals: Newcombe's, at "
+            f"{first['decision_confidence']:.4f} per look ({first['correction']} correction "
+            f"of {first['confidence']:g})."
+        ),
+        TableBlock(result.traces[["trace", "positions", "rollouts", "fixed_rollouts", "saving",
+                                  "rounds", "narrow", "negligible", "open"]],
+                   caption="Per trace: rollouts against the fixed design, chunks by status."),
+    ]  # fmt: skip
+    for k, trace in enumerate(result.traces["trace"].head(MAX_TRACE_FIGURES)):
+        blocks.append(FigureBlock(FA.importance_figure(result, trace), name=f"anchors-ad-imp-{k}"))
+        blocks.append(FigureBlock(FA.rollouts_figure(result, trace), name=f"anchors-ad-n-{k}"))
+    cols = ["trace", "position", "rollouts", "rounds", "accuracy", "accuracy_low",
+            "accuracy_high", "status", "importance", "importance_low", "importance_high",
+            "chunk_status"]  # fmt: skip
+    blocks.append(
+        TableBlock(
+            result.positions[cols],
+            caption="Per position: rollouts used, accuracy with its Wilson interval, how it "
+            "ended; the importance of the chunk at that position with the interval reached.",
+            max_rows=60,
+        )
+    )
     return blocks
 
 
@@ -151,9 +192,8 @@ def _graphs(run: RunDir, sentences: pd.DataFrame, result: ResamplingResult | Non
 
 @register_section("anchors", "Thought Anchors: which sentences of a reasoning trace matter")
 def anchors_section(run: RunDir) -> list | None:
-    if not any(
-        has_table(run, t) for t in (TRACES_TABLE, CHUNKS_TABLE, HEADS_TABLE, SUPPRESSION_TABLE)
-    ):
+    tables = (TRACES_TABLE, CHUNKS_TABLE, HEADS_TABLE, SUPPRESSION_TABLE, ADAPTIVE_TABLE)
+    if not any(has_table(run, t) for t in tables):
         return None
     blocks: list = []
     if has_table(run, SETTINGS_TABLE):
@@ -163,6 +203,8 @@ def anchors_section(run: RunDir) -> list | None:
         )
     sentences = read_table(run, SENTENCES_TABLE) if has_table(run, SENTENCES_TABLE) else None
     resampling = ResamplingResult.from_run(run) if has_table(run, CHUNKS_TABLE) else None
+    if has_table(run, ADAPTIVE_TABLE):
+        blocks += _adaptive(run)
     if resampling is not None:
         blocks += _blackbox(resampling)
     if has_table(run, HEADS_TABLE):

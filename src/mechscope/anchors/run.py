@@ -34,6 +34,7 @@ from typing import Any
 
 import pandas as pd
 
+from mechscope.anchors.adaptive_run import batch_id, read_batches
 from mechscope.anchors.chunk_table import trace_chunks
 from mechscope.anchors.config import (
     MetricOptions,
@@ -45,6 +46,7 @@ from mechscope.anchors.embeddings import Embedder
 from mechscope.anchors.head_ablation import ablation_study, answer_probe
 from mechscope.anchors.layout import (
     ABLATION_TABLE,
+    BACKEND_TABLE,
     BASE_PART,
     CHUNKS_TABLE,
     HEADS_TABLE,
@@ -76,8 +78,8 @@ from mechscope.engine import Engine
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 from mechscope.progress import track
-from mechscope.runs import RunDir, ShardStore, write_arrays, write_table
-from mechscope.runs.executor import shared_work_done
+from mechscope.runs import RunDir, ShardStore, has_table, read_table, write_arrays, write_table
+from mechscope.runs.executor import is_worker, shared_work_done
 
 
 def base_traces(
@@ -117,6 +119,15 @@ def resample_run(
     """Rollouts of every trace (finished positions are read back, not resampled). Several
     workers can share ``run``: each position is claimed and sampled by one of them."""
     store = ShardStore(run, ROLLOUTS_PART)
+    for t in traces:
+        for p in positions(t, max_chunks):
+            if store.done(batch_id(t.id, p, 0)):
+                raise InputError(
+                    "a run directory without adaptive rollouts (this one was resampled with "
+                    "--adaptive; use a new run directory for the fixed design)",
+                    sample=batch_id(t.id, p, 0),
+                    field="--adaptive",
+                )
     rollouts = {
         t.id: resample_trace(
             t, sampler, store, settings=settings, positions=positions(t, max_chunks), shared=True
@@ -127,14 +138,34 @@ def resample_run(
     return rollouts
 
 
+def record_backend(run: RunDir, description: dict[str, Any]) -> None:
+    """Add what samples this command's rollouts (``sampler.describe()``: the engine's model,
+    or a server's URL, model id and version) to the run's ``anchors_backend`` table, one row
+    per command, with the time it started. An executor's worker adds none: it samples with
+    the backend of the command that started it, which records it once."""
+    import json
+    import time
+
+    if is_worker():
+        return
+
+    row = {k: json.dumps(v) if isinstance(v, list | dict) else v for k, v in description.items()}
+    row = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **row}
+    table = pd.DataFrame([row])
+    if has_table(run, BACKEND_TABLE):
+        table = pd.concat([read_table(run, BACKEND_TABLE), table], ignore_index=True)
+    write_table(run, BACKEND_TABLE, table)
+
+
 def read_rollouts(run: RunDir, trace: Trace) -> TraceRollouts:
-    """The rollouts stored for ``trace`` (positions never sampled are absent)."""
+    """The rollouts stored for ``trace`` (positions never sampled are absent): a position's
+    shard (fixed design) or its batches in order (adaptive design)."""
     store = ShardStore(run, ROLLOUTS_PART)
     result = TraceRollouts(trace)
     for p in range(trace.n_chunks + 1):
         sid = shard_id(trace.id, p)
-        if store.done(sid):
-            payload = store.read(sid)
+        payload = store.read(sid) if store.done(sid) else read_batches(store, trace.id, p)
+        if payload is not None:
             result.resampled[p] = [Rollout.from_dict(d) for d in payload["resampled"]]
             result.forced[p] = [Rollout.from_dict(d) for d in payload["forced"]]
     return result

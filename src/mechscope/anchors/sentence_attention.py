@@ -25,6 +25,7 @@ import torch
 
 from mechscope.anchors.trace_tokens import TraceTokens
 from mechscope.engine import Engine, ReduceAttention
+from mechscope.stats.finite import require_finite
 
 
 def assignment_matrix(
@@ -71,7 +72,8 @@ def sentence_attention(
     # [L, h, n, n]: one transfer after the pass, not one per layer inside it
     stacked = torch.stack([out.reductions[layer][0].to(first) for layer in layer_list])
     result = stacked.cpu().numpy().astype(np.float32)
-    empty = empty_sentences(tokens.ranges)
+    require_finite(result, "sentence attention", sample=tokens.trace_id, layers=layer_list)
+    empty = empty_sentences(tokens.ranges)  # NaN below marks "no such sentence", not a fault
     if empty.any():
         result[..., empty, :] = np.nan
         result[..., :, empty] = np.nan

@@ -46,9 +46,11 @@ from mechscope.anchors.result import SuppressionResult
 from mechscope.anchors.suppression_memory import fit_sentences
 from mechscope.anchors.trace_tokens import TraceTokens
 from mechscope.engine import Engine, SuppressAttention
+from mechscope.engine.finite import refuse_nonfinite
 from mechscope.engine.prefix import Resume, can_resume
 from mechscope.engine.sweep import run_chunks
 from mechscope.errors import InputError
+from mechscope.stats.finite import require_finite
 
 _KL_BLOCK_BYTES = 256 * 2**20  # about eight fp32 [rows, block, vocab] temporaries
 
@@ -131,12 +133,16 @@ def position_kl(
     input_ids: torch.Tensor,  # [1, seq]
     spans: torch.Tensor,  # [n_rows, 2] (start, end) per suppressed span
     options: SuppressionOptions | None = None,
+    *,
+    sample: str | None = None,
 ) -> np.ndarray:
     """``KL(base ‖ suppressed)`` of the next-token distribution at every logits position.
 
     → ``[n_rows, seq]`` float64; entry ``[r, p]`` compares the predictions made at position
     ``p`` (of token ``p + 1``). Positions before the earliest span end of a row's forward
-    chunk are not computed (NaN): no suppression can reach them.
+    chunk are not computed (NaN): no suppression can reach them. A computed KL that is not
+    finite is refused, naming ``sample`` (the unsuppressed pass's first non-finite layer,
+    where it is that pass that is not finite).
     """
     opts = options or SuppressionOptions()
     seq = int(input_ids.shape[1])
@@ -147,6 +153,8 @@ def position_kl(
     # nothing), so base and suppressed rows differ only by the suppression.
     base_out = eng.run(input_ids, [SuppressAttention((0, 0), layers, heads)], cache=reuse)
     base = base_out.logits[0]  # [seq, vocab]
+    if not bool(torch.isfinite(base).all()):
+        refuse_nonfinite(eng, input_ids, "the unsuppressed pass's logits", sample=sample)
     size = opts.rows_per_chunk or _default_rows(eng, seq, spans, reuse)
 
     def run(rows: Sequence[int]) -> tuple[list[int], np.ndarray]:
@@ -160,6 +168,8 @@ def position_kl(
         parts = _kl_parts(base[first:], logits, opts.temperature).cpu()  # [3, c, seq - first]
         full = np.full((len(rows), seq), np.nan)
         full[:, first:] = kl_from_parts(parts.numpy())
+        for r, values in zip(rows, full[:, first:], strict=True):
+            require_finite(values, f"KL of suppressing span {r}", sample=sample, layer_axis=None)
         return list(rows), full
 
     order = sorted(range(spans.shape[0]), key=lambda r: int(spans[r, 1]))  # similar ends
@@ -216,6 +226,6 @@ def suppression_matrix(
     opts = options or SuppressionOptions()
     if tokens.n_sentences == 0:
         raise InputError("a trace with at least one sentence", sample=tokens.trace_id)
-    kl = position_kl(eng, tokens.input_ids, tokens.spans(), opts)  # [n_sent, seq]
+    kl = position_kl(eng, tokens.input_ids, tokens.spans(), opts, sample=tokens.trace_id)
     matrix = sentence_matrix_from_kl(kl, tokens.ranges, opts)
     return SuppressionResult(tokens.trace_id, matrix, row_normalized(matrix), kl, opts)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
+from mechscope.cli.help import App
 from mechscope.errors import InputError
 
 if TYPE_CHECKING:
@@ -33,11 +34,11 @@ OUT_HELP = "Run directory (resumed if it exists)."
 
 
 def workflow_app(**kwargs: Any) -> typer.Typer:
-    """A workflow's typer group (mounted by :mod:`mechscope.cli`); ``kwargs`` override the
-    defaults (a group that is itself the command takes ``invoke_without_command=True,
-    no_args_is_help=False``)."""
+    """A workflow's typer group (mounted by :mod:`mechscope.cli`, its help rendered by
+    :mod:`mechscope.cli.help`); ``kwargs`` override the defaults (a group that is itself the
+    command takes ``invoke_without_command=True, no_args_is_help=False``)."""
     defaults = {"no_args_is_help": True, "add_completion": False}
-    return typer.Typer(**(defaults | kwargs), pretty_exceptions_enable=False)
+    return App(**(defaults | kwargs), pretty_exceptions_enable=False)
 
 
 def open_run(

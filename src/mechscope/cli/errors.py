@@ -5,13 +5,12 @@ from __future__ import annotations
 import sys
 
 import typer
-from pydantic import ValidationError
+from pydantic_core import ValidationError  # pydantic's, without importing pydantic
 from rich.console import Console
 
-from mechscope.errors import MechscopeError
+from mechscope.errors import DiskFullError, MechscopeError, ResumableError
 from mechscope.runs import interrupt
 from mechscope.runs.executor import ARGV, WorkerDone
-from mechscope.runs.rundir import runs_mark, undo_runs
 
 USER_ERRORS: tuple[type[BaseException], ...] = (MechscopeError, FileNotFoundError)
 INTERRUPTED = 130  # the shell's exit code for a process ended by Ctrl-C (128 + SIGINT)
@@ -70,6 +69,13 @@ def one_line(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
+def _runs_mark() -> tuple[int, int]:
+    """:func:`mechscope.runs.rundir.runs_mark`; ``(0, 0)`` while that module is not imported
+    (no run directory was made yet), so that ``--help`` does not import it (pydantic, yaml)."""
+    rundir = sys.modules.get("mechscope.runs.rundir")
+    return rundir.runs_mark() if rundir is not None else (0, 0)
+
+
 def run_app(app: typer.Typer, argv: list[str] | None = None) -> None:
     """Run ``app``; a :class:`MechscopeError` prints ``error: <one line>`` and exits 2."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -77,7 +83,7 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> None:
     args = [a for a in args if a != "--debug"]  # accepted anywhere on the line
     interrupt.install()
     ARGV.set(args)  # what executor workers rerun
-    mark = runs_mark()  # only what this command did to run directories is taken back
+    mark = _runs_mark()  # only what this command did to run directories is taken back
     try:
         # Outside standalone mode typer turns Ctrl-C (and typer.Exit) into a returned code.
         code = app(args=args, standalone_mode=False, prog_name="mechscope")
@@ -89,8 +95,15 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> None:
         return None
     except KeyboardInterrupt:
         code = INTERRUPTED
-    except (*USER_ERRORS, ValidationError) as exc:
-        undo_runs(since=mark)  # a refused command changes nothing on disk
+    except (*USER_ERRORS, ValidationError, OSError) as exc:
+        from mechscope.runs.rundir import undo_runs
+
+        if isinstance(exc, OSError) and not isinstance(exc, USER_ERRORS):
+            if exc.errno not in DiskFullError.ERRNOS:
+                raise
+            exc = DiskFullError.of(exc)  # a full disk outside the atomic writes
+        # a refused command changes nothing on disk; a resumable failure keeps finished work
+        undo_runs(since=mark, keep_work=isinstance(exc, ResumableError))
         if debug:
             raise
         message = one_line(exc)

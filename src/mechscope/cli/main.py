@@ -2,6 +2,8 @@
 workflow.
 
 Errors a user can fix print one line and exit with code 2; ``--debug`` shows the traceback.
+The workflows' groups are mounted from the registry without importing them
+(:mod:`mechscope.cli.mount`), and no module here imports torch: ``--help`` answers at once.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from rich.console import Console
 
 from mechscope.cli import model_commands
 from mechscope.cli.errors import run_app
+from mechscope.cli.help import App
 from mechscope.cli.model_options import ModelOptions, model_options
-from mechscope.workflows import import_optional, workflows
+from mechscope.cli.mount import mount_workflows
 
-app = typer.Typer(
+app = App(
     name="mechscope",
     help="Causal and attributional analysis of transformer language models.",
     no_args_is_help=True,
@@ -62,26 +65,6 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory.")) -> None
 
     path = build_report(RunDir.open(run_dir))
     console.print(f"report: {path}")
-
-
-def mount_workflows(root: typer.Typer) -> typer.Typer:
-    """Add each installed workflow's typer group to ``root`` (see :mod:`mechscope.workflows`);
-    a command ``"lens study"`` goes into the group ``lens``."""
-    groups: dict[str, typer.Typer] = {}
-    for workflow in workflows():
-        if workflow.command is None or workflow.cli is None:
-            continue
-        module = import_optional(workflow.module("cli"))
-        if module is None:
-            continue
-        *parents, name = workflow.command.split()
-        parent = groups.get(" ".join(parents)) if parents else root
-        if parent is None:  # its parent group is not installed
-            continue
-        if all(group.typer_instance is not module.app for group in parent.registered_groups):
-            parent.add_typer(module.app, name=name, help=workflow.help)
-        groups[workflow.command] = module.app
-    return root
 
 
 mount_workflows(app)

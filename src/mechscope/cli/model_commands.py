@@ -12,7 +12,6 @@ from rich.table import Table
 
 from mechscope.cli.model_options import ModelOptions, model_options
 from mechscope.errors import MechscopeError
-from mechscope.models import ALIASES, DEFAULT_MODEL, all_cards
 
 console = Console()
 
@@ -26,6 +25,8 @@ def models(
     ),
 ) -> None:
     """List model aliases and cards; with --support, measure support on tiny models."""
+    from mechscope.models import ALIASES, DEFAULT_MODEL, all_cards
+
     if support:
         _support(support)
         return

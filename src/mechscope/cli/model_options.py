@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import typer
 
 from mechscope.cli.options import number
-from mechscope.models.loading import DEFAULT_MODEL
+from mechscope.models.aliases import DEFAULT_MODEL
 
 F = TypeVar("F", bound=Callable[..., Any])
 

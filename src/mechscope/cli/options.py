@@ -48,7 +48,7 @@ def number(
 #: Bootstrap resamples of a command's confidence intervals (its config's ``n_resamples``).
 RESAMPLES_OPTION = number(2000, "--resamples", min=1, help="Bootstrap resamples.")
 #: A command's random seed: what numpy and torch take (0 .. 2**32 - 1).
-SEED_OPTION = number(0, "--seed", min=0, max=2**32 - 1)
+SEED_OPTION = number(0, "--seed", min=0, max=2**32 - 1, help="Random seed (numpy and torch).")
 
 
 def config_from(

@@ -79,7 +79,7 @@ def check(
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override KEY=VALUE")] = None,
 ) -> None:
     """Validate a config (tasks, data files, models, students against the teacher) without
-    training: it refuses exactly what ``distill run`` refuses before its first trial."""
+    training: it refuses exactly what 'distill run' refuses before its first trial."""
     from mechscope.distill.run import expand_trials, load_teacher, validate_study
 
     cfg = _load(config, set_, False)
@@ -113,7 +113,7 @@ def pilot(
     opts: ModelOptions = ModelOptions(),
 ) -> None:
     """The pilot validation checks (teacher accuracy, names, norms, patching, student) on
-    the teacher ``--model``."""
+    the teacher (--model, or the teacher of --config)."""
     from mechscope.distill.pilot import run_pilot
     from mechscope.distill.students import build_student
 

@@ -16,11 +16,17 @@ import numpy as np
 import torch
 
 from mechscope.distill.pairset import PairSet
-from mechscope.distill.passes import answer_logits, patched_logit_diffs, read_resid
+from mechscope.distill.passes import (
+    answer_logits,
+    patched_logit_diffs,
+    read_resid,
+    require_finite_clean,
+)
 from mechscope.engine import Engine
 from mechscope.engine.unembed import logit_diff
 from mechscope.errors import InputError
 from mechscope.stats import pearson
+from mechscope.stats.finite import require_finite
 
 
 @torch.no_grad()
@@ -46,7 +52,29 @@ def causal_effects(
         hk = read_resid(eng, b.corrupt, b.corrupt_mask, layers)
         deltas.append(ld - patched_logit_diffs(eng, b, sites, hk))  # [K, b]
         clean_lds.append(ld)
-    return torch.cat(deltas, dim=1), torch.cat(clean_lds)
+    delta, clean_ld = torch.cat(deltas, dim=1), torch.cat(clean_lds)
+    _require_finite(eng, data, sites, delta, clean_ld)
+    return delta, clean_ld
+
+
+def _require_finite(
+    eng: Engine,
+    data: PairSet,
+    sites: Sequence[tuple[int, int]],
+    delta: torch.Tensor,  # [K, N]
+    clean_ld: torch.Tensor,  # [N]
+) -> None:
+    """Refuse effects that are not finite, naming the pair: where its clean pass is not
+    finite, the first layer whose output is not; else the first patched site's layer."""
+    require_finite_clean(eng, data, clean_ld)
+    columns = (~torch.isfinite(delta)).any(dim=0).nonzero().flatten().tolist()
+    if columns:
+        require_finite(
+            delta[:, columns[0]].numpy(),
+            "the patched logit difference",
+            sample=data.ids[columns[0]],
+            layers=[layer for layer, _ in sites],
+        )
 
 
 def causal_consistency(
@@ -55,7 +83,8 @@ def causal_consistency(
     """``(per-checkpoint Pearson [K], pooled Pearson)`` of teacher vs student effects.
 
     ``delta_t``/``delta_s``: ``[K, N]``. A checkpoint whose effects are constant on either
-    side gives NaN (no correlation is defined); the pooled value uses every effect.
+    side gives NaN (no correlation is defined); the pooled value uses every effect. A NaN
+    or infinite effect is refused (:func:`~mechscope.stats.pearson`).
     """
     t = np.asarray(delta_t, dtype=np.float64)
     s = np.asarray(delta_s, dtype=np.float64)

@@ -18,13 +18,20 @@ import torch.nn.functional as F
 from mechscope.distill.pairset import PairSet
 from mechscope.distill.passes import clean_logit_diffs
 from mechscope.engine import Engine
+from mechscope.engine.finite import refuse_nonfinite
 from mechscope.errors import InputError
 from mechscope.stats import nll_of_targets
+from mechscope.stats.finite import require_finite
 
 
 def accuracy(ld: torch.Tensor | np.ndarray) -> float:
-    """Share of pairs with a positive logit difference (NaN for no pairs)."""
+    """Share of pairs with a positive logit difference (NaN for no pairs); a logit
+    difference that is NaN or infinite is refused, naming the pair (NaN > 0 is False,
+    which would count it as wrong)."""
     arr = np.asarray(ld, dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(arr))
+    if bad.size:
+        require_finite(arr, "the logit difference", sample=f"pair {bad[0]}", layer_axis=None)
     return float(np.mean(arr > 0)) if arr.size else float("nan")
 
 
@@ -65,7 +72,17 @@ def perplexity(
         logp = F.log_softmax(logits[:, :-1].float(), dim=-1)  # [b, s-1, V]
         targets = torch.where(mask[:, 1:].bool(), ids[:, 1:], -100).to(logp.device)
         nll = nll_of_targets(logp, targets, ignore_index=-100)  # [b, s-1], NaN at pads
-        keep = ~torch.isnan(nll)
+        keep = (targets != -100).to(nll.device)  # a NaN of the model is no pad: refused
+        rows_bad = (~torch.isfinite(nll) & keep).any(dim=1).nonzero().flatten().tolist()
+        if rows_bad:
+            i = rows_bad[0]
+            refuse_nonfinite(
+                eng,
+                ids[i : i + 1],
+                "the log-likelihood",
+                sample=f"text {start + i}",
+                attention_mask=mask[i : i + 1],
+            )
         total += float(nll[keep].double().sum())
         count += int(keep.sum())
     if count == 0:

@@ -14,6 +14,7 @@ import torch
 
 from mechscope.distill.pairset import PairSet
 from mechscope.engine import Engine, Patch, Read, Site
+from mechscope.engine.finite import refuse_nonfinite
 from mechscope.engine.unembed import logit_diff
 
 
@@ -77,7 +78,25 @@ def clean_logit_diffs(eng: Engine, data: PairSet, batch_size: int = 16) -> torch
         b = data.subset(range(start, min(start + batch_size, len(data))))
         h = read_resid(eng, b.clean, b.clean_mask, [last])[last]
         out.append(logit_diff(answer_logits(eng, h, b.answer[:, 0]), b.correct, b.wrong).cpu())
-    return torch.cat(out)
+    ld = torch.cat(out)
+    require_finite_clean(eng, data, ld)
+    return ld
+
+
+def require_finite_clean(eng: Engine, data: PairSet, ld: torch.Tensor) -> None:
+    """Refuse clean logit differences ``ld [N]`` that are not finite (NaN is neither right
+    nor wrong: it would be dropped or miscounted), naming the first such pair and the first
+    layer of its clean pass whose output is not finite."""
+    bad = (~torch.isfinite(ld)).nonzero().flatten().tolist()
+    if bad:
+        pair = data.subset([bad[0]])
+        refuse_nonfinite(
+            eng,
+            pair.clean,
+            "the clean logit difference",
+            sample=data.ids[bad[0]],
+            attention_mask=pair.clean_mask,
+        )
 
 
 @torch.no_grad()

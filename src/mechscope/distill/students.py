@@ -19,7 +19,7 @@ import transformers
 
 from mechscope.distill.config import StudentSpec
 from mechscope.errors import InputError
-from mechscope.models import ALIASES, LoadedModel, card_for_family, load_model
+from mechscope.models import ALIASES, LoadedModel, card_for_family, load_model, load_tokenizer
 
 
 def keep_every(n_layers: int, every: int) -> list[int]:
@@ -250,15 +250,3 @@ def check_student_tokenizer(spec: StudentSpec, teacher_tokenizer: Any) -> None:
             sample=f"students.{spec.name}",
             field="model",
         )
-
-
-def load_tokenizer(spec: str) -> Any:
-    """The tokenizer of a model spec, without loading weights where possible."""
-    if spec.startswith("tiny:"):
-        from mechscope.models.tiny import tiny_tokenizer
-
-        return tiny_tokenizer()
-    path = Path(spec).expanduser()
-    if path.is_dir() and (path / "config.json").exists():
-        return transformers.AutoTokenizer.from_pretrained(path)
-    return load_model(spec).tokenizer

@@ -16,7 +16,6 @@ plus static copies of the figures.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -25,8 +24,9 @@ import pandas as pd
 from mechscope.distill.config import METHODS
 from mechscope.distill.intervals import format_contrasts, mean_ci, method_contrasts
 from mechscope.distill.sweep import with_loss_columns
-from mechscope.errors import InputError
+from mechscope.errors import DamagedFileError, InputError
 from mechscope.runs import RunDir, has_table, read_table, write_table
+from mechscope.runs.integrity import REBUILD, Damaged, json_object, read_parquet
 
 #: ``consistency``: Pearson pooled over every (checkpoint, pair) effect; ``consistency_mean``:
 #: the mean of the per-checkpoint Pearsons. The pooled value is dominated by how the
@@ -69,7 +69,9 @@ def _method_order(df: pd.DataFrame) -> pd.DataFrame:
 
 def summary_table(trials: pd.DataFrame) -> pd.DataFrame:
     """Mean, sample standard deviation (ddof=1) and 95 % t-interval of the mean over seeds
-    (NaN for one seed) of every metric."""
+    (NaN for one seed) of every metric. A seed whose value is undefined (NaN: e.g. the
+    consistency of a checkpoint whose effects are constant) is left out of that metric's
+    numbers, and ``<metric>_n`` says how many seeds they are computed from."""
     rows = []
     trials = with_loss_columns(trials)
     for key, g in trials.groupby(GROUP, sort=False):
@@ -82,6 +84,7 @@ def summary_table(trials: pd.DataFrame) -> pd.DataFrame:
             row[f"{m}_mean"] = float(finite.mean()) if finite.size else float("nan")
             row[f"{m}_std"] = float(finite.std(ddof=1)) if finite.size > 1 else float("nan")
             row[f"{m}_ci_low"], row[f"{m}_ci_high"] = low, high
+            row[f"{m}_n"] = int(finite.size)
         row["n_seeds"] = g["seed"].nunique()
         rows.append(row)
     return _method_order(pd.DataFrame(rows)).reset_index(drop=True)
@@ -122,8 +125,12 @@ def format_summary(
 def _teacher_metas(study: Path) -> list[dict]:
     metas = []
     for folder in sorted((Path(study) / "teacher").glob("*")):
-        if (folder / "meta.json").is_file():
-            meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        path = folder / "meta.json"
+        if path.is_file():
+            try:
+                meta = json_object(path.read_bytes())
+            except Damaged as why:
+                raise DamagedFileError(path, str(why), REBUILD) from None
             meta["folder"] = folder
             metas.append(meta)
     return metas
@@ -148,8 +155,12 @@ def teacher_tables(study: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                     "teacher_test_accuracy": info.get("teacher_test_accuracy"),
                 }
             )
-        if (meta["folder"] / "purity.parquet").is_file():
-            p = pd.read_parquet(meta["folder"] / "purity.parquet")
+        path = meta["folder"] / "purity.parquet"
+        if path.is_file():
+            try:
+                p = read_parquet(path)
+            except Damaged as why:
+                raise DamagedFileError(path, str(why), REBUILD) from None
             p.insert(0, "task", meta["task"])
             purity.append(p)
     return (pd.DataFrame(ckpts), pd.concat(purity, ignore_index=True) if purity else pd.DataFrame())

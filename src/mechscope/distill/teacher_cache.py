@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from mechscope.distill.checkpoints import (
@@ -41,6 +43,7 @@ from mechscope.engine import Engine
 from mechscope.errors import InputError
 from mechscope.models import LoadedModel
 from mechscope.runs import atomic_path, atomic_write_json
+from mechscope.runs.integrity import first_line
 
 CACHE_VERSION = 2  # 2: checkpoints screened by the teacher's patch effect
 _TENSORS = (
@@ -241,6 +244,20 @@ def load_teacher_task(folder: Path, pad_id: int) -> TeacherTask:
 _MEMO: dict[str, TeacherTask] = {}
 
 
+def _load_intact(folder: Path, pad_id: int) -> TeacherTask | None:
+    """The cached task in ``folder``, or None (with a line on stderr) when a file of it
+    cannot be read back: the cache is computed again and rewritten."""
+    try:
+        return load_teacher_task(folder, pad_id)
+    except (OSError, ValueError, KeyError, TypeError, SafetensorError) as exc:
+        print(
+            f"{folder} was damaged ({first_line(exc)}): the teacher's data is computed again",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
+
+
 def prepare_teacher_task(
     teacher: LoadedModel,
     spec: TaskSpec,
@@ -257,17 +274,17 @@ def prepare_teacher_task(
     folder = cache_root / key if cache_root is not None else None
     on_disk = folder is not None and (folder / "meta.json").is_file()
     memo = f"{key}@{id(teacher.model)}"  # same model object in this process
-    if memo in _MEMO:
-        task = _MEMO[memo]
-    elif on_disk:
-        task = load_teacher_task(folder, _pad(teacher))
-        if ev.purity and _stale_purity(task):  # recomputed from the cached states
+    task = _MEMO.get(memo)
+    if task is None and on_disk:
+        task = _load_intact(folder, _pad(teacher))
+        on_disk = task is not None
+        if task is not None and ev.purity and _stale_purity(task):  # from the cached states
             modified = [task.info["modified"][n] for n in task.names]
             task.purity = _purity(task, modified)
             if task.purity is not None:
                 with atomic_path(folder / "purity.parquet") as tmp:
                     task.purity.to_parquet(tmp)
-    else:
+    if task is None:
         task = build_teacher_task(teacher, spec, ckpt, ev)
     if folder is not None and not on_disk:
         save_teacher_task(task, folder)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import pickle
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -24,9 +26,11 @@ from torch import nn
 
 from mechscope.distill.config import TrainSpec
 from mechscope.distill.gradients import backward_terms
+from mechscope.errors import NonFiniteError
 from mechscope.models import LoadedModel
 from mechscope.progress import track
 from mechscope.runs import atomic_path
+from mechscope.runs.integrity import first_line
 
 StepHook = Callable[[int, dict[str, float]], None]
 
@@ -165,8 +169,8 @@ def train(
     amp = autocast_dtype(spec.precision, student.device)
     scaler = torch.amp.GradScaler("cuda", enabled=amp == torch.float16)
     start, log = 0, []
-    if checkpoint is not None and checkpoint.is_file():
-        state = torch.load(checkpoint, map_location=student.device, weights_only=True)
+    state = _read_checkpoint(checkpoint, student.device) if checkpoint is not None else None
+    if state is not None:
         load_trainable_state(model, objective, state["trainable"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
@@ -182,12 +186,14 @@ def train(
             if logs_gradients(spec, step) and hasattr(objective, "terms"):
                 with ctx:
                     terms, parts = objective.terms(idx)
+                _check_finite(parts, step, description)
                 scale = float(scaler.get_scale()) if scaler.is_enabled() else 1.0
                 grads = backward_terms(terms, params, n_student, scale)
                 parts = {"loss": sum(float(v.detach()) for v in terms.values()), **parts, **grads}
             else:
                 with ctx:
                     loss, parts = objective(idx)
+                _check_finite(parts, step, description)
                 scaler.scale(loss).backward()
             scaler.unscale_(opt)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, spec.grad_clip))
@@ -212,6 +218,37 @@ def train(
         model.eval()
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     return TrainResult(spec.steps, resumed_from, wall, log, cpu)
+
+
+def _check_finite(parts: dict[str, float], step: int, description: str) -> None:
+    """Refuse a step whose loss terms are not finite (``parts`` are floats: no extra sync)."""
+    if not all(math.isfinite(v) for v in parts.values()):
+        raise NonFiniteError(
+            f"the training loss is not finite at step {step + 1} ({_shown(parts)}); "
+            f"{NonFiniteError.HINT}",
+            sample=description,
+        )
+
+
+def _shown(parts: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.4g}" for k, v in parts.items())
+
+
+def _read_checkpoint(path: Path, device: torch.device) -> dict[str, Any] | None:
+    """The training state saved at ``path``, or None: none saved, or one that cannot be read
+    back (removed, with a line on stderr; training starts again from its first step)."""
+    if not path.is_file():
+        return None
+    try:
+        return torch.load(path, map_location=device, weights_only=True)
+    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as exc:
+        print(
+            f"{path} was damaged ({first_line(exc)}): removed; training starts again",
+            file=sys.stderr,
+            flush=True,
+        )
+        path.unlink(missing_ok=True)
+        return None
 
 
 def _save(

@@ -31,7 +31,7 @@ from mechscope.distill.teacher_cache import TeacherTask, prepare_teacher_task
 from mechscope.distill.trainer import StepHook, TrainResult, WandbLogger, train
 from mechscope.engine import Engine
 from mechscope.models import LoadedModel, load_model
-from mechscope.runs import RunDir, has_table, read_table, write_table
+from mechscope.runs import RunDir, read_table, table_intact, write_table
 
 TeacherLoader = Callable[[], LoadedModel]
 #: Training settings that change where or what is logged, never a result: a study resumes
@@ -144,13 +144,14 @@ def evaluate_student(
 
 
 def is_finished(run: RunDir) -> bool:
-    """Results are complete once the metrics table exists (it is written last)."""
-    return has_table(run, "metrics")
+    """Results are complete once the metrics table exists (it is written last) and reads
+    back whole: a damaged one makes the trial run again."""
+    return table_intact(run, "metrics")
 
 
 def is_finished_dir(folder: Path) -> bool:
     """:func:`is_finished` for a trial folder that may not exist yet (opens nothing)."""
-    return folder.is_dir() and has_table(folder, "metrics")
+    return folder.is_dir() and table_intact(folder, "metrics")
 
 
 def read_trial(cfg: StudyConfig, trial: Trial, root: Path, *, close: bool = True) -> pd.DataFrame:

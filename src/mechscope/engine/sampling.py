@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mechscope.errors import InputError
+from mechscope.errors import InputError, NonFiniteError
 
 
 @dataclass(frozen=True)
@@ -52,18 +52,37 @@ def next_tokens(
     (the top token always stays), renormalised by ``torch.multinomial``, which draws among
     the sorted nucleus only (a few ranks, not the whole vocabulary).
     """
-    if sampling.greedy:
-        return logits.argmax(dim=-1).cpu()
-    probs = torch.softmax(logits.float() / sampling.temperature, dim=-1)  # [rows, vocab]
+    finite = torch.isfinite(logits).all(dim=-1)  # [rows]
+    if sampling.greedy:  # a row of NaN has an argmax too: marked -1, read back in one sync
+        picked = torch.where(finite, logits.argmax(dim=-1), -1).cpu()
+        _require_picked(picked)
+        return picked
     if sampling.top_p >= 1.0:
+        _require_picked(torch.where(finite, 0, -1).cpu())  # before multinomial sees NaN
+        probs = torch.softmax(logits.float() / sampling.temperature, dim=-1)  # [rows, vocab]
         ranks = [_draw(p, g) for p, g in zip(probs, gens, strict=True)]
-        return torch.stack(ranks).cpu()
+        return torch.cat(ranks).cpu()  # [rows]: each draw is [1]
+    probs = torch.softmax(logits.float() / sampling.temperature, dim=-1)  # [rows, vocab]
     sorted_p, order = probs.sort(dim=-1, descending=True)  # [rows, vocab]
-    sizes = (sorted_p.cumsum(dim=-1) - sorted_p < sampling.top_p).sum(dim=-1).tolist()
+    in_nucleus = (sorted_p.cumsum(dim=-1) - sorted_p < sampling.top_p).sum(dim=-1)
+    sizes = torch.where(finite, in_nucleus, -1).cpu()
+    _require_picked(sizes)
+    sizes = sizes.tolist()
     # each row draws among its own nucleus's ranks: multinomial's draws depend on the
     # length of what it draws from, so no padding to the batch's widest nucleus
     ranks = [_draw(p[:k], g) for p, k, g in zip(sorted_p, sizes, gens, strict=True)]
     return order.gather(-1, torch.stack(ranks).to(order.device)).cpu()[:, 0]
+
+
+def _require_picked(picked: torch.Tensor) -> None:
+    """:class:`NonFiniteError` if a row was marked -1: its logits hold NaN or infinity, and
+    no token is picked from them (argmax of NaN is an arbitrary token, multinomial fails)."""
+    rows = (picked < 0).nonzero().flatten().tolist()
+    if rows:
+        raise NonFiniteError(
+            f"the next-token logits of {len(rows)} generated row(s) are not finite, so no token "
+            f"is picked from them; {NonFiniteError.HINT}"
+        )
 
 
 def _draw(p: torch.Tensor, gen: torch.Generator) -> torch.Tensor:

@@ -65,7 +65,12 @@ def run(
         ["joint", "per_layer"], "--path", help="joint, per_layer, staggered, random (repeatable)."
     ),
     steps: int = number(32, "--steps", min=1, help="Quadrature nodes (joint, staggered)."),
-    per_layer_steps: int | None = number(None, "--per-layer-steps", min=1),
+    per_layer_steps: int | None = number(
+        None,
+        "--per-layer-steps",
+        min=1,
+        help="Quadrature nodes per layer (per_layer; default: --steps).",
+    ),
     method: str = typer.Option("gauss_legendre", "--method", help="Quadrature rule."),
     baseline: float = number(
         0.0, "--baseline", min=0.0, below=1.0, help="Gate value at the start, in [0, 1)."

@@ -20,6 +20,7 @@ from typing import Literal
 import numpy as np
 
 from mechscope.errors import InputError
+from mechscope.stats.finite import require_finite
 
 Mode = Literal["signed", "abs", "relu"]
 MODES: tuple[str, ...] = ("signed", "abs", "relu")
@@ -59,6 +60,8 @@ def aggregate(
         raise InputError(
             f"per-sample attributions [n, ...] with n >= 1, got {x.shape}", field="attributions"
         )
+    for i, row in enumerate(x):  # no ranking of heads from a NaN score
+        require_finite(row, "attribution", sample=f"#{i}")
     if higher_is_better is not None:
         x = orient(x, higher_is_better)
     x = postprocess(x, mode)

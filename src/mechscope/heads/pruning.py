@@ -20,6 +20,7 @@ from mechscope.errors import InputError
 from mechscope.heads.gatefn import GateFunction
 from mechscope.progress import track
 from mechscope.stats import curve_ci
+from mechscope.stats.finite import require_finite
 
 
 def keep_one_per_layer(order: np.ndarray, n_heads: int) -> np.ndarray:
@@ -112,6 +113,9 @@ def pruning_curves(
     frames = []
     for f in track(fs, "pruning curves"):
         value, acc = f.metrics(unique, batch)
+        require_finite(
+            value, "the objective after removing heads", sample=f.sample_id, layer_axis=None
+        )
         value, acc = value[inverse.numpy()], acc[inverse.numpy()]
         frames.append(
             pd.DataFrame(

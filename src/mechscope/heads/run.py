@@ -13,7 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from mechscope.errors import InputError
+from mechscope.engine.finite import first_nonfinite_layer
+from mechscope.errors import InputError, NonFiniteError
 from mechscope.heads.baselines import gate_gradients, head_mask_importance
 from mechscope.heads.config import HeadsConfig
 from mechscope.heads.diagnostics import agreement, sample_diagnostics
@@ -29,6 +30,26 @@ from mechscope.models.loaded import LoadedModel
 from mechscope.runs import RunDir, ShardStore, run_sharded, write_arrays, write_table
 from mechscope.runs.content_key import content_key
 from mechscope.runs.executor import shared_work_done
+from mechscope.stats.finite import HINT, require_finite
+
+
+def require_finite_ig(res: HeadAttribution, f: GateFunction) -> None:
+    """Refuse IG whose attributions, or whose objective at the path ends (when computed), are
+    not finite: naming the sample and the first layer whose output is not finite on its
+    prompt, else (the pass is finite, its gradient is not) the attribution's first layer."""
+    ends = np.stack([res.segments.f_start, res.segments.f_end])  # [2, paths]
+    computed = not np.isnan(ends).all()  # NaN throughout: completeness was skipped
+    if np.isfinite(res.attributions).all() and (not computed or np.isfinite(ends).all()):
+        return
+    what = f"{res.kind} IG of the {f.objective.name} objective"
+    layer = first_nonfinite_layer(f.engine, f.objective.input_ids)
+    if layer is not None:
+        raise NonFiniteError(f"{what} is not finite; {HINT}", sample=f.sample_id, layer=layer)
+    if computed:
+        require_finite(
+            ends, f"{what}: the objective at the path ends", sample=f.sample_id, layer_axis=None
+        )
+    require_finite(res.attributions, f"{what}: the attribution", sample=f.sample_id)
 
 
 def _payload(res: HeadAttribution, seconds: float) -> dict:
@@ -46,6 +67,7 @@ def _attribute_all(run: RunDir, fs: list[GateFunction], kind: str, cfg: HeadsCon
     def one(sample_id: str) -> dict:
         start = time.perf_counter()
         res = head_ig(by_id[sample_id], kind, **opts)
+        require_finite_ig(res, by_id[sample_id])
         return _payload(res, time.perf_counter() - start)
 
     store = ShardStore(run, f"heads-{kind}")
@@ -104,6 +126,8 @@ def _shapley(
             seed=cfg.seed,
             internal_batch_size=cfg.internal_batch_size,
         )
+        layers = [layer for layer, _ in heads]
+        require_finite(sh.values, "Shapley value", sample=f.sample_id, layers=layers)
         df = sh.frame()
         df.insert(0, "sample_id", f.sample_id)
         i = res.sample_ids.index(f.sample_id)
@@ -128,6 +152,8 @@ def run_heads(
     for kind in cfg.paths:
         payloads = _attribute_all(run, fs, kind, cfg)
         attributions[kind] = np.stack([p["attributions"] for p in payloads])  # [n, L, H]
+        for sid, x in zip(ids, attributions[kind], strict=True):  # also what shards held
+            require_finite(x, f"{kind} IG attribution", sample=sid)
         for sid, task, p in zip(ids, tasks, payloads, strict=True):
             frame = pd.DataFrame(p["completeness"])
             frame.insert(0, "task", task)
@@ -142,6 +168,8 @@ def run_heads(
     if cfg.gradient_baseline:
         with run.timed("heads-gradient"):
             res.gradients = gate_gradients(fs)
+        for sid, x in zip(ids, res.gradients, strict=True):
+            require_finite(x, "gate gradient", sample=sid)
         res.importance["gradient"] = head_mask_importance(res.gradients)
     for kind, x in attributions.items():
         res.importance[kind] = aggregate(x, mode=cfg.postprocess, higher_is_better=hib)

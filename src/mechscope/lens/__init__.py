@@ -5,15 +5,20 @@ JS and KL per layer × token through the logit lens, attention mass on named seg
 ``run_candidates`` restricts the logit lens to a few candidate words.
 """
 
-from mechscope.lens.candidates import CandidateSample, candidate_scores, load_candidate_samples
-from mechscope.lens.config import CandidatesConfig, DiffConfig, parse_contrast
-from mechscope.lens.divergence import paired_stats
-from mechscope.lens.paired import PairedOptions, analyse_sample
-from mechscope.lens.prepare import PreparedSample, prepare_sample, prepare_samples
-from mechscope.lens.readout import lens_logprobs, readout_layers
-from mechscope.lens.result import METRICS, CandidateResult, DiffResult, SampleDiff
-from mechscope.lens.run import aggregate, prepare_all, run_candidates, run_diff
-from mechscope.lens.samples import Condition, LensSample, load_samples, parse_sample
+from typing import TYPE_CHECKING
+
+from mechscope.lazy import lazy_package
+
+if TYPE_CHECKING:  # the exports, each imported on first use (mechscope.lazy)
+    from mechscope.lens.candidates import CandidateSample, candidate_scores, load_candidate_samples
+    from mechscope.lens.config import CandidatesConfig, DiffConfig, parse_contrast
+    from mechscope.lens.divergence import paired_stats
+    from mechscope.lens.paired import PairedOptions, analyse_sample
+    from mechscope.lens.prepare import PreparedSample, prepare_sample, prepare_samples
+    from mechscope.lens.readout import lens_logprobs, readout_layers
+    from mechscope.lens.result import METRICS, CandidateResult, DiffResult, SampleDiff
+    from mechscope.lens.run import aggregate, prepare_all, run_candidates, run_diff
+    from mechscope.lens.samples import Condition, LensSample, load_samples, parse_sample
 
 __all__ = [
     "METRICS",
@@ -43,3 +48,5 @@ __all__ = [
     "run_candidates",
     "run_diff",
 ]
+
+lazy_package(__name__)

@@ -44,6 +44,11 @@ class AggregateOptions:
     seed: int = 0
 
 
+def _finite(samples: Sequence[SampleDiff]) -> None:
+    for s in samples:
+        s.require_finite(semantic_only=True)  # the tokens every aggregate reads
+
+
 def _nanmean(x: np.ndarray, axis: int) -> np.ndarray:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -153,6 +158,7 @@ def _group_rows(
 
 def metric_curves(samples: Sequence[SampleDiff], opts: AggregateOptions) -> pd.DataFrame:
     """Per-layer curves of every metric (semantic tokens), overall, per group, difference."""
+    _finite(samples)
     groups = [s.group for s in samples]
     frames = []
     for metric in METRICS:
@@ -164,6 +170,7 @@ def class_curves(
     samples: Sequence[SampleDiff], opts: AggregateOptions, metrics: Sequence[str] = ("dnll", "js")
 ) -> pd.DataFrame:
     """Per-layer curves restricted to one code token class at a time."""
+    _finite(samples)
     frames = []
     for cls in TOKEN_CLASSES:
 
@@ -183,6 +190,7 @@ def aligned_heatmaps(
     samples: Sequence[SampleDiff], opts: AggregateOptions, metrics: Sequence[str] = METRICS
 ) -> pd.DataFrame:
     """Layer × column means over samples for progress bins, first K and anchor windows."""
+    _finite(samples)
     pattern = anchor_pattern(opts.anchor)
     frames = []
     for metric in metrics:
@@ -223,6 +231,7 @@ def aligned_heatmaps(
 def attention_curves(samples: Sequence[SampleDiff], opts: AggregateOptions) -> pd.DataFrame:
     """Per-layer attention mass (mean over heads and semantic tokens) per condition and
     segment, overall and per group."""
+    _finite(samples)
     frames = []
     with_att = [s for s in samples if s.attention]
     if not with_att:
@@ -243,6 +252,7 @@ def attention_curves(samples: Sequence[SampleDiff], opts: AggregateOptions) -> p
 
 def attention_correlations(samples: Sequence[SampleDiff]) -> pd.DataFrame:
     """Per sample: Pearson r between head-mean segment mass and ΔNLL over layer × token."""
+    _finite(samples)
     rows = []
     for s in samples:
         dnll = s.metric("dnll")[:, s.semantic].ravel()

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from mechscope.lens.aggregate import AggregateOptions, ci_rows
+from mechscope.stats.finite import require_finite
 
 CURVE_METRICS = ("win_a", "win_b", "win_other", "margin", "restricted_p_a", "restricted_p_b")
 
@@ -33,7 +34,11 @@ def per_sample_curves(scores: np.ndarray, a: int, b: int) -> dict[str, np.ndarra
 
 
 def candidate_curves(samples: Sequence[dict], opts: AggregateOptions) -> pd.DataFrame:
-    """Every curve of :data:`CURVE_METRICS`, mean over samples with CI rows per layer."""
+    """Every curve of :data:`CURVE_METRICS`, mean over samples with CI rows per layer. A
+    sample whose scores are not all finite is refused, naming it and the layer: a winner
+    (argmax) of NaN scores would be an arbitrary candidate, counted as a win."""
+    for s in samples:
+        require_finite(s["scores"], "candidate score", sample=s.get("sample_id"))
     frames = []
     per = [per_sample_curves(np.asarray(s["scores"]), s["label_a"], s["label_b"]) for s in samples]
     for metric in CURVE_METRICS:

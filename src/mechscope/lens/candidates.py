@@ -30,6 +30,7 @@ from mechscope.errors import InputError
 from mechscope.lens.paired import unembed_device
 from mechscope.lens.readout import lens_logprobs
 from mechscope.models.loaded import LoadedModel
+from mechscope.stats.finite import require_finite
 
 Policy = Literal["first", "sum"]
 
@@ -188,7 +189,15 @@ def multi_token_words(prepared: list[PreparedCandidates], tokenizer: Any) -> dic
 def candidate_scores(
     lm: LoadedModel, prep: PreparedCandidates, policy: Policy = "first"
 ) -> np.ndarray:
-    """``[layers, K]`` fp32 score of each candidate at every layer (log-probabilities)."""
+    """``[layers, K]`` fp32 score of each candidate at every layer (log-probabilities);
+    :class:`~mechscope.errors.NonFiniteError` naming the sample and the first layer where a
+    score is NaN or infinite."""
+    scores = _scores(lm, prep, policy)
+    require_finite(scores, "candidate score", sample=prep.sample.id)
+    return scores
+
+
+def _scores(lm: LoadedModel, prep: PreparedCandidates, policy: Policy) -> np.ndarray:
     engine = Engine.of(lm)
     if policy == "first":
         sites = [

@@ -129,7 +129,7 @@ def analyse_sample(
     if options.attention:
         attention = {a: pa.attention, b: pb.attention}
         segments = {a: segment_names(ca), b: segment_names(cb)}
-    return SampleDiff(
+    diff = SampleDiff(
         sample_id=prep.id,
         group=prep.sample.group,
         contrast=(a, b),
@@ -148,3 +148,5 @@ def analyse_sample(
         cont_start={a: ca.cont_start, b: cb.cont_start},
         joint_tokenization_matches=prep.joint_tokenization_matches,
     )
+    diff.require_finite()  # a NaN curve is refused here, naming the sample and layer
+    return diff

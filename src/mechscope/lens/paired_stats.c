@@ -137,8 +137,9 @@ int mechscope_paired_stats(const float *z, const int64_t *targets, int64_t rows,
         out[r] = -((za[t] - ma) - ls_a);
         out[rows + r] = -((zb[t] - mb) - ls_b);
         out[2 * rows + r] = clampf((float)(0.5 * (ja + jb)), 0.0f, JS_MAXF);
-        out[3 * rows + r] = ka > 0.0 ? (float)ka : 0.0f; /* rounding can dip below 0 */
-        out[4 * rows + r] = kb > 0.0 ? (float)kb : 0.0f;
+        /* rounding can dip below 0; NaN (non-finite logits) stays NaN, never 0 */
+        out[3 * rows + r] = ka < 0.0 ? 0.0f : (float)ka;
+        out[4 * rows + r] = kb < 0.0 ? 0.0f : (float)kb;
     }
     free(ea);
     return 0;

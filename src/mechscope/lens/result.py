@@ -34,6 +34,7 @@ from mechscope.runs.result import (
     get_payloads,
     put_payloads,
 )
+from mechscope.stats.finite import require_finite
 
 #: Metric axis of :attr:`SampleDiff.metrics`: NLL under A and B, ΔNLL = A - B, JS, KL both ways.
 METRICS = ("nll_a", "nll_b", "dnll", "js", "kl_ab", "kl_ba")
@@ -65,6 +66,18 @@ class SampleDiff:
     def metric(self, name: str) -> np.ndarray:
         """``[layer, T]`` values of one metric."""
         return self.metrics[METRICS.index(name)]
+
+    def require_finite(self, *, semantic_only: bool = False) -> None:
+        """:class:`~mechscope.errors.NonFiniteError` naming this sample, the first layer and
+        the metrics (or attention masses) that are NaN or infinite there. Checked over every
+        token before the sample is stored, and over its semantic tokens (all that curves,
+        heatmaps and correlations read) before samples are aggregated: a readout that covers
+        semantic tokens only marks the others NaN (the HumanEval study)."""
+        keep = self.semantic if semantic_only else slice(None)
+        sid = self.sample_id
+        require_finite(self.metrics[..., keep], "metrics", sample=sid, layer_axis=1, names=METRICS)
+        for cond, mass in self.attention.items():
+            require_finite(mass[:, :, keep], f"attention mass of {cond}", sample=sid)
 
     # --- shards ---------------------------------------------------------------------------
     def to_payload(self) -> dict[str, Any]:

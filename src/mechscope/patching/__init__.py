@@ -1,18 +1,23 @@
 """Activation patching: exact sweeps over layers × positions / spans / heads, and attribution
 patching."""
 
-from mechscope.engine.unembed import logit_diff
-from mechscope.patching.attribution_patching import (
-    Agreement,
-    agreement,
-    agreement_frame,
-    top_k_overlap,
-)
-from mechscope.patching.config import ATTRIBUTION_METRICS, METRICS, PATCH_SITES, PatchSpec
-from mechscope.patching.metrics import Reference, normalized_effect, readout_metrics
-from mechscope.patching.prepare import PreparedPair, prepare_pair
-from mechscope.patching.result import PairResult, PatchingResult
-from mechscope.patching.run import patch_pair, patch_pairs, run_patching
+from typing import TYPE_CHECKING
+
+from mechscope.lazy import lazy_package
+
+if TYPE_CHECKING:  # the exports, each imported on first use (mechscope.lazy)
+    from mechscope.engine.unembed import logit_diff
+    from mechscope.patching.attribution_patching import (
+        Agreement,
+        agreement,
+        agreement_frame,
+        top_k_overlap,
+    )
+    from mechscope.patching.config import ATTRIBUTION_METRICS, METRICS, PATCH_SITES, PatchSpec
+    from mechscope.patching.metrics import Reference, normalized_effect, readout_metrics
+    from mechscope.patching.prepare import PreparedPair, prepare_pair
+    from mechscope.patching.result import PairResult, PatchingResult
+    from mechscope.patching.run import patch_pair, patch_pairs, run_patching
 
 __all__ = [
     "ATTRIBUTION_METRICS",
@@ -35,3 +40,5 @@ __all__ = [
     "run_patching",
     "top_k_overlap",
 ]
+
+lazy_package(__name__)

@@ -84,6 +84,8 @@ def agreement(result: PatchingResult, k: int = 20) -> list[Agreement]:
         items = [p for p in result.direction(direction) if p.attribution is not None and p.metrics]
         if not items:
             continue
+        for p in items:  # no correlation or top-k ranking of NaN
+            p.require_finite()
         metric = items[0].attribution_metric or "logit_diff"
         exact = [p.exact_change(metric).ravel() for p in items]
         atp = [p.attribution.ravel() for p in items]  # type: ignore[union-attr]

@@ -22,6 +22,7 @@ import torch
 
 from mechscope.data.modal_prompt import stack_inputs
 from mechscope.engine import Engine, Patch, Site
+from mechscope.engine.finite import refuse_nonfinite
 from mechscope.engine.prefix import KVCache, Resume
 from mechscope.engine.unembed import logit_diff
 from mechscope.errors import SiteError
@@ -59,7 +60,21 @@ def reference(p: PreparedPair, base: RunCache) -> Reference:
 def new_result(
     eng: Engine, p: PreparedPair, spec: PatchSpec, base: RunCache, source: RunCache
 ) -> PairResult:
-    """An empty grid for ``p`` with the unpatched runs' numbers filled in."""
+    """An empty grid for ``p`` with the unpatched runs' numbers filled in; a base or source
+    run whose logits are not finite is refused, naming the pair and the first layer whose
+    output is not finite."""
+    for name, cache, ids, inputs in (
+        ("base", base, p.base_ids, p.base_inputs),
+        ("source", source, p.source_ids, p.source_inputs),
+    ):
+        if not bool(torch.isfinite(cache.logits).all()):
+            refuse_nonfinite(
+                eng,
+                torch.tensor([ids]),
+                f"the {name} run's logits",
+                sample=p.id,
+                model_inputs=inputs,
+            )
     labels, positions, _, _ = units(p, spec)
     ref = reference(p, base)
     base_m = {k: float(v[0]) for k, v in readout_metrics(base.logits[None], ref).items()}

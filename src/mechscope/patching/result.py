@@ -8,6 +8,7 @@ gives the long table written to Parquet, and :meth:`PairResult.to_payload` /
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from mechscope.errors import InputError
 from mechscope.patching.config import METRICS
 from mechscope.runs import RunDir, ShardStore, read_table
 from mechscope.runs.result import HtmlRepr, get_payloads, put_payloads
+from mechscope.stats.finite import require_finite
 
 
 @dataclass
@@ -46,6 +48,24 @@ class PairResult:
     @property
     def shape(self) -> tuple[int, int, int]:
         return len(self.layers), len(self.units), len(self.heads)
+
+    def require_finite(self) -> None:
+        """:class:`~mechscope.errors.NonFiniteError` naming the pair and the first swept
+        layer where a metric or the attribution is NaN or infinite, or the unpatched runs'
+        numbers are. The normalised effect is exempt: it is NaN by definition where the
+        clean and corrupt logit differences are equal (:func:`undefined_effects`)."""
+        where = f"{self.pair_id} ({self.direction})"
+        require_finite(
+            np.array(list(self.baseline.values()), dtype=np.float64),
+            "the unpatched runs' numbers",
+            sample=where,
+            layer_axis=None,
+        )
+        for name, values in self.metrics.items():
+            if name != "normalized_effect":
+                require_finite(values, name, sample=where, layers=self.layers)
+        if self.attribution is not None:
+            require_finite(self.attribution, "attribution", sample=where, layers=self.layers)
 
     def exact_change(self, metric: str) -> np.ndarray:
         """``metric(patched) - metric(base)`` on the grid (what attribution estimates)."""
@@ -122,6 +142,27 @@ class PairResult:
             tokens=list(payload.get("tokens", [])),
             roles=list(payload.get("roles", [])),
         )
+
+
+def flag_undefined_effects(pairs: list[PairResult]) -> list[str]:
+    """Warn, in one line, of the pairs whose normalised effect is undefined (NaN on their
+    whole grid: their clean and corrupt logit differences are equal); their rows are NaN and
+    every mean or curve of the normalised effect leaves them out. Returns their ids."""
+    ids = [
+        f"{p.pair_id} ({p.direction})"
+        for p in pairs
+        if "normalized_effect" in p.metrics and np.isnan(p.metrics["normalized_effect"]).all()
+    ]
+    if ids:
+        shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+        warnings.warn(
+            f"normalized_effect is undefined for {len(ids)} pair(s), whose clean and corrupt "
+            f"logit differences are equal: {shown}; their rows are NaN and left out of its "
+            "means and curves",
+            UserWarning,
+            stacklevel=2,
+        )
+    return ids
 
 
 @dataclass

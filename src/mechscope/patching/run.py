@@ -27,6 +27,7 @@ from mechscope.patching.modal_pairs import ModalPair
 from mechscope.patching.result import (
     PairResult,
     PatchingResult,
+    flag_undefined_effects,
     from_shard_payload,
     shard_payload,
 )
@@ -95,6 +96,7 @@ def patch_group(
         for i, ((p, base, source), res) in enumerate(zip(items, results, strict=True)):
             if spec.attribution:
                 attribute_pair(eng, p, spec, base, source, res)
+            res.require_finite()  # refused here, naming the pair and layer: never stored
             out[i].append(res)
     return out
 
@@ -140,6 +142,7 @@ def patch_pairs(
         for per_pair in patch_group(lm, g, spec, keep_logits=keep_logits)
         for r in per_pair
     ]
+    flag_undefined_effects(results)
     return PatchingResult(results, spec.site, spec.granularity)
 
 
@@ -191,6 +194,7 @@ def run_patching(
         )
     shared_work_done()  # a worker ends here: this command writes the tables
     results = [r for p in pairs for r in from_shard_payload(store.read(p.id))]
+    flag_undefined_effects(results)
     result = PatchingResult(results, spec.site, spec.granularity)
     write_table(run, name, result.to_frame())
     write_table(run, f"{name}_baselines", result.baselines())

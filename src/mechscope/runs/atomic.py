@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from mechscope.errors import DiskFullError
 from mechscope.runs import interrupt
 
 TEMP_MARKER = ".tmp-"
@@ -68,29 +69,46 @@ def _fsync_dir(directory: Path) -> None:
 
 
 @contextmanager
+def disk_full_named(path: Path | str) -> Iterator[None]:
+    """Turn a full disk (ENOSPC, EDQUOT) inside the block into a one-line
+    :class:`~mechscope.errors.DiskFullError` naming ``path``; other errors pass unchanged."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in DiskFullError.ERRNOS:
+            raise DiskFullError.of(exc, path) from exc
+        raise
+
+
+@contextmanager
 def atomic_path(final: Path | str) -> Iterator[Path]:
     """Yield a temporary path beside ``final``; rename it onto ``final`` when the block succeeds.
 
     The temporary name keeps ``final``'s suffix, so writers that pick a format from the
     suffix (``np.savez``, ``savefig``) behave as they would on the final name. On any
     exception (``KeyboardInterrupt`` included) the temporary file is deleted and the
-    exception propagates; ``final`` is untouched. After the rename, a Ctrl-C whose exception
-    was lost (:mod:`mechscope.runs.interrupt`) is raised.
+    exception propagates; ``final`` is untouched. A full disk (ENOSPC, EDQUOT) becomes a
+    one-line :class:`~mechscope.errors.DiskFullError` naming ``final``. After the rename, a
+    Ctrl-C whose exception was lost (:mod:`mechscope.runs.interrupt`) is raised.
 
     >>> with atomic_path(out_dir / "table.parquet") as tmp:  # doctest: +SKIP
     ...     df.to_parquet(tmp)
     """
     final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(  # the writer's pid: a resuming process spares live writes
-        prefix=f".{final.stem}{TEMP_MARKER}{os.getpid()}-", suffix=final.suffix, dir=final.parent
-    )
+    with disk_full_named(final):
+        final.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(  # the writer's pid: a resuming process spares live writes
+            prefix=f".{final.stem}{TEMP_MARKER}{os.getpid()}-",
+            suffix=final.suffix,
+            dir=final.parent,
+        )
     os.close(fd)
     tmp = Path(name)
     try:
-        yield tmp
-        _fsync_file(tmp)
-        os.replace(tmp, final)
+        with disk_full_named(final):
+            yield tmp
+            _fsync_file(tmp)
+            os.replace(tmp, final)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -14,13 +14,19 @@ import platform
 import shlex
 import sys
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import BaseModel
 
+from mechscope.errors import DamagedFileError
 from mechscope.runs.atomic import json_default
+from mechscope.runs.integrity import Damaged, first_line, json_object
 
 MANIFEST_FORMAT = 1
+#: Fields every manifest holds (:func:`new_manifest`): a manifest without them is damaged.
+MANIFEST_KEYS = ("format", "status", "seed", "model")
 
 _PACKAGES = ("mechscope", "torch", "transformers", "numpy")
 
@@ -107,3 +113,38 @@ def new_manifest(
         "timings": {},
         "parts": {},
     }
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """The manifest at ``path``; :class:`DamagedFileError` if it is not a JSON object with
+    the fields every manifest has."""
+    try:
+        loaded = json_object(path.read_bytes())
+    except Damaged as why:
+        raise _damaged(path, str(why)) from None
+    missing = [k for k in MANIFEST_KEYS if k not in loaded]
+    if missing:
+        raise _damaged(path, f"no {', '.join(missing)}")
+    return loaded
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The config at ``path`` (YAML); :class:`DamagedFileError` if it is not a mapping."""
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise _damaged(path, f"not YAML: {first_line(exc)}") from None
+    if loaded is not None and not isinstance(loaded, dict):
+        raise _damaged(path, f"a YAML {type(loaded).__name__}, not a mapping")
+    return loaded if loaded is not None else {}
+
+
+def _damaged(path: Path, problem: str) -> DamagedFileError:
+    """What a run whose config or manifest cannot be read says: the run cannot be checked
+    against a command (config, seed, model), so it is neither resumed nor guessed at."""
+    return DamagedFileError(
+        path,
+        problem,
+        "this run cannot be checked against a command: start a new run (another --out) "
+        f"or remove {path.parent}",
+    )

@@ -12,7 +12,6 @@ else cannot execute code. The round trip is exact for what it accepts:
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
@@ -90,11 +89,6 @@ def split_payload(
         "values": values,
     }
     return arrays, record
-
-
-def record_to_json(record: dict[str, Any]) -> str:
-    """Serialise a record; NaN and infinities are kept (Python's JSON reads them back)."""
-    return json.dumps(record, ensure_ascii=False)
 
 
 def join_payload(record: dict[str, Any], arrays: dict[str, np.ndarray]) -> dict[str, Any]:

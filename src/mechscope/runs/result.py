@@ -45,6 +45,7 @@ RESULT_TYPES = (
     "mechscope.patching.result:PatchingResult",
     "mechscope.heads.result:HeadsResult",
     "mechscope.anchors.result:ResamplingResult",
+    "mechscope.anchors.adaptive_result:AdaptiveResult",
     "mechscope.anchors.result:ReceiverResult",
     "mechscope.anchors.result:SuppressionResult",
     "mechscope.distill.result:DistillResult",

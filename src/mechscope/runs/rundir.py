@@ -19,7 +19,6 @@ under two configs would silently corrupt the results.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import re
 import shutil
@@ -40,7 +39,15 @@ from mechscope.runs.atomic import (
     is_temp_name,
     temp_writer_alive,
 )
-from mechscope.runs.manifest import config_differences, config_to_dict, new_manifest, now_iso
+from mechscope.runs.integrity import remove_damaged_results
+from mechscope.runs.manifest import (
+    config_differences,
+    config_to_dict,
+    new_manifest,
+    now_iso,
+    read_config,
+    read_manifest,
+)
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MANIFEST_FILE = "manifest.json"
@@ -124,7 +131,8 @@ class RunDir:
             run._check_resume(cfg, seed=seed, model_fingerprint=model_fingerprint)
             remove_stale_temp_files(path)
             _RESUMED.append((path, run.manifest))
-            run._update_manifest(lambda m: _mark_resumed(m))
+            repaired = remove_damaged_results(path)  # rebuilt from the shards by this rerun
+            run._update_manifest(lambda m: _mark_resumed(m, redo_parts=bool(repaired)))
             run.resumed = True
             return run
         if path.exists() and any(path.iterdir()) and not _interrupted_creation(path):
@@ -215,14 +223,15 @@ class RunDir:
 
     @property
     def config(self) -> dict[str, Any]:
-        """The config as written (plain dict, re-read from ``config.yaml`` each time)."""
-        loaded = yaml.safe_load((self.path / CONFIG_FILE).read_text(encoding="utf-8"))
-        return loaded if loaded is not None else {}
+        """The config as written (plain dict, re-read from ``config.yaml`` each time);
+        :class:`~mechscope.errors.DamagedFileError` if it does not parse as a mapping."""
+        return read_config(self.path / CONFIG_FILE)
 
     @property
     def manifest(self) -> dict[str, Any]:
-        """The manifest as on disk (re-read each time)."""
-        return json.loads((self.path / MANIFEST_FILE).read_text(encoding="utf-8"))
+        """The manifest as on disk (re-read each time); :class:`~mechscope.errors.
+        DamagedFileError` if it is not a JSON object with the fields every manifest has."""
+        return read_manifest(self.path / MANIFEST_FILE)
 
     # ------------------------------------------------------------------ updates
     def _update_manifest(self, change) -> dict[str, Any]:
@@ -324,15 +333,15 @@ def runs_mark() -> tuple[int, int]:
     return len(_CREATED), len(_RESUMED)
 
 
-def undo_runs(since: tuple[int, int] = (0, 0)) -> list[Path]:
-    """Take back what this process did to run directories after mark ``since``: a command
-    refused before it finished any work changes nothing on disk. A run directory it created
-    that holds no finished unit yet is removed, with the folders made for it: it would
-    otherwise block the corrected rerun with "config differs". One that does hold finished
-    units (a refusal late in a long run: a server that stopped answering, a value that
-    turned non-finite) is kept and marked ``refused``, so its work is not lost and a rerun
-    resumes it. A run it resumed keeps its files and gets its manifest back, so a finished
-    run does not stay marked "running". Returns the removed paths."""
+def undo_runs(since: tuple[int, int] = (0, 0), *, keep_work: bool = False) -> list[Path]:
+    """Take back what this process did to run directories after mark ``since``: a refused
+    command changes nothing on disk. A run directory it created is removed, with the
+    folders made for it (a refusal's partial run would otherwise block the corrected rerun
+    with "config differs"). With ``keep_work`` (a :class:`~mechscope.errors.ResumableError`:
+    a server that stopped answering, a full disk) one that holds finished units is kept and
+    marked ``stopped`` instead, so the rollouts or shards it paid for are reused when the
+    command runs again. A run it resumed keeps its files and gets its manifest back, so a
+    finished run does not stay marked "running". Returns the removed paths."""
     removed = []
     created, resumed = since
     while len(_RESUMED) > resumed:
@@ -343,8 +352,8 @@ def undo_runs(since: tuple[int, int] = (0, 0)) -> list[Path]:
         path, top = _CREATED.pop()
         if not path.is_dir():
             continue
-        if holds_work(path):
-            RunDir(path).finish(status="refused")
+        if keep_work and holds_work(path):
+            RunDir(path).finish(status="stopped")
             continue
         shutil.rmtree(top, ignore_errors=True)
         removed.append(path)
@@ -380,9 +389,15 @@ def check_writable(path: Path) -> None:
             return
 
 
-def _mark_resumed(manifest: dict[str, Any]) -> None:
+def _mark_resumed(manifest: dict[str, Any], *, redo_parts: bool = False) -> None:
+    """A resumed run is running again; with ``redo_parts`` (a table or array was damaged and
+    removed) no part counts as done, so a demo reruns each part from its shards and writes
+    its tables again."""
     manifest.setdefault("resumed", []).append(now_iso())
     manifest["status"], manifest["end"] = "running", None
+    if redo_parts:
+        for entry in manifest.get("parts", {}).values():
+            entry["done"] = False
 
 
 def _free_timestamp_name(root: Path) -> str:

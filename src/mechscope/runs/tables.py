@@ -3,7 +3,9 @@
 Parquet keeps column types (categories, ints with NaN-free columns, strings) and is
 read by pandas, polars, DuckDB and R alike, so results outlive the code that made
 them. Arrays go to ``.npz`` read with ``allow_pickle=False``: opening a result never
-executes code.
+executes code. Tables are written with page checksums and both kinds are verified when
+read: a damaged file is a one-line :class:`~mechscope.errors.DamagedFileError` naming it
+(:mod:`mechscope.runs.integrity`), never a traceback or a wrong number.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mechscope.errors import InputError
+from mechscope.errors import DamagedFileError, InputError
 from mechscope.runs.atomic import atomic_path
+from mechscope.runs.integrity import REBUILD, Damaged, load_npz, read_parquet, table_problem
 from mechscope.runs.rundir import RunDir, check_name
 
 
@@ -39,7 +42,7 @@ def write_table(run: RunDir | Path | str, name: str, df: pd.DataFrame) -> Path:
         raise InputError(f"a pandas DataFrame, got {type(df).__name__}", field=name)
     path = table_path(run, name)
     with atomic_path(path) as tmp:
-        df.to_parquet(tmp, engine="pyarrow")
+        df.to_parquet(tmp, engine="pyarrow", write_page_checksum=True)
     return path
 
 
@@ -48,12 +51,23 @@ def has_table(run: RunDir | Path | str, name: str) -> bool:
     return table_path(run, name).is_file()
 
 
+def table_intact(run: RunDir | Path | str, name: str) -> bool:
+    """Whether table ``name`` exists and reads back whole (every page's checksum): for a
+    table that marks work as done, so a damaged one makes the work run again."""
+    path = table_path(run, name)
+    return path.is_file() and table_problem(path) is None
+
+
 def read_table(run: RunDir | Path | str, name: str) -> pd.DataFrame:
-    """Read table ``name``; :class:`InputError` naming the path if it does not exist."""
+    """Read table ``name``; :class:`InputError` naming the path if it does not exist,
+    :class:`DamagedFileError` if it cannot be read back whole."""
     path = table_path(run, name)
     if not path.is_file():
         raise InputError(f"a table at {path}; it does not exist", field=name)
-    return pd.read_parquet(path, engine="pyarrow")
+    try:
+        return read_parquet(path)
+    except Damaged as why:
+        raise DamagedFileError(path, str(why), REBUILD) from None
 
 
 def write_arrays(run: RunDir | Path | str, name: str, arrays: Mapping[str, np.ndarray]) -> Path:
@@ -87,5 +101,7 @@ def read_arrays(run: RunDir | Path | str, name: str) -> dict[str, np.ndarray]:
     path = arrays_path(run, name)
     if not path.is_file():
         raise InputError(f"an array bundle at {path}; it does not exist", field=name)
-    with np.load(path, allow_pickle=False) as data:
-        return {key: data[key] for key in data.files}
+    try:
+        return load_npz(path)
+    except Damaged as why:
+        raise DamagedFileError(path, str(why), REBUILD) from None

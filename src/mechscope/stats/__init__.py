@@ -38,7 +38,13 @@ from mechscope.stats.divergences import (
 )
 from mechscope.stats.kurtosis import kurtosis_across
 from mechscope.stats.multiple import bh_adjust, bh_reject
-from mechscope.stats.proportions import Rate, mcnemar_exact, pass_rate
+from mechscope.stats.proportions import (
+    Rate,
+    difference_intervals,
+    mcnemar_exact,
+    pass_rate,
+    wilson_intervals,
+)
 
 __all__ = [
     "CurveCI",
@@ -49,6 +55,7 @@ __all__ = [
     "bh_reject",
     "cosine",
     "curve_ci",
+    "difference_intervals",
     "entropy_from_logp",
     "first_k",
     "group_curve_cis",
@@ -69,4 +76,5 @@ __all__ = [
     "split_half_reliability",
     "stratified_curve_ci",
     "summary_offdiag",
+    "wilson_intervals",
 ]

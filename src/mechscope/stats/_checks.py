@@ -9,14 +9,29 @@ broadcasting error deep inside numpy or scipy. These helpers turn such mistakes 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 
-from mechscope.errors import InputError
+from mechscope.errors import InputError, NonFiniteError
 
 
-def as_float_array(values: object, *, field: str, ndim: int | None = None, min_ndim: int = 1):
-    """Return ``values`` as a float64 array, checking its number of dimensions.
+def as_float_array(
+    values: object,
+    *,
+    field: str,
+    ndim: int | None = None,
+    min_ndim: int = 1,
+    nan: Literal["missing", "refused"] = "missing",
+):
+    """Return ``values`` as a float64 array, checking its number of dimensions and that no
+    statistic will be computed from a non-finite value.
+
+    An infinity is always refused (:class:`~mechscope.errors.NonFiniteError`, naming the
+    field and index): no mean, interval, rank or correlation is defined with one. NaN
+    marks a missing value (``nan="missing"``: a progress bin a short sample never reached,
+    a test not run; the statistics skip it and say so) or is refused too
+    (``nan="refused"``: a correlation or a winner, where skipping would change the answer).
 
     float64 because these are reference statistics over per-sample scalars: the arrays are
     small and the extra precision keeps bootstrap percentiles reproducible to 1e-12.
@@ -29,6 +44,15 @@ def as_float_array(values: object, *, field: str, ndim: int | None = None, min_n
         raise InputError(f"expected a {ndim}-d array, got shape {arr.shape}", field=field)
     if arr.ndim < min_ndim:
         raise InputError(f"expected at least {min_ndim} dimension(s), got {arr.ndim}", field=field)
+    bad = np.isinf(arr) if nan == "missing" else ~np.isfinite(arr)
+    if bad.any():
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        kind = "NaN" if np.isnan(arr[first]) else "infinite"
+        where = f"index {first[0] if len(first) == 1 else first}" if first else "its value"
+        raise NonFiniteError(
+            f"field {field!r}: {where} is {kind} ({int(bad.sum())} non-finite of {arr.size}); "
+            "no statistic is computed from non-finite values"
+        )
     return arr
 
 

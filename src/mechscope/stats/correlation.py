@@ -4,7 +4,10 @@ Attribution and consistency results are compared as vectors (one score per head,
 per item): "does IG on 1 prompt rank heads like IG on 50 prompts?", "does the student's
 effect vector follow the teacher's?". Pearson and Spearman come from :mod:`scipy.stats`;
 the pairwise matrix is a vectorised Pearson (one matrix product instead of n² calls).
-Constant vectors have no defined correlation and give NaN, which the summaries skip.
+Constant vectors have no defined correlation and give NaN, which the summaries skip. A
+vector holding NaN or an infinity is refused in one line (:class:`~mechscope.errors.
+NonFiniteError`): a correlation is never computed from a non-finite score; split-half
+reliability alone reads NaN as an item missing from a trace.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ def pairwise_pearson_matrix(X: np.ndarray) -> np.ndarray:
     Rows that are constant get NaN rows and columns; values are clipped to ``[-1, 1]``
     and the diagonal of non-constant rows is exactly 1.
     """
-    x = as_float_array(X, field="X", ndim=2)  # [n, d]
+    x = as_float_array(X, field="X", ndim=2, nan="refused")  # [n, d]
     if x.shape[1] < 2:
         raise InputError(f"expected at least 2 columns, got {x.shape[1]}", field="X")
     centred = x - x.mean(axis=1, keepdims=True)  # [n, d]
@@ -132,8 +135,8 @@ def _constant(a: np.ndarray) -> bool:
 
 
 def _pair(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    a = as_float_array(x, field="x", ndim=1)
-    b = as_float_array(y, field="y", ndim=1)
+    a = as_float_array(x, field="x", ndim=1, nan="refused")
+    b = as_float_array(y, field="y", ndim=1, nan="refused")
     if a.shape != b.shape:
         raise InputError(f"expected the same length as x ({a.size}), got {b.size}", field="y")
     if a.size < 2:

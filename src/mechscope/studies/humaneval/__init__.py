@@ -12,14 +12,19 @@ position-matched. See ``docs/lens-study.md``.
 >>> result = run_study(run, load_model("smollm2-135m"), config, limit=10)  # doctest: +SKIP
 """
 
-from mechscope.studies.humaneval.conditions import VARIANTS
-from mechscope.studies.humaneval.config import StudyConfig
-from mechscope.studies.humaneval.layout import TABLES
-from mechscope.studies.humaneval.outcomes import QUADRANTS, quadrant
-from mechscope.studies.humaneval.result import StudyResult
-from mechscope.studies.humaneval.run import run_study
-from mechscope.studies.humaneval.samples import plan_study
-from mechscope.studies.sandbox import ExecResult, Limits, run_program
+from typing import TYPE_CHECKING
+
+from mechscope.lazy import lazy_package
+
+if TYPE_CHECKING:  # the exports, each imported on first use (mechscope.lazy)
+    from mechscope.studies.humaneval.conditions import VARIANTS
+    from mechscope.studies.humaneval.config import StudyConfig
+    from mechscope.studies.humaneval.layout import TABLES
+    from mechscope.studies.humaneval.outcomes import QUADRANTS, quadrant
+    from mechscope.studies.humaneval.result import StudyResult
+    from mechscope.studies.humaneval.run import run_study
+    from mechscope.studies.humaneval.samples import plan_study
+    from mechscope.studies.sandbox import ExecResult, Limits, run_program
 
 __all__ = [
     "QUADRANTS",
@@ -34,3 +39,5 @@ __all__ = [
     "run_program",
     "run_study",
 ]
+
+lazy_package(__name__)

@@ -30,9 +30,11 @@ def humaneval(
     gen_prefix: str = typer.Option(
         "code", "--gen-prefix", help="code: model writes the function; prompt: only its body."
     ),
-    max_new_tokens: int = number(384, "--max-new-tokens", min=1),
+    max_new_tokens: int = number(384, "--max-new-tokens", min=1, help="Tokens per completion."),
     temperature: float = number(0.0, "--temperature", min=0.0, help="0: greedy."),
-    top_p: float = number(1.0, "--top-p", min=0.0, above=0.0, max=1.0),
+    top_p: float = number(
+        1.0, "--top-p", min=0.0, above=0.0, max=1.0, help="Nucleus sampling: probability mass kept."
+    ),
     seed: int = SEED_OPTION,
     tasks_per_batch: int = number(8, "--tasks-per-batch", min=1, help="Tasks decoded together."),
     timeout: float = number(5.0, "--timeout", min=0.0, above=0.0, help="Seconds per test program."),

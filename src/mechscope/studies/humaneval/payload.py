@@ -93,6 +93,7 @@ def task_payload(engine: Engine, work: TaskWork) -> dict:
             cont_start={"agentic": agentic.cont_start, ASSISTED: assisted.cont_start},
             joint_tokenization_matches=task.samples[v].joint_tokenization_matches,
         )
+        diff.require_finite(semantic_only=True)  # the readout's tokens; never stored NaN
         for key, value in diff.to_payload().items():
             payload[f"{v}.{mode}.{key}"] = value
         if mode == "as_run" and TOOL in agentic.segments:

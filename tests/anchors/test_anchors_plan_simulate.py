@@ -1,0 +1,98 @@
+"""The planner's arithmetic and the simulation's scores, against hand computations; the
+published folders read as published."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mechscope.anchors.config import AdaptiveSettings
+from mechscope.anchors.plan import continuation_tokens, plan_table
+from mechscope.anchors.priors import to_positions
+from mechscope.anchors.published import PublishedTrace, load_published
+from mechscope.anchors.simulate import per_trace_table, simulate, top_overlap
+from mechscope.anchors.trace import Trace
+
+TEXT = (
+    "Question: add 2 and 3. <think>\nFirst read the numbers here. Then add them up now. "
+    "The sum is five for sure.\n</think>\n\nAnswer: \\boxed{5}"
+)
+
+
+class WordTokenizer:
+    """One token per whitespace-separated word, with character offsets."""
+
+    def __call__(self, text, add_special_tokens=False, return_offsets_mapping=False):
+        import re
+
+        spans = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+        out = {"input_ids": list(range(len(spans)))}
+        if return_offsets_mapping:
+            out["offset_mapping"] = spans
+        return out
+
+
+def test_continuation_tokens_count_the_words_after_each_prefix():
+    trace = Trace.from_text("t", TEXT, "5")
+    assert trace.n_chunks == 3
+    tokens = continuation_tokens(trace, WordTokenizer(), trace.n_chunks + 1, 1000)
+    # words after "<think>\n": 5 + 5 + 6 (incl. "</think>") + 2 ("Answer:", "\boxed{5}") ...
+    after = [len(TEXT[len(trace.prefix(p)) :].split()) for p in range(4)]
+    assert tokens.tolist() == after and after[0] > after[1] > after[2] > after[3] > 0
+    assert continuation_tokens(trace, WordTokenizer(), 4, 5).tolist() == [min(a, 5) for a in after]
+
+
+def test_plan_totals_and_gpu_hours():
+    trace = Trace.from_text("t", TEXT, "5")
+    rule = AdaptiveSettings(n_min=4, step=4)
+    table = plan_table([trace], WordTokenizer(), n=20, max_new_tokens=1000, throughput=10.0,
+                       adaptive=rule)  # fmt: skip
+    words = sum(len(TEXT[len(trace.prefix(p)) :].split()) for p in range(4))
+    row = table.loc["t"]
+    assert row["fixed_rollouts"] == 80 and row["fixed_tokens"] == 20 * words
+    assert row["fixed_gpu_hours"] == pytest.approx(20 * words / 10.0 / 3600, rel=1e-12)
+    assert row["adaptive_min_rollouts"] == 16 and np.isnan(row["adaptive_rollouts"])
+    # with known accuracies the adaptive rule is simulated: between its bounds
+    pub = PublishedTrace("t", Path("."), np.array([0.0, 0.0, 1.0, 1.0]), np.array([0, 1.0, 0]))
+    table = plan_table([trace], WordTokenizer(), n=20, max_new_tokens=1000, throughput=10.0,
+                       adaptive=rule, published=[pub], seeds=3)  # fmt: skip
+    assert 16 <= table.loc["t", "adaptive_rollouts"] <= 80
+    assert table.loc["all", "fixed_tokens"] == table.loc["t", "fixed_tokens"]
+
+
+def test_top_overlap_by_hand():
+    truth = np.array([0.0, 0.9, -0.8, 0.1, 0.7, 0.6, 0.05])
+    assert top_overlap(truth, truth) == 1.0
+    estimate = np.array([0.95, 0.9, -0.8, 0.1, 0.7, 0.0, 0.05])  # chunk 0 in, chunk 5 out
+    assert top_overlap(estimate, truth) == 4 / 5
+    assert top_overlap(np.zeros(3), np.array([1.0, 2.0, 3.0]), k=5) == 1.0  # k > chunks
+
+
+def test_simulation_on_exact_rates_recovers_everything():
+    acc = np.array([0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0])  # rates of 0 and 1: no noise
+    trace = PublishedTrace("x", Path("."), acc, np.diff(acc))
+    rule = AdaptiveSettings(n_min=10, step=10, width=0.6)
+    frame = simulate([trace], {"adaptive": rule, "fixed 40": 40}, n=40, seeds=2)
+    fixed = frame[frame["design"] == "fixed 40"]
+    assert (fixed["spearman"] == 1.0).all() and (fixed["top5"] == 1.0).all()
+    adaptive = frame[frame["design"] == "adaptive"]
+    assert (adaptive["coverage"] == 1.0).all() and (adaptive["top5"] == 1.0).all()
+    assert (adaptive["rollouts"] < 40 * 7).all()  # 10/10 vs 0/10 is narrow enough at 0.6
+    table = per_trace_table(frame, "adaptive", "fixed 40")
+    assert table.loc["all", "fixed_rollouts"] == 280
+
+
+def test_published_accuracies_and_importances(reference_dir):
+    traces = load_published(reference_dir, "deepseek-r1-distill-qwen-14b")
+    assert len(traces) == 20
+    for t in traces:
+        np.testing.assert_allclose(t.importance, np.diff(t.accuracy), atol=1e-12)
+        assert t.trace().n_chunks == t.n_positions  # the published chunker, reproduced
+
+
+def test_a_positions_prior_is_the_larger_of_its_chunks():
+    out = to_positions(np.array([0.1, np.nan, 0.5]), 4)
+    np.testing.assert_array_equal(out, [0.1, 0.1, 0.5, 0.5])
+    assert np.isnan(to_positions(np.array([np.nan, np.nan]), 3)).all()
