@@ -109,7 +109,10 @@ def test_robustness_table_counts_distilled_students_only():
     np.testing.assert_allclose(
         row.r, stats.pearsonr(t["consistency_mean"], t["ood_degradation"]).statistic, atol=1e-12
     )
-    assert "Fisher" in format_robustness(table)
+    text = format_robustness(table)
+    assert "Fisher" in text
+    lines = text.splitlines()  # every row has the header's columns (no stray "|")
+    assert {line.count("|") for line in lines} == {lines[0].count("|")}
 
 
 def test_sweep_differences_and_verdicts():
@@ -169,3 +172,14 @@ def test_one_seed_accuracy_gets_the_wilson_interval_over_test_pairs():
     assert "0.812 [" in text and "]ᵖ" in text and "Wilson" in text
     # with every seed, the interval is over seeds again
     assert set(sweep_table(trials)["accuracy_ci_over"]) == {"seeds"}
+
+
+def test_sweep_figure_draws_the_method_swept_most():
+    """A study with FitNets at its one weight beside RCID variants draws RCID's sweep."""
+    trials = _trials()
+    fitnets = trials[trials["method"] == "standard_kd"].assign(
+        method="fitnets", base_method="fitnets", accuracy=0.9
+    )
+    fig = sweep_figure(sweep_table(pd.concat([trials, fitnets], ignore_index=True)))
+    assert fig is not None and fig.spec.x == ["0.1", "1"]
+    assert "rcid by loss weight" in fig.title

@@ -125,7 +125,7 @@ def format_robustness(table: pd.DataFrame, digits: int = 2) -> str:
     """Markdown: r with both intervals, Spearman's rho, and the partial r given accuracy."""
     head = [
         "student · task", "consistency", "students", "Pearson r", "95 % CI (Fisher z)",
-        "95 % CI (bootstrap)", "p", "Spearman ρ (p)", "partial r | accuracy [95 % CI]",
+        "95 % CI (bootstrap)", "p", "Spearman ρ (p)", "partial r given accuracy [95 % CI]",
     ]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     f = f"{{:+.{digits}f}}"

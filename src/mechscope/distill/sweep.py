@@ -158,7 +158,8 @@ def _pairs_mark(r: object) -> str:
 
 def sweep_figure(table: pd.DataFrame) -> Figure | None:
     """Accuracy and per-checkpoint consistency against the weight ratio λ_method / λ_KL (one
-    category per ratio, in order), for the variants of the first student × task, with KD's
+    category per ratio, in order), for the variants of the method with the most of them in
+    the first student × task (FitNets at its one weight beside an RCID sweep), with KD's
     values as flat references; bands are 95 % intervals over seeds."""
     if table.empty:
         return None
@@ -166,7 +167,7 @@ def sweep_figure(table: pd.DataFrame) -> Figure | None:
     t = table[(table["student"] == first["student"]) & (table["task"] == first["task"])]
     ref = t[t["method"] == REFERENCE].iloc[0]
     var = t[t["method"] != REFERENCE]
-    base = var["base_method"].iloc[0]
+    base = var["base_method"].value_counts(sort=True).idxmax()  # the method swept most
     var = var[var["base_method"] == base]
     ratios = sorted(set(var["ratio"].round(6)))
     series = []
