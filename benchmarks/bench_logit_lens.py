@@ -7,17 +7,22 @@ layer: ``[layers + 1, tokens - 1]``.
 - mechscope: one ``Engine.run`` with a ``Read`` of every ``resid_pre`` (the last row is the
   model's own logits), then ``lens_logprobs`` layer by layer, all tokens in one chunk:
   never more than one layer's ``[tokens, vocab]`` at a time;
-- TransformerLens 3.9: ``run_with_cache`` (residual hooks only), ``accumulated_resid(
+- TransformerLens 4: ``run_with_cache`` (residual hooks only), ``accumulated_resid(
   apply_ln=True)`` (``ln_final`` recomputed per state), ``unembed``, ``log_softmax``: the
-  textbook logit lens, holding ``[layers + 1, tokens, vocab]``. The ``HookedTransformer`` is
-  built from the same weights as ``bench_patching.py`` builds it (TL cannot load SmolLM2 by
-  name offline);
+  textbook logit lens, holding ``[layers + 1, tokens, vocab]``. The ``TransformerBridge``
+  wraps a copy of the same weights, as ``bench_patching.py`` builds it (TL cannot load
+  SmolLM2 by name offline);
 - tuned-lens 0.2: ``LogitLens.from_model`` on the Hugging Face model, applied to
   ``hidden_states[:-1]`` of an ``output_hidden_states=True`` forward plus the model's logits
-  (its own convention: HF's last hidden state is already normalised).
+  (its own convention: HF's last hidden state is already normalised). It probes for
+  TransformerLens' ``HookedTransformer``, which TransformerLens 4 turns into an ImportError,
+  so the script tells it TransformerLens is absent (the model is a Hugging Face one).
 
 Time interleaved in one process, peak memory in a fresh process per side. Agreement: every
-NLL within 1e-3 nats (TransformerLens re-implements the forward; tuned-lens reads HF's).
+NLL within what rounding explains (``K · eps · scale · √depth``, mechscope.tolerance) at a
+log-probability's scale (the lens logits' largest magnitude twice, plus log(vocab)) through
+every layer: TransformerLens 4 runs the Hugging Face modules with eager attention, tuned-lens
+reads HF's.
 Run: ``python benchmarks/bench_logit_lens.py [--quick] [--reps N] [--threads N]``.
 """
 
@@ -38,11 +43,11 @@ import harness
 from mechscope.engine import Engine, Read, Site
 from mechscope.lens import lens_logprobs
 from mechscope.models import DEFAULT_MODEL, LoadedModel, load_model
+from mechscope.tolerance import logprob_scale
 
 PEER_VENV = True
 MODEL = DEFAULT_MODEL
 N_TOKENS = 512
-NLL_ATOL = 1e-3
 TARGET = 1.0
 PEERS = {"tl": "TransformerLens accumulated_resid + unembed", "tuned": "tuned-lens LogitLens"}
 
@@ -76,6 +81,22 @@ def lens_ours(lm: LoadedModel, ids: torch.Tensor) -> torch.Tensor:
     return torch.stack(rows)  # [L + 1, T - 1]
 
 
+def nll_scale(lm: LoadedModel, ids: torch.Tensor) -> float:
+    """The scale at which the lens' NLLs are rounded: a log-probability's, from the largest
+    |logit| of the lens of every layer (one layer's ``[tokens, vocab]`` at a time)."""
+    eng = Engine.of(lm)
+    sites = [Site("resid_pre", layer) for layer in range(lm.n_layers)]
+    out = eng.run(ids, [Read(s) for s in sites])
+    top = max(float(eng.unembed(out[s]).abs().max()) for s in sites)
+    return logprob_scale(max(top, float(out.logits.abs().max())), lm.vocab_size)
+
+
+def check(lm: LoadedModel, ids: torch.Tensor, ours: Any, peer: Any) -> harness.Agreement:
+    """Every NLL of every layer, up to rounding through the whole pass."""
+    scale = nll_scale(lm, ids)
+    return harness.agreement(ours, peer, depth=lm.n_layers + 1, scale=scale, name="nll")
+
+
 def lens_reference(hf_model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
     """A peer-free dense logit lens on the HF model (the check the unit tests run)."""
     with torch.no_grad():
@@ -99,8 +120,12 @@ def build_peer(name: str, lm: LoadedModel) -> Callable[[torch.Tensor], torch.Ten
                 return _nll(torch.log_softmax(model.unembed(stack), -1), ids)[:, 0]
 
         return tl
+    import tuned_lens.model_surgery
     from tuned_lens.nn import LogitLens
 
+    # tuned-lens 0.2 asks whether the model is a transformer_lens.HookedTransformer, a name
+    # TransformerLens 4 turns into an ImportError; this model is a Hugging Face one
+    tuned_lens.model_surgery._transformer_lens_available = False
     hf = lm.model
     hf.set_attn_implementation("sdpa")
     lens = LogitLens.from_model(hf)
@@ -125,7 +150,7 @@ def peer_case(name: str, n_tokens: int, reps: int, threads: int) -> harness.Case
     variants = {"ours": lambda: lens_ours(lm, ids), name: lambda: peer(ids)}
     print(f"logit lens vs {PEERS[name]}, {n_tokens} tokens", file=sys.stderr, flush=True)
     t = harness.interleaved(variants, reps=reps)
-    check = harness.agreement(t.last["ours"], t.last[name], atol=NLL_ATOL, name="nll")
+    agree = check(lm, ids, t.last["ours"], t.last[name])
     t.last.clear()
     lm = peer = None  # free both models before the memory children load theirs
     mem = {v: harness.peak_in_child(__file__, v, threads, tokens=n_tokens) for v in ("ours", name)}
@@ -133,7 +158,7 @@ def peer_case(name: str, n_tokens: int, reps: int, threads: int) -> harness.Case
         t,
         "ours",
         name,
-        check,
+        agree,
         case=label,
         peer_label=PEERS[name],
         target=TARGET,

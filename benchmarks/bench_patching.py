@@ -8,13 +8,14 @@ process, on the same weights:
 - mechscope: ``patch_pairs`` (variants packed in the batch, layers below the patch
   computed once, readout logits only, identical-value variants not rerun); also timed
   with ``skip_identical=False`` to show the packing alone;
-- TransformerLens 3.9 ``patching.get_act_patch_resid_pre`` on a ``HookedTransformer``
-  built from our loaded HF model (config written by hand from the HF config, weights by
-  TL's own ``convert_llama_weights``, no weight processing so numerics match HF);
+- TransformerLens 4 ``patching.get_act_patch_resid_pre`` (``reduce="none"``: one value per
+  pair) on a ``TransformerBridge`` over a copy of our loaded HF model (no weight
+  processing, so its numerics are the HF model's; the bridge runs eager attention);
 - nnsight 0.8: the canonical loop, one ``model.trace`` per (layer, position) over the
   16-prompt batch, writing the cached clean ``layers[l].input`` at that position.
 
-Every tool's per-pair grid is compared with mechscope's (max |Δ logit diff|, target 1e-4)
+Every tool's per-pair grid is compared with mechscope's (max |Δ logit diff| within what
+rounding explains: ``patching_contract.py``)
 and the speed ratios are printed (targets: ≥ 4× TransformerLens, ≥ 3× nnsight).
 
 Set-up: ``make bench-install`` builds the peer venv ``.bench-venv`` (a separate venv, so
@@ -25,8 +26,7 @@ the peers never constrain mechscope's own dependencies; versions in ``peers.txt`
 The last stdout line is the runner's ``RESULT`` (``patching_contract.py``: repetitions 2..N
 of the same timed functions, rotating order, and one grid check per peer).
 
-(TransformerLens 4.x removed ``HookedTransformer``; 3.9 is its last release and works
-with transformers 5.) Options: ``--pairs 16 --threads N --skip-nnsight --skip-tl
+Options: ``--pairs 16 --threads N --skip-nnsight --skip-tl
 --layers K`` (first K layers) ``--layer-stride S`` (layers 0, S, 2S, ...: the same mix of
 cheap and expensive cells as the full sweep at 1/S of the time) ``--json out.json``.
 """
@@ -47,6 +47,8 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("MECHSCOPE_PROGRESS", "0")
 PEER_VENV = True  # benchmarks/run_all.py runs this script with .bench-venv's python
+#: The hub name TransformerLens records for a mechscope alias (the weights are handed over).
+TL_NAMES = {"smollm2-135m": "HuggingFaceTB/SmolLM2-135M"}
 
 
 def ioi_batch(lm, n: int):
@@ -82,60 +84,45 @@ def run_mechscope(lm, pairs, layers, skip: bool):
 
 
 def build_tl(lm):
-    from transformer_lens import HookedTransformer, HookedTransformerConfig
-    from transformer_lens.pretrained.weight_conversions.llama import convert_llama_weights
+    """TransformerLens 4: a ``TransformerBridge`` over an independent copy of the loaded HF
+    model (the bridge switches the model it wraps to eager attention and inserts its own
+    modules into it, so it never gets ours). No weight processing: the bridge's default,
+    whose numerics are the HF model's. TL cannot load SmolLM2 by name offline, so the
+    model is handed over (``hf_model=``)."""
+    import copy
 
-    c = lm.model.config
-    cfg = HookedTransformerConfig(
-        d_model=c.hidden_size,
-        d_head=c.head_dim,
-        n_heads=c.num_attention_heads,
-        d_mlp=c.intermediate_size,
-        n_layers=c.num_hidden_layers,
-        n_ctx=2048,
-        d_vocab=c.vocab_size,
-        act_fn="silu",
-        normalization_type="RMS",
-        eps=c.rms_norm_eps,
-        positional_embedding_type="rotary",
-        rotary_dim=c.head_dim,
-        rotary_base=c.rope_parameters["rope_theta"],
-        n_key_value_heads=c.num_key_value_heads,
-        gated_mlp=True,
-        final_rms=True,
-        original_architecture="LlamaForCausalLM",
-        default_prepend_bos=False,
-        dtype=torch.float32,
-        device="cpu",
+    from transformer_lens.model_bridge import TransformerBridge
+
+    name = TL_NAMES.get(lm.spec, lm.spec)
+    tok = lm.tokenizer
+    if "name_or_path" not in tok.init_kwargs:  # built in memory (the GPU suite's tokenizer):
+        tok = copy.deepcopy(tok)  # TL would reload it from its name to add BOS tokens, which
+        tok.init_kwargs.update(name_or_path=name, add_bos_token=True)  # token ids never need
+    bridge = TransformerBridge.boot_transformers(
+        name,
+        hf_model=copy.deepcopy(lm.model),
+        tokenizer=tok,
+        device=str(lm.device),
+        dtype=lm.dtype,
     )
-    model = HookedTransformer(cfg, tokenizer=lm.tokenizer, move_to_device=False)
-    model.load_and_process_state_dict(
-        convert_llama_weights(lm.model, cfg),
-        fold_ln=False,
-        center_writing_weights=False,
-        center_unembed=False,
-        fold_value_biases=False,
-        refactor_factored_attn_matrices=False,
-    )
-    return model.eval()
+    return bridge.eval()
 
 
 def run_tl(model, clean, corrupt, correct, wrong, layers):
     from transformer_lens import patching
 
-    per_cell: list[torch.Tensor] = []
-    rows = torch.arange(clean.shape[0])
+    device = clean.device
+    rows = torch.arange(clean.shape[0], device=device)
+    correct, wrong = correct.to(device), wrong.to(device)
 
-    def metric(logits):  # logits [batch, pos, vocab]; keep per-pair values on the side
-        ld = logits[rows, -1, correct] - logits[rows, -1, wrong]
-        per_cell.append(ld.detach().float())
-        return ld.mean()
+    def metric(logits):  # logits [batch, pos, vocab] -> [batch]: one value per pair
+        return logits[rows, -1, correct] - logits[rows, -1, wrong]
 
     start = time.perf_counter()
     with torch.no_grad():
         _, cache = model.run_with_cache(clean, names_filter=lambda n: n.endswith("resid_pre"))
         if len(layers) == model.cfg.n_layers:
-            patching.get_act_patch_resid_pre(model, corrupt, cache, metric)
+            result = patching.get_act_patch_resid_pre(model, corrupt, cache, metric, reduce="none")
         else:  # a layer subset: the same function with an explicit index frame
             import pandas as pd
 
@@ -143,19 +130,20 @@ def run_tl(model, clean, corrupt, correct, wrong, layers):
                 [(layer, q) for layer in layers for q in range(clean.shape[1])],
                 columns=["layer", "pos"],
             )
-            patching.get_act_patch_resid_pre(
-                model, corrupt, cache, metric, index_axis_names=None, index_df=idx
+            result = patching.get_act_patch_resid_pre(
+                model, corrupt, cache, metric, index_axis_names=None, index_df=idx, reduce="none"
             )
     seconds = time.perf_counter() - start
-    grid = torch.stack(per_cell).reshape(len(layers), clean.shape[1], -1)  # [L, pos, pairs]
-    return seconds, grid.permute(2, 0, 1).numpy()
+    grid = result.values.float().reshape(len(layers), clean.shape[1], -1)  # [L, pos, pairs]
+    return seconds, grid.permute(2, 0, 1).cpu().numpy()
 
 
 def run_nnsight(lm, clean, corrupt, correct, wrong, layers):
     from nnsight import LanguageModel
 
     model = LanguageModel(lm.model, tokenizer=lm.tokenizer)
-    rows = torch.arange(clean.shape[0])
+    rows = torch.arange(clean.shape[0], device=clean.device)
+    correct, wrong = correct.to(clean.device), wrong.to(clean.device)
     grid = np.zeros((clean.shape[0], len(layers), clean.shape[1]), dtype=np.float32)
     start = time.perf_counter()
     cached = []
@@ -167,7 +155,7 @@ def run_nnsight(lm, clean, corrupt, correct, wrong, layers):
             with torch.no_grad(), model.trace(corrupt):
                 model.model.layers[layer].input[:, pos] = cached[i][:, pos]
                 out = model.lm_head.output[:, -1].save()
-            grid[:, i, pos] = (out[rows, correct] - out[rows, wrong]).float().numpy()
+            grid[:, i, pos] = (out[rows, correct] - out[rows, wrong]).float().cpu().numpy()
     return time.perf_counter() - start, grid
 
 
@@ -272,7 +260,21 @@ def main() -> None:
     skipped |= {n: "left out (--skip-nnsight)" for n in ["nnsight"] if args.skip_nnsight}
     size = f"{len(pairs)} pairs x {len(layers)} layers x {clean.shape[1]} positions"
     reps = args.reps or (2 if args.quick else 3)
-    sys.exit(finish(runs, first, grids, reps=reps, size=size, skipped=skipped, model=DEFAULT_MODEL))
+    with torch.no_grad():  # the logits' magnitude: the scale of the grids' rounding
+        top = max(float(lm.model(ids).logits.abs().max()) for ids in (clean, corrupt))
+    sys.exit(
+        finish(
+            runs,
+            first,
+            grids,
+            reps=reps,
+            size=size,
+            skipped=skipped,
+            logit_scale=top,
+            depth=lm.n_layers + 1,
+            model=DEFAULT_MODEL,
+        )
+    )
 
 
 if __name__ == "__main__":

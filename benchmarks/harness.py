@@ -170,9 +170,24 @@ class Agreement:
         )
 
 
-def agreement(ours: Any, peer: Any, *, atol: float, name: str = "value") -> Agreement:
+def agreement(
+    ours: Any,
+    peer: Any,
+    *,
+    atol: float | None = None,
+    depth: int | None = None,
+    scale: float | None = None,
+    name: str = "value",
+) -> Agreement:
     """Compare two results cell by cell: equal shapes, the same undefined (NaN) cells and
     ``max |ours - peer| <= atol`` over the rest.
+
+    Two computations of the same numbers give ``depth``: the bound is what rounding alone
+    explains, ``K · eps · scale · √depth`` (:func:`mechscope.tolerance.rounding_tolerance`;
+    ``scale`` defaults to the largest magnitude on either side: pass the operands' where a
+    result is a difference of larger terms, as a logit difference is of logits), so the
+    check holds on any CPU's summation order. A fixed ``atol`` is for what is not rounding
+    (a second implementation of the model, a quadrature).
 
     Every benchmark checks its peer through this one function, so the test that perturbs
     a result and expects a failure (``tests/benchmarks``) covers the check the runs use.
@@ -180,8 +195,17 @@ def agreement(ours: Any, peer: Any, *, atol: float, name: str = "value") -> Agre
     """
     import numpy as np
 
+    from mechscope.tolerance import rounding_tolerance, scale_of
+
+    if (atol is None) == (depth is None):
+        raise ValueError("give either atol or depth (a rounding tolerance)")
     a, b = _as_array(ours), _as_array(peer)
-    tolerance = f"{name} atol {atol:g}"
+    if depth is not None:
+        s = scale_of(a, b) if scale is None else scale
+        atol = rounding_tolerance(s, depth)
+        tolerance = f"{name} rounding {atol:.2g} (K·eps·scale·√depth: scale {s:.3g}, depth {depth})"
+    else:
+        tolerance = f"{name} atol {atol:g}"
     if a.shape != b.shape:
         note = f"{name}: shapes differ, {list(a.shape)} vs {list(b.shape)}"
         return Agreement(False, float("inf"), tolerance, note)
@@ -195,6 +219,22 @@ def agreement(ours: Any, peer: Any, *, atol: float, name: str = "value") -> Agre
     diff = float(np.abs(a[both] - b[both]).max())
     ok = bool(diff <= atol)  # a NaN diff (inf - inf) fails too
     return Agreement(ok, diff, tolerance, f"max |d{name}| {diff:.1e}")
+
+
+def score_scale_of(lm: Any, ids: Any, *, layers_per_pass: int = 4) -> float:
+    """The largest |attention score| of any layer on ``ids``: the scale at which attention
+    probabilities (and sums of them) are rounded (:func:`mechscope.tolerance.score_scale`).
+    A few layers per pass, so ``[layers × heads × T × T]`` never exists."""
+    from mechscope.engine import Engine, Read, Site
+    from mechscope.tolerance import score_scale
+
+    eng, out = Engine.of(lm), 1.0
+    for first in range(0, lm.n_layers, layers_per_pass):
+        layers = range(first, min(first + layers_per_pass, lm.n_layers))
+        sites = [Site("attn_scores", layer) for layer in layers]
+        read = eng.run(ids, [Read(site) for site in sites], logits=False)
+        out = max(out, *(score_scale(read[site]) for site in sites))
+    return out
 
 
 def _as_array(x: Any) -> Any:

@@ -18,8 +18,9 @@ from typing import Any
 import harness
 import numpy as np
 
-#: max |Δ logit diff| between any tool's [pairs, layers, positions] grid and mechscope's.
-GRID_ATOL = 1e-4
+#: Any tool's [pairs, layers, positions] logit-difference grid equals mechscope's up to the
+#: rounding of a whole pass (``K · eps · scale · √depth``, mechscope.tolerance) at twice the
+#: logits' largest magnitude: a difference of two logits carries both their errors.
 #: Ratio targets (ours / peer): at least 4x faster than TransformerLens, 3x than nnsight.
 TARGETS = {"transformer_lens": 0.25, "nnsight": 1 / 3}
 LABELS = {
@@ -59,9 +60,14 @@ def cases(
     grids: dict[str, np.ndarray],
     size: str,
     skipped: dict[str, str],
+    *,
+    logit_scale: float,
+    depth: int,
 ) -> list[harness.Case]:
     """One row per peer (mechscope = ``patch_pairs`` with its defaults) and one for the
-    identical-value skip switched off, each with its grid check."""
+    identical-value skip switched off, each with its grid check (logits of largest
+    magnitude ``logit_scale``, through ``depth`` stages)."""
+    close = dict(depth=depth, scale=2 * logit_scale, name="logit_diff")
     timings = harness.Timings(wall=wall, cpu=cpu, last=grids)
     rows = []
     for name, label in LABELS.items():
@@ -69,17 +75,13 @@ def cases(
         if name in skipped:
             rows.append(harness.unavailable(case, label, skipped[name]))
             continue
-        check = harness.agreement(
-            grids["mechscope"], grids[name], atol=GRID_ATOL, name="logit_diff"
-        )
+        check = harness.agreement(grids["mechscope"], grids[name], **close)
         rows.append(
             harness.case_from_check(
                 timings, "mechscope", name, check, case=case, peer_label=label, target=TARGETS[name]
             )
         )
-        check_noskip = harness.agreement(
-            grids["mechscope_noskip"], grids[name], atol=GRID_ATOL, name="logit_diff"
-        )
+        check_noskip = harness.agreement(grids["mechscope_noskip"], grids[name], **close)
         rows.append(
             harness.case_from_check(
                 timings,
@@ -103,9 +105,12 @@ def finish(
     reps: int,
     size: str,
     skipped: dict[str, str],
+    logit_scale: float,
+    depth: int,
     **info: Any,
 ) -> int:
     """Repeat, print the table and the RESULT line; the exit code (1: a grid disagrees)."""
     wall, cpu = repeat(runs, first, grids, reps)
-    result = harness.emit("patching", cases(wall, cpu, grids, size, skipped), **info)
+    rows = cases(wall, cpu, grids, size, skipped, logit_scale=logit_scale, depth=depth)
+    result = harness.emit("patching", rows, **info)
     return harness.exit_code(result)

@@ -57,6 +57,12 @@ def _machine(m: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def cases_table(records: list[dict[str, Any]]) -> str:
+    """The results table (``## Results`` and one row per case) of ``records``: each a dict
+    with ``bench`` and ``result`` (a script's RESULT object with its ``cases``)."""
+    return _cases(records)
+
+
 def _cases(records: list[dict[str, Any]]) -> str:
     head = "| bench | case | ours (s) | peer | peer (s) | ratio | target | spread | "
     head += "mem ours (MB) | mem peer (MB) | agree | tolerance | note |"

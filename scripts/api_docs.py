@@ -31,6 +31,7 @@ EXCLUDED = (
     "report",
     "runs",
     "stats",
+    "steering",
     "studies",
     "workflows",
 )

@@ -17,6 +17,7 @@ them with their docstrings.
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without the 10 ms of importing typing
 if TYPE_CHECKING:
+    from mechscope.data.pairs import ContrastivePair
     from mechscope.engine import (
         Ablate,
         Engine,
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
         ReduceAttention,
         RunOutput,
         Site,
+        Steer,
         SuppressAttention,
     )
     from mechscope.engine.attribution import LogitAttribution
@@ -44,6 +46,15 @@ if TYPE_CHECKING:
         UnsupportedInterventionError,
     )
     from mechscope.models import LoadedModel, ModelCard, load_model
+    from mechscope.patching.config import PatchSpec
+    from mechscope.patching.path import path_patch
+    from mechscope.patching.path_result import PathResult
+    from mechscope.patching.run import patch_pairs
+    from mechscope.steering.config import SteerConfig
+    from mechscope.steering.result import SteeringResult
+    from mechscope.steering.run import steer_sweep
+    from mechscope.steering.samples import Contrast, SteerPrompt
+    from mechscope.steering.vectors import caa_vector
 
 #: Public name -> the module that defines it (its import path in the API reference).
 EXPORTS = {
@@ -61,6 +72,7 @@ EXPORTS = {
     "Gate": "mechscope.engine.interventions",
     "SuppressAttention": "mechscope.engine.interventions",
     "ReduceAttention": "mechscope.engine.interventions",
+    "Steer": "mechscope.engine.interventions",
     "Resume": "mechscope.engine.prefix",
     "KVCache": "mechscope.engine.prefix",
     # the cache and its decompositions
@@ -68,6 +80,18 @@ EXPORTS = {
     "Cache": "mechscope.engine.cache",
     "Components": "mechscope.engine.cache",
     "LogitAttribution": "mechscope.engine.attribution",
+    # activation and path patching, steering
+    "ContrastivePair": "mechscope.data.pairs",
+    "PatchSpec": "mechscope.patching.config",
+    "patch_pairs": "mechscope.patching.run",
+    "path_patch": "mechscope.patching.path",
+    "PathResult": "mechscope.patching.path_result",
+    "Contrast": "mechscope.steering.samples",
+    "caa_vector": "mechscope.steering.vectors",
+    "SteerPrompt": "mechscope.steering.samples",
+    "SteerConfig": "mechscope.steering.config",
+    "steer_sweep": "mechscope.steering.run",
+    "SteeringResult": "mechscope.steering.result",
     # helpers
     "to_tokens": "mechscope.engine.inputs",
     "Tokens": "mechscope.engine.inputs",
@@ -89,6 +113,8 @@ __all__ = [
     "Cache",
     "Completion",
     "Components",
+    "Contrast",
+    "ContrastivePair",
     "Engine",
     "Gate",
     "InputError",
@@ -99,6 +125,8 @@ __all__ = [
     "MemoryBudgetError",
     "ModelCard",
     "Patch",
+    "PatchSpec",
+    "PathResult",
     "Prompt",
     "Read",
     "ReduceAttention",
@@ -107,12 +135,20 @@ __all__ = [
     "Sampling",
     "Site",
     "SiteError",
+    "Steer",
+    "SteerConfig",
+    "SteerPrompt",
+    "SteeringResult",
     "SuppressAttention",
     "Tokens",
     "UnsupportedInterventionError",
+    "caa_vector",
     "load_model",
     "logit_diff",
+    "patch_pairs",
+    "path_patch",
     "run_with_cache",
+    "steer_sweep",
     "to_tokens",
     "unembed",
 ]

@@ -65,6 +65,13 @@ WORKFLOWS: list[Workflow] = [
         help="Activation patching across layers, positions, spans.",
     ),
     Workflow(
+        "steering",
+        "mechscope.steering",
+        order=25,
+        command="steer",
+        help="Steering vectors (CAA, ActAdd, directional ablation) swept over their scale.",
+    ),
+    Workflow(
         "heads",
         "mechscope.heads",
         order=30,

@@ -1,7 +1,10 @@
 """The category bars' interval is :func:`mechscope.stats.curve_ci`, the same percentile
-bootstrap of the mean that anchors once computed by hand."""
+bootstrap of the mean that anchors once computed by hand; the sentence graph stays readable
+from 20 to 400 sentences."""
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import pytest
@@ -33,3 +36,45 @@ def test_mean_ci_without_enough_values_has_no_bounds():
     for values in ([1.0, 2.0], [0.5, 0.5, 0.5, np.nan]):
         mean, low, high = mean_ci(np.array(values))
         assert mean == pytest.approx(np.nanmean(values)) and np.isnan(low) and np.isnan(high)
+
+
+@pytest.mark.parametrize("n", [20, 64, 400])
+def test_the_sentence_graph_stays_readable_from_20_to_400_sentences(n):
+    import pandas as pd
+
+    from mechscope.anchors.figures import LABELLED, MATRIX_FROM, edge_budget, sentence_graph
+    from mechscope.report.figure import GraphSpec, HeatmapSpec
+    from mechscope.report.render_graph import GRAPH_WIDTH_PX, diameters_of
+
+    rng = np.random.default_rng(n)
+    chunks = pd.DataFrame(
+        {
+            "trace": "t",
+            "chunk_index": np.arange(n),
+            "resampling_importance_accuracy": rng.gamma(1.0, size=n),
+        }
+    )
+    matrix = np.tril(rng.normal(size=(n, n)), -1)  # [target, source]: earlier sources only
+    fig = sentence_graph(
+        chunks, "t", [f"s{i}" for i in range(n)], ["plan_generation"] * n, matrix,
+        source_major=False, edge_source="test",
+    )  # fmt: skip
+    if n > MATRIX_FROM:  # past a size, the matrix itself: n × n cells, nothing overlaps
+        assert isinstance(fig.spec, HeatmapSpec) and fig.spec.z.shape == (n, n)
+        assert "matrix view" in fig.title
+        return
+    spec = fig.spec
+    assert isinstance(spec, GraphSpec) and len(spec.nodes) == n
+    per_target, most = edge_budget(n)
+    assert len(spec.edges) <= min(most, per_target * n)
+    gap = GRAPH_WIDTH_PX / n
+    assert max(diameters_of(spec, GRAPH_WIDTH_PX).values()) <= max(2.0, 0.9 * gap)  # no overlap
+    sizes = {node.id: node.size for node in spec.nodes}
+    if n > 30:  # only the most important are numbered, never next to each other
+        labelled = sorted(int(i) for i in spec.labelled)
+        assert 0 < len(labelled) <= LABELLED
+        assert min(b - a for a, b in itertools.pairwise(labelled)) >= n / 30
+        assert str(max(sizes, key=sizes.get)) in spec.labelled  # the most important, first
+    else:
+        assert spec.labelled is None
+    fig.to_plotly()  # both renderers draw it

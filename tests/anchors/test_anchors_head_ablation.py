@@ -18,6 +18,7 @@ from mechscope.anchors.head_ablation import (
 )
 from mechscope.engine import Ablate, Site
 from mechscope.errors import InputError
+from tolerance import assert_beyond_rounding, assert_rounding_close, depth_of, logprob_scale
 
 
 @pytest.fixture(scope="module")
@@ -55,11 +56,15 @@ def test_score_answer_matches_plain_forward_and_ablate(tiny):
     with torch.no_grad():
         plain = eager_copy(lm)(input_ids=ids).logits[0, -n:]
     ablated = eng.run(ids, [Ablate(Site("z", 1, head=h)) for _, h in heads]).logits[0, -n:]
+    # a sum of n log-probabilities, each up to the rounding of its logits
+    top = float(torch.cat([plain, ablated]).abs().max())
+    scale, depth = n * logprob_scale(top, lm.vocab_size), depth_of(lm)
     for row, logits in enumerate((plain, ablated)):
         ok, total = _loop_score(logits, probe.answer_ids)
         assert bool(correct[row]) == ok
-        assert logprob[row] == pytest.approx(total, abs=1e-4)
-    assert abs(logprob[0] - logprob[1]) > 1e-6  # the ablation changes the answer's score
+        assert_rounding_close(logprob[row], total, depth=depth, scale=scale, msg=f"row {row}")
+    # the ablation changes the answer's score
+    assert_beyond_rounding(logprob[0], logprob[1], depth=depth, scale=scale, msg="ablation")
 
 
 def test_random_head_sets():

@@ -1,4 +1,9 @@
-"""Receiver heads: streaming sentence matrices, vertical scores, kurtosis, head choice."""
+"""Receiver heads: streaming sentence matrices, vertical scores, kurtosis, head choice.
+
+Attention read off a model is compared up to the rounding of the probabilities (their
+scores' scale, the pass's depth: tests/tolerance.py); float64 formulas on given arrays to
+1e-12, their own rounding.
+"""
 
 from __future__ import annotations
 
@@ -21,8 +26,10 @@ from mechscope.anchors.receivers import (
 )
 from mechscope.anchors.sentence_attention import sentence_attention
 from mechscope.anchors.trace_tokens import TraceTokens
+from mechscope.engine import Read, Site
 from mechscope.errors import InputError
 from mechscope.stats import split_half_reliability
+from tolerance import assert_rounding_close, depth_of, score_scale
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +66,10 @@ def test_streaming_matrices_equal_stored_attention(tiny):
             for i, (si, ei) in enumerate(tokens.ranges):
                 for j, (sj, ej) in enumerate(tokens.ranges):
                     ref[layer, h, i, j] = probs[h, si:ei, sj:ej].mean()
-    np.testing.assert_allclose(got, ref, atol=1e-6, rtol=0)
+    sites = [Site("attn_scores", layer) for layer in range(lm.n_layers)]
+    scores = eng.run(tokens.input_ids, [Read(s) for s in sites], logits=False)
+    scale, depth = max(score_scale(scores[s]) for s in sites), depth_of(lm)
+    assert_rounding_close(got, ref, depth=depth, scale=scale, msg="sentence attention")
     # receiver scores from the streamed path equal those from the stored attention
     opts = ReceiverOptions(proximity=2, top_k=3)
     streamed = analyze_receivers([trace_receivers(eng, tokens, opts)], opts)
@@ -67,8 +77,9 @@ def test_streaming_matrices_equal_stored_attention(tiny):
         [TraceReceivers("t0", vertical_scores(ref, 2), head_kurtosis(vertical_scores(ref, 2)))],
         opts,
     )
-    assert streamed.heads == stored.heads
-    np.testing.assert_allclose(streamed.scores["t0"], stored.scores["t0"], atol=1e-6, rtol=0)
+    assert streamed.heads == stored.heads  # means of those blocks: the same rounding
+    got, want = streamed.scores["t0"], stored.scores["t0"]
+    assert_rounding_close(got, want, depth=depth, scale=scale, msg="receiver scores")
 
 
 @pytest.mark.parametrize("proximity", [0, 1, 4])

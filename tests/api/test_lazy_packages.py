@@ -23,6 +23,7 @@ PACKAGES = sorted(
 
 def test_the_workflow_packages_are_lazy():
     expected = {"mechscope.lens", "mechscope.patching", "mechscope.heads", "mechscope.anchors"}
+    expected |= {"mechscope.steering"}
     assert expected | {"mechscope.runs", "mechscope.models", "mechscope.data"} <= set(PACKAGES)
 
 

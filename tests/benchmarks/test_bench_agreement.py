@@ -57,3 +57,22 @@ def test_tensors_and_combined_checks() -> None:
     both = good & bad
     assert not both.ok and both.tolerance == f"a atol {ATOL:g}, b atol {ATOL:g}"
     assert (good & good).ok
+
+
+def test_rounding_tolerance_from_scale_and_depth(grid: np.ndarray) -> None:
+    """``depth=``: the bound is ``K · eps · scale · √depth`` at the values' own scale, or at
+    the one given (a difference's operands)."""
+    from mechscope.tolerance import rounding_tolerance
+
+    tol = rounding_tolerance(float(np.abs(grid).max()), 9)
+    near, far = grid.copy(), grid.copy()
+    near[0, 1, 2] += tol / 2
+    far[0, 1, 2] += 2 * tol
+    assert harness.agreement(grid, near, depth=9).ok
+    check = harness.agreement(grid, far, depth=9, name="x")
+    assert not check.ok and check.tolerance.startswith(f"x rounding {tol:.2g}")
+    assert harness.agreement(grid, far, depth=9, scale=10 * np.abs(grid).max()).ok
+    with pytest.raises(ValueError, match="either atol or depth"):
+        harness.agreement(grid, grid, atol=ATOL, depth=9)
+    with pytest.raises(ValueError, match="either atol or depth"):
+        harness.agreement(grid, grid)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import bench_cache
 import bench_lens
 import bench_logit_lens
+import bench_path_patching
 import bench_pattern
+import harness
 import numpy as np
 import patching_contract
 import pytest
@@ -15,6 +17,7 @@ import torch
 from mechscope.engine import Engine
 from mechscope.lens.readout import readout_layers
 from mechscope.models import load_model
+from mechscope.tolerance import rounding_tolerance
 
 TINY = "tiny:llama"
 
@@ -32,12 +35,13 @@ def test_pattern_capture_check(tiny) -> None:
     ids = _ids(tiny)
     ours = bench_pattern.capture_ours(tiny, ids)
     peer = bench_pattern.capture_peer(bench_pattern.eager_copy(TINY), ids)
-    assert bench_pattern.check(ours, peer).ok
+    scores = harness.score_scale_of(tiny, ids)
+    assert bench_pattern.check(ours, peer, scores).ok
     patterns = [p.clone() for p in peer[1]]
-    patterns[-1][0, 0, -1, 0] += 10 * bench_pattern.PATTERN_ATOL
-    assert not bench_pattern.check(ours, (peer[0], patterns)).ok
-    assert not bench_pattern.check(ours, (peer[0] + 1e-2, peer[1])).ok
-    assert not bench_pattern.check(ours, (peer[0], peer[1][:-1])).ok  # a layer missing
+    patterns[-1][0, 0, -1, 0] += 10 * rounding_tolerance(scores, tiny.n_layers + 1)
+    assert not bench_pattern.check(ours, (peer[0], patterns), scores).ok
+    assert not bench_pattern.check(ours, (peer[0] + 1e-2, peer[1]), scores).ok
+    assert not bench_pattern.check(ours, (peer[0], peer[1][:-1]), scores).ok  # a layer missing
 
 
 def test_cache_check(tiny) -> None:
@@ -75,11 +79,11 @@ def test_logit_lens_check(tiny) -> None:
     ours = bench_logit_lens.lens_ours(tiny, ids)
     ref = bench_logit_lens.lens_reference(tiny.model, ids)
     assert ours.shape == (tiny.n_layers + 1, ids.shape[1] - 1)
-    atol = bench_logit_lens.NLL_ATOL
-    assert bench_logit_lens.harness.agreement(ours, ref, atol=atol).ok
+    assert bench_logit_lens.check(tiny, ids, ours, ref).ok
     bad = ref.clone()
-    bad[0, 3] += 3 * atol
-    assert not bench_logit_lens.harness.agreement(ours, bad, atol=atol).ok
+    tol = rounding_tolerance(bench_logit_lens.nll_scale(tiny, ids), tiny.n_layers + 1)
+    bad[0, 3] += 3 * tol
+    assert not bench_logit_lens.check(tiny, ids, ours, bad).ok
 
 
 def test_paired_lens_check(tiny) -> None:
@@ -104,10 +108,12 @@ def test_patching_rows_fail_on_a_perturbed_grid() -> None:
     names = ("mechscope", "mechscope_noskip", "transformer_lens", "nnsight")
     wall = {n: [1.0, 1.1] for n in names}
     grids = {n: grid.copy() for n in names}
-    rows = patching_contract.cases(wall, wall, grids, "tiny", skipped={})
+    close = dict(logit_scale=3.0, depth=4)  # logits up to 3 (the grid's 3σ), 3 layers
+    rows = patching_contract.cases(wall, wall, grids, "tiny", skipped={}, **close)
     assert len(rows) == 4 and all(r.agree for r in rows)
-    grids["nnsight"][1, 2, 3] += 10 * patching_contract.GRID_ATOL
-    rows = patching_contract.cases(wall, wall, grids, "tiny", skipped={"transformer_lens": "x"})
+    grids["nnsight"][1, 2, 3] += 10 * rounding_tolerance(2 * 3.0, 4)
+    skipped = {"transformer_lens": "x"}
+    rows = patching_contract.cases(wall, wall, grids, "tiny", skipped=skipped, **close)
     assert rows[0].unavailable == "x"
     assert [r.agree for r in rows[1:]] == [False, False]
 
@@ -127,3 +133,22 @@ def test_executor_check_fails_on_a_perturbed_table(tmp_path) -> None:
     frame.to_parquet(tmp_path / "b" / "tables" / "heads_attributions.parquet")
     check = bench_executor.same_tables(tmp_path / "a", tmp_path / "b")
     assert not check.ok and check.max_abs == pytest.approx(1e-3, rel=1e-6)
+
+
+def test_path_patching_check_fails_on_a_perturbed_grid(tiny) -> None:
+    from mechscope.data.pairs import ContrastivePair
+
+    text = "When Mary and John went to the store, {} gave a drink to"
+    clean, corrupt = text.format("John"), text.format("Mary")
+    pair = ContrastivePair("p", "test", clean, corrupt, " Mary", " John", {}, {})
+    heads = [(layer, h) for layer in range(tiny.n_layers) for h in range(tiny.n_heads)]
+    grid = bench_path_patching.run_mechscope(tiny, [pair], heads, heads, "q")
+    ids = torch.tensor([tiny.tokenizer(pair.clean)["input_ids"]])
+    atol = bench_path_patching.tolerance(tiny, ids)
+    assert bench_path_patching.check(grid, grid.copy(), atol).ok
+    moved = grid.copy()
+    moved[0, 0, -1] += 10 * atol
+    assert not bench_path_patching.check(grid, moved, atol).ok
+    holes = grid.copy()
+    holes[0, -1, -1] = 0.0  # a cell without a path (sender in the last layer) filled in
+    assert not bench_path_patching.check(grid, holes, atol).ok

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -119,6 +120,12 @@ def write_inputs(d: Path) -> None:
             }
         )
     )
+    (d / "pair_same.jsonl").write_text(json.dumps({**PAIR, "corrupt": PAIR["clean"]}) + "\n")
+    contrast = {"id": "c0", "positive": "The food was great", "negative": "The food was awful"}
+    (d / "contrast.jsonl").write_text(json.dumps(contrast) + "\n")
+    prompt = {"id": "q0", "prompt": "Mary and John went", "target": " Mary", "versus": " John"}
+    (d / "prompts.jsonl").write_text(json.dumps(prompt) + "\n")
+    np.save(d / "v3.npy", np.ones(3, dtype=np.float32))
     bad = d / "badtypes"
     bad.mkdir()
     (bad / "config.json").write_text(
@@ -133,6 +140,9 @@ OUT = ["--out", "runs/x"]
 LENS_DIFF = ["lens", "diff", "lens.jsonl", "--contrast", "a-b", *M, *OUT]
 CANDS = ["lens", "candidates", "cands.jsonl", *M, *OUT]
 PATCH = ["patch", "run", "--pairs", "pairs.jsonl", *M, *OUT]
+PATHS = ["patch", "path", "--pairs", "pairs.jsonl", *M, *OUT]
+STEER = ["steer", "sweep", "--prompts", "prompts.jsonl", *M, *OUT]
+CAA = [*STEER, "--pairs", "contrast.jsonl", "--layer", "1"]
 HEADS_RUN = ["heads", "run", "heads.jsonl", *M, *OUT]
 RESAMPLE = ["anchors", "resample", "trace.json", *M, *OUT]
 URL = "http://127.0.0.1:9/v1"  # never contacted: the options are refused first
@@ -219,6 +229,61 @@ CASES: dict[str, tuple[list[str], str]] = {
     "patch: missing pairs file": (
         ["patch", "run", "--pairs", "nope.jsonl", *M, *OUT],
         "nope.jsonl",
+    ),
+    # patch path
+    "patch path: unknown head": ([*PATHS, "--senders", "1.9"], "1.9"),
+    "patch path: head not layer.head": ([*PATHS, "--senders", "7"], "layer.head"),
+    "patch path: layer out of range": ([*PATHS, "--receivers", "5.*"], "5.0"),
+    "patch path: receivers below senders": (
+        [*PATHS, "--senders", "2.0", "--receivers", "1.*"],
+        "above",
+    ),
+    "patch path: query head as kv head": (
+        [*PATHS, "--receivers", "2.3", "--receiver-input", "k"],
+        "key/value head 0..1",
+    ),
+    "patch path: unknown receiver input": ([*PATHS, "--receiver-input", "z"], "--receiver-input"),
+    "patch path: lengths differ": (
+        ["patch", "path", "--pairs", "pair_long.jsonl", *M, *OUT],
+        "same token length",
+    ),
+    "patch path: clean equals corrupt": (
+        ["patch", "path", "--pairs", "pair_same.jsonl", *M, *OUT],
+        "differ",
+    ),
+    "patch path: no pairs nor task": (["patch", "path", *M, *OUT], "pairs"),
+    "patch path: n 0": (["patch", "path", "--task", "ioi", "--n", "0", *M, *OUT], "--n"),
+    # steer sweep
+    "steer sweep: NaN alpha": ([*CAA, "--alphas", "nan,1"], "finite"),
+    "steer sweep: alphas not numbers": ([*CAA, "--alphas", "a,b"], "--alphas"),
+    "steer sweep: empty contrastive set": (
+        [*STEER, "--pairs", "empty.jsonl", "--layer", "1"],
+        "contrastive pair",
+    ),
+    "steer sweep: layer out of range": ([*STEER, "--pairs", "contrast.jsonl", "--layer", "9"], "9"),
+    "steer sweep: negative layer": (
+        [*STEER, "--pairs", "contrast.jsonl", "--layer", "-1"],
+        "--layer",
+    ),
+    "steer sweep: head on a residual site": ([*CAA, "--head", "0"], "head"),
+    "steer sweep: unknown mode": ([*CAA, "--mode", "scale"], "mode"),
+    "steer sweep: unknown site": ([*CAA, "--site", "pattern"], "site"),
+    "steer sweep: vector of the wrong shape": (
+        [*STEER, "--vector", "v3.npy", "--layer", "1"],
+        "shape [64]",
+    ),
+    "steer sweep: no prompts": (
+        ["steer", "sweep", "--pairs", "contrast.jsonl", "--layer", "1", *M, *OUT],
+        "--prompts",
+    ),
+    "steer sweep: two sources": ([*CAA, "--task", "sentiment"], "exactly one"),
+    "steer sweep: unknown task": (
+        ["steer", "sweep", "--task", "poetry", "--layer", "1", *M, *OUT],
+        "poetry",
+    ),
+    "steer sweep: pairs not UTF-8": (
+        [*STEER, "--pairs", "latin1_pairs.jsonl", "--layer", "1"],
+        "UTF-8",
     ),
     # heads run
     "heads: missing samples": (["heads", "run", "nope.jsonl", *M, *OUT], "nope.jsonl"),
@@ -409,7 +474,9 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(name, tmp_path, monkeyp
 
 def test_enough_cases_over_every_command():
     commands = {
-        " ".join(a[:2]) if a[0] in {"lens", "patch", "heads", "anchors", "distill"} else a[0]
+        " ".join(a[:2])
+        if a[0] in {"lens", "patch", "heads", "anchors", "distill", "steer"}
+        else a[0]
         for a, _ in CASES.values()
     }
     assert len(CASES) >= 60
@@ -417,6 +484,8 @@ def test_enough_cases_over_every_command():
         "lens diff",
         "lens candidates",
         "patch run",
+        "patch path",
+        "steer sweep",
         "heads run",
         "anchors resample",
     } <= commands

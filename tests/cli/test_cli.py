@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -29,6 +30,25 @@ def test_models_lists_aliases_and_families(capsys) -> None:
 def test_inspect_tiny(capsys) -> None:
     code, out, _ = _run(["inspect", "--model", "tiny:qwen3"], capsys)
     assert code == 0 and "Qwen3ForCausalLM" in out and "resid_pre" in out
+
+
+def test_inspect_lists_only_the_sites_a_dense_model_has(capsys) -> None:
+    code, out, _ = _run(["inspect", "--model", "tiny:qwen3"], capsys)
+    flat = " ".join(re.sub("[│┃┌┐└┘─┬┴├┤┼]", " ", out).split())  # rich wraps long rows
+    sites = flat.split(" sites ", 1)[1].split(" refused: ", 1)[0]
+    assert code == 0 and "resid_pre" in sites and "mlp_post" in sites
+    assert "router" not in sites and "expert_out" not in sites
+    assert "refused: router" in flat and "not a mixture of experts" in flat
+
+
+def test_inspect_probe_shows_each_checks_margin(capsys) -> None:
+    """Each check that holds says how close it came to its rounding tolerance."""
+    code, out, _ = _run(["inspect", "--model", "tiny:llama", "--probe"], capsys)
+    flat = " ".join(out.split())  # the table may wrap a long cell
+    assert code == 0
+    for check in ("hidden", "residual", "suppression", "resume"):
+        assert f"probe: {check}" in flat
+    assert flat.count("of the rounding tolerance") >= 8
 
 
 @pytest.mark.parametrize(

@@ -70,7 +70,7 @@ def test_options_reach_load_model(monkeypatch) -> None:
     rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in
             result.output.splitlines() if line.count("│") >= 3}  # fmt: skip
     assert rows["dtype"] == "bfloat16"
-    assert rows["memory budget"] == "0.25 GiB"
+    assert rows["memory budget"] == "256.00 MiB"
     assert rows["threads"] == "1"
 
 

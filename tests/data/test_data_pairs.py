@@ -60,6 +60,22 @@ def test_dict_round_trip():
         ContrastivePair.from_dict({k: v for k, v in p.to_dict().items() if k != "clean"})
 
 
+def test_a_pair_without_spans(bpe_tok):
+    """Spans are optional (position patching needs none): the pair, its dict and its
+    tokenization work without them, and a span named on one side only is still refused."""
+    from mechscope import ContrastivePair as exported
+
+    p = _pair()
+    bare = exported(p.id, p.task, p.clean, p.corrupt, p.correct, p.wrong)
+    assert bare.spans == bare.corrupt_spans == bare.modified == {}
+    record = {k: v for k, v in p.to_dict().items() if "spans" not in k and k != "modified"}
+    assert ContrastivePair.from_dict(record) == bare
+    tokenized, full = tokenize_pair(bare, bpe_tok), tokenize_pair(p, bpe_tok)
+    assert tokenized.positions == {} and tokenized.answer_pos == full.answer_pos
+    with pytest.raises(InputError, match="corrupt_spans"):
+        _pair(corrupt_spans={})
+
+
 @pytest.mark.parametrize("fixture", ["bpe_tok", "bpe_bos_tok"])
 def test_positions_point_at_the_named_tokens(fixture, request):
     tok = request.getfixturevalue(fixture)

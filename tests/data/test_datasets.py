@@ -27,3 +27,14 @@ def test_a_missing_dataset_is_one_line_naming_the_file(monkeypatch, tmp_path):
     with pytest.raises(InputError, match=r"known_1000\.json in \$MECHSCOPE_DATASETS") as exc:
         datasets.require_dataset("known_1000.json", field="task")
     assert "\n" not in str(exc.value)
+
+
+def test_a_shared_folder_above_the_working_directory_is_found(tmp_path, monkeypatch):
+    shared = tmp_path / "shared" / "datasets"
+    shared.mkdir(parents=True)
+    (shared / "only_here_1234.json").write_text("[]")
+    checkout = tmp_path / "wt" / "branch"  # a worktree two folders below shared/'s parent
+    checkout.mkdir(parents=True)
+    monkeypatch.chdir(checkout)
+    monkeypatch.delenv("MECHSCOPE_DATASETS", raising=False)
+    assert datasets.dataset_path("only_here_1234.json") == shared / "only_here_1234.json"

@@ -14,10 +14,12 @@ def test_each_workflow_builds_the_tasks_listed_for_it():
     from mechscope.distill.samples import BUILDERS as distill
     from mechscope.heads.samples import BUILDERS as heads
     from mechscope.patching.samples import BUILDERS as patching
+    from mechscope.steering.samples import BUILDERS as steering
 
-    for workflow, builders in (("patching", patching), ("heads", heads), ("distill", distill)):
+    built = (("patching", patching), ("heads", heads), ("distill", distill), ("steering", steering))
+    for workflow, builders in built:
         assert tuple(builders) == tasks_of(workflow), workflow
-    assert {w for t in TASKS.values() for w in t.workflows} == {"patching", "heads", "distill"}
+    assert {w for t in TASKS.values() for w in t.workflows} == {w for w, _ in built}
 
 
 def test_a_task_a_workflow_does_not_take_is_refused_naming_the_ones_it_does():

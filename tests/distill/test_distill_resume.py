@@ -55,11 +55,11 @@ def test_killed_trial_resumes_from_checkpoint(tiny_cfg, teacher, tmp_path, metho
     fresh = run_trial(cfg, trial, tmp_path / "b", teacher=teacher)
     assert int(fresh["resumed_from"].iloc[0]) == 0
     for col in ("accuracy", "consistency", "perplexity"):
-        np.testing.assert_allclose(resumed[col].to_numpy(), fresh[col].to_numpy(), atol=1e-5)
+        np.testing.assert_array_equal(resumed[col].to_numpy(), fresh[col].to_numpy())
     log_a = read_table(folder, "train_log")
     log_b = read_table(tmp_path / "b" / "trials" / trial.name, "train_log")
     assert list(log_a["step"]) == [1, 2, 3, 4, 5, 6]
-    np.testing.assert_allclose(log_a["loss"].to_numpy(), log_b["loss"].to_numpy(), atol=1e-5)
+    np.testing.assert_array_equal(log_a["loss"].to_numpy(), log_b["loss"].to_numpy())
 
     again = run_trial(
         cfg,
@@ -135,11 +135,11 @@ def test_sigkilled_study_resumes_from_checkpoint(tiny_raw, tmp_path):
     assert int(resumed["resumed_from"].iloc[0]) >= step  # later checkpoints may exist
     assert int(fresh["resumed_from"].iloc[0]) == 0
     for col in ("accuracy", "consistency", "perplexity"):
-        np.testing.assert_allclose(resumed[col].to_numpy(), fresh[col].to_numpy(), atol=1e-5)
+        np.testing.assert_array_equal(resumed[col].to_numpy(), fresh[col].to_numpy())
     log_a = read_table(trial, "train_log")
     log_b = read_table(tmp_path / "b" / "tiny" / "trials" / name, "train_log")
     assert list(log_a["step"]) == list(range(1, 151))
-    np.testing.assert_allclose(log_a["loss"].to_numpy(), log_b["loss"].to_numpy(), atol=1e-5)
+    np.testing.assert_array_equal(log_a["loss"].to_numpy(), log_b["loss"].to_numpy())
 
 
 def test_fused_adamw_only_where_it_applies():

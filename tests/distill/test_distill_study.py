@@ -100,6 +100,12 @@ def test_single_seed_has_no_interval():
     s = summary_table(df)
     assert np.isnan(s.accuracy_std.iloc[0]) and np.isnan(s.accuracy_ci_low.iloc[0])
     assert "| 0.500 |" in format_summary(s) and "–" in format_summary(s)
+    from mechscope.distill.figures import method_bars
+
+    fig = method_bars(s, "accuracy", "t", "y")  # one seed: no whisker, and the caption says so
+    (series,) = fig.spec.series
+    assert np.isnan(series.low).all() and np.isnan(series.high).all()
+    assert "n = 1 seed per bar, so no interval is drawn" in fig.caption
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
@@ -229,3 +235,14 @@ def test_method_bars_show_mean_and_interval_over_seeds():
             ci = stats.t.interval(0.95, 2, loc=sel.accuracy.mean(), scale=stats.sem(sel.accuracy))
             np.testing.assert_allclose(mean, sel.accuracy.mean(), atol=1e-12)
             np.testing.assert_allclose([low, high], ci, atol=1e-12)
+
+
+def test_no_raw_symbols_in_axis_titles(tiny_study):
+    _, study, _ = tiny_study
+    summarize_study(study.path)
+    from mechscope.distill.figures import summary_figures
+    from mechscope.distill.result import DistillResult
+
+    for fig in summary_figures(DistillResult.from_run(RunDir.open(study.path))).values():
+        for title in (fig.spec.x_title, fig.spec.y_title):
+            assert "Δ_" not in title and "_T" not in title and "_S" not in title, title

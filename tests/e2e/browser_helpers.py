@@ -18,7 +18,14 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-VIEWPORT = {"width": 1280, "height": 900}
+VIEWPORT = {"width": 1400, "height": 1000}  # the screen a report must read well on
+#: Open every disclosure (tables, more figures, run details) and wait until each plot that
+#: was drawn closed has been fitted to its place.
+OPEN_ALL_JS = "() => document.querySelectorAll('details').forEach(d => { d.open = true; })"
+FITTED_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].every(d => {
+  const svg = d.querySelector('.main-svg');
+  return svg && Math.abs(svg.getBoundingClientRect().width - d.getBoundingClientRect().width) < 2;
+})"""
 #: URL schemes a self-contained report may load.
 LOCAL_SCHEMES = ("file:", "data:", "blob:", "about:")
 

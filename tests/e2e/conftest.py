@@ -22,7 +22,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from browser_helpers import CHROMIUM, CHROMIUM_ARGS, LOCAL_SCHEMES, VIEWPORT, LoadedPage, Report
+from browser_helpers import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    FITTED_JS,
+    LOCAL_SCHEMES,
+    OPEN_ALL_JS,
+    VIEWPORT,
+    LoadedPage,
+    Report,
+)
 from demo_helpers import demo_command, demo_env
 from demo_model import save_demo_model
 from filelock import FileLock
@@ -126,7 +135,8 @@ def browser() -> Iterator[object]:
 
 @pytest.fixture(scope="module")
 def loaded(browser, demo_report: Report) -> Iterator[LoadedPage]:
-    """The report loaded, every figure drawn, every non-local request blocked and recorded."""
+    """The report loaded with every disclosure open and every figure drawn at its width; every
+    non-local request blocked and recorded."""
     context = browser.new_context(viewport=VIEWPORT, device_scale_factor=1)
     page = context.new_page()
     state = LoadedPage(page, demo_report)
@@ -143,11 +153,14 @@ def loaded(browser, demo_report: Report) -> Iterator[LoadedPage]:
     page.on("pageerror", lambda e: state.page_errors.append(str(e)))
     page.on("request", lambda r: state.requests.append(r.url))
     page.on("requestfailed", lambda r: state.failed.append(f"{r.url}: {r.failure}"))
+    page.set_default_timeout(120_000)  # a full demo's report on two busy cores is slow to draw
     page.goto(demo_report.path.resolve().as_uri(), wait_until="load")
     page.wait_for_function(
         "() => [...document.querySelectorAll('.js-plotly-plot, .plotly-graph-div')]"
         ".every(d => d.querySelector('.main-svg'))",
         timeout=30_000,
     )
+    page.evaluate(OPEN_ALL_JS)  # these tests look at everything; the layout test at less
+    page.wait_for_function(FITTED_JS, timeout=30_000)
     yield state
     context.close()

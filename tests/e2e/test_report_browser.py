@@ -210,7 +210,7 @@ def test_narrow_window_reflows_without_horizontal_scrolling(loaded: LoadedPage):
         page.wait_for_function(
             "() => [...document.querySelectorAll('.main-svg')]"
             ".every(s => s.getBoundingClientRect().right <= window.innerWidth)",
-            timeout=10_000,
+            timeout=90_000,  # every figure of the report resizes, one after another
         )
         assert page.evaluate("() => document.documentElement.scrollWidth") <= 720
     finally:

@@ -21,7 +21,6 @@ from mechscope.models.card import ModelCard
 from mechscope.models.loaded import LoadedModel
 from mechscope.models.tiny import tiny_tokenizer
 
-ATOL = 1e-5
 SEQ = 12
 
 LLAMA_LIKE = {

@@ -6,6 +6,7 @@ sequence (mistral, gemma2, gpt_oss); falcon and bloom (attention in their own co
 granite (residual and logit scales), cohere (logit scale, parallel block), OPT (an MLP
 output flattened to ``[batch*seq, d]``). References: the same weights under
 ``attn_implementation="eager"``, and eager with a suppression block added to HF's own mask.
+Comparisons allow rounding at the values' scale and depth (tests/tolerance.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import copy
 import pytest
 import torch
 from engine_tiny import (
-    ATOL,
     SMALL,
     build,
     eager_copy,
@@ -34,6 +34,13 @@ from mechscope.engine import (
     SuppressAttention,
 )
 from mechscope.errors import UnsupportedInterventionError
+from tolerance import (
+    assert_beyond_rounding,
+    assert_rounding_close,
+    depth_of,
+    scale_of,
+    score_scale,
+)
 
 SLIDING = ["sliding_attention", "full_attention", "sliding_attention"]
 MOE = {"mlp_out": "mlp", "mlp_down": None, "experts": "mlp.experts"}
@@ -105,12 +112,16 @@ def test_logits_equal_eager_without_and_with_pattern_reads(family):
     name, lm, eng, eager = family
     x = ids(lm)  # 12 tokens: longer than the 4-token sliding windows
     ref = logits_of(eager, x, output_attentions=True)
-    torch.testing.assert_close(eng.run(x).logits, ref.logits, atol=ATOL, rtol=0)
-    out = eng.run(x, [Read(Site("pattern", layer)) for layer in range(lm.n_layers)])
-    torch.testing.assert_close(out.logits, ref.logits, atol=ATOL, rtol=0)
+    depth = depth_of(lm)
+    assert_rounding_close(eng.run(x).logits, ref.logits, depth=depth, msg="logits")
+    names = ("pattern", "attn_scores")
+    out = eng.run(x, [Read(Site(n, layer)) for layer in range(lm.n_layers) for n in names])
+    assert_rounding_close(out.logits, ref.logits, depth=depth, msg="logits with reads")
     for layer in range(lm.n_layers):
-        got = out[Site("pattern", layer)]
-        torch.testing.assert_close(got, ref.attentions[layer].float(), atol=ATOL, rtol=0)
+        got, want = out[Site("pattern", layer)], ref.attentions[layer].float()
+        scale = score_scale(out[Site("attn_scores", layer)])
+        depth = depth_of(lm, layer)
+        assert_rounding_close(got, want, depth=depth, scale=scale, msg=f"pattern {layer}")
     if name == "gpt_oss":  # the sink takes mass: probabilities over real keys sum to < 1
         assert float(out[Site("pattern", 0)].sum(-1).max()) < 1 - 1e-3
 
@@ -121,8 +132,9 @@ def test_suppression_equals_eager_with_the_span_masked(family):
     start, end = 3, 6
     ref = logits_of(suppressed_eager(lm, start, end), x).logits
     got = eng.run(x, [SuppressAttention((start, end))]).logits
-    torch.testing.assert_close(got, ref, atol=1e-4, rtol=0)
-    assert (ref - logits_of(eager, x).logits).abs().max() > 1e-3  # the span mattered
+    assert_rounding_close(got, ref, depth=depth_of(lm), msg="suppression")
+    plain = logits_of(eager, x).logits  # the span mattered
+    assert_beyond_rounding(ref, plain, depth=depth_of(lm), scale=scale_of(plain), msg="span")
 
 
 def test_attn_scores_and_z_shapes(family):
@@ -139,7 +151,8 @@ def test_attn_scores_and_z_shapes(family):
         top = torch.maximum(scores.amax(-1), sink)
         mass = torch.exp(scores - top[..., None]).sum(-1)
         probs = probs * (mass / (mass + torch.exp(sink - top)))[..., None]
-    torch.testing.assert_close(probs, pattern, atol=ATOL, rtol=0)
+    scale = score_scale(scores)  # the same pass's scores, one softmax
+    assert_rounding_close(probs, pattern, depth=1, scale=scale, msg="softmax(scores)")
     assert z.shape == (2, seq, lm.n_heads, lm.d_head)
     assert v.shape[-1] == lm.d_head  # MLA: z's head size is the value head size
     assert q.shape[-1] == k.shape[-1]
@@ -152,9 +165,11 @@ def test_self_patch_and_noisy_patch(family, name):
     base = eng.run(x).logits
     site = Site(name, 1)
     value = eng.run(x, [Read(site)], logits=False)[site]
-    torch.testing.assert_close(eng.run(x, [Patch(site, value)]).logits, base, atol=ATOL, rtol=0)
+    depth = depth_of(lm)
+    assert_rounding_close(eng.run(x, [Patch(site, value)]).logits, base, depth=depth, msg=name)
     noise = torch.randn(value.shape, generator=torch.Generator().manual_seed(1))
-    assert (eng.run(x, [Patch(site, value + noise)]).logits - base).abs().max() > 1e-3
+    noisy = eng.run(x, [Patch(site, value + noise)]).logits
+    assert_beyond_rounding(noisy, base, depth=depth, scale=scale_of(base), msg=name)
 
 
 # --- families that compute attention in their own code ------------------------------------
@@ -199,7 +214,7 @@ def test_own_attention_is_refused_before_the_pass(name):
     x = ids(lm)
     ref = logits_of(copy.deepcopy(lm.model), x).logits
     eng = Engine.of(lm)  # does not crash; the model keeps its own attention
-    torch.testing.assert_close(eng.run(x).logits, ref, atol=ATOL, rtol=0)
+    assert_rounding_close(eng.run(x).logits, ref, depth=depth_of(lm), msg="logits")
     calls = []
     lm.model.register_forward_pre_hook(lambda *a: calls.append(1))
     for iv in (
@@ -214,7 +229,8 @@ def test_own_attention_is_refused_before_the_pass(name):
     assert calls == []  # refused before any forward work
     z = Site("z", 1)
     value = eng.run(x, [Read(z)])[z]  # sites at module boundaries still work
-    torch.testing.assert_close(eng.run(x, [Patch(z, value)]).logits, ref, atol=ATOL, rtol=0)
+    patched = eng.run(x, [Patch(z, value)]).logits
+    assert_rounding_close(patched, ref, depth=depth_of(lm), msg="z self-patch")
 
 
 def test_a_layer_that_skips_the_attention_function_fails_the_pass():
@@ -230,7 +246,8 @@ def test_a_layer_that_skips_the_attention_function_fails_the_pass():
     for iv in (Read(Site("pattern", 1)), SuppressAttention((1, 3), layers=[1]), Read(Site("k", 1))):
         with pytest.raises(UnsupportedInterventionError, match="layer 1: LlamaAttention never"):
             eng.run(x, [iv])
-    torch.testing.assert_close(eng.run(x).logits, before, atol=ATOL, rtol=0)  # nothing stayed
+    after = eng.run(x).logits  # nothing stayed
+    assert_rounding_close(after, before, depth=depth_of(lm), msg="after the refusal")
 
 
 def test_mixed_dense_and_expert_layers():

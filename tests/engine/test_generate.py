@@ -21,6 +21,7 @@ from mechscope.engine.prefix import can_resume
 from mechscope.engine.sampling import Sampling
 from mechscope.errors import InputError, UnsupportedInterventionError
 from mechscope.models import all_cards, load_model
+from tolerance import assert_rounding_close, depth_of
 
 CAUSAL = sorted(f for f, card in all_cards().items() if card.causal)
 #: Derived-card families the built-in ones do not cover: mixture of experts, post-norm,
@@ -79,7 +80,8 @@ def test_greedy_equals_hf_generate_with_refills(stories):
 
 def assert_logits_match_hf(engine, prompts: list[Prompt], slots: int) -> None:
     """Every greedy rollout's logits, step by step, equal those transformers' ``generate``
-    chose the same tokens from (fp32: 1e-4 of the logits' scale), and so do the tokens up
+    chose the same tokens from (within rounding at the logits' scale, through every layer
+    and the head), and so do the tokens up
     to a near-tie (where the texts part, the rest is not compared). Logits, not only
     tokens: a tiny random model often repeats one token whatever its context."""
     lm = engine.lm
@@ -97,8 +99,8 @@ def assert_logits_match_hf(engine, prompts: list[Prompt], slots: int) -> None:
         for k, rollout in enumerate(rollouts):
             got = seen[(i, k)]
             for t, ref_logits in enumerate(ref.logits):
-                scale = max(1.0, float(ref_logits.abs().max()))
-                torch.testing.assert_close(got[t], ref_logits[0], atol=1e-4 * scale, rtol=0)
+                what = f"prompt {i} rollout {k} new token {t + 1}"
+                assert_rounding_close(got[t], ref_logits[0], depth=depth_of(lm), msg=what)
                 if t < len(rollout.tokens) and rollout.tokens[t] != ref_tokens[t]:
                     break  # a near-tie within the tolerance
             else:

@@ -12,7 +12,8 @@ Three kinds of silent error these guard against, each found on tiny models befor
   models decode in lock step, exactly.
 
 Generation is compared with transformers' own ``generate``: logits of every new token
-(fp32, 1e-4 of their scale), not only the tokens (``test_generate.assert_logits_match_hf``).
+(fp32, within rounding at their scale and the pass's depth), not only the tokens
+(``test_generate.assert_logits_match_hf``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from mechscope.engine.spans import SPAN_ATTRIBUTES, attention_span, uses_alibi
 from mechscope.engine.support import support_row
 from mechscope.errors import UnsupportedInterventionError
 from mechscope.models import load_model, tiny_types
+from tolerance import assert_beyond_rounding, assert_rounding_close, depth_of
 
 SPAN_CONFIGS = [
     ("llama", {}, None),
@@ -61,10 +63,16 @@ def _ids(lm, n: int, batch: int = 2) -> torch.Tensor:
     return torch.randint(10, min(lm.vocab_size, 300), (batch, n), generator=gen)
 
 
-def _resumed_error(eng, ids: torch.Tensor, start: int) -> float:
+def _resumed(eng, ids: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The logits of a pass resumed at ``start`` and those of the full pass from there."""
     full = eng.run(ids).logits[:, start:]
     base = eng.run(ids, cache=True, logits=False)
-    return float((eng.run(ids, resume=Resume(base.cache, start)).logits - full).abs().max())
+    return eng.run(ids, resume=Resume(base.cache, start)).logits, full
+
+
+def assert_resumes_exactly(eng, ids: torch.Tensor, start: int) -> None:
+    tail, full = _resumed(eng, ids, start)
+    assert_rounding_close(tail, full, depth=depth_of(eng.lm), msg=f"resumed at {start}")
 
 
 def test_resume_stops_one_short_of_a_window(monkeypatch):
@@ -74,13 +82,14 @@ def test_resume_stops_one_short_of_a_window(monkeypatch):
     eng = Engine.of(lm)
     assert attention_span(lm.config) == 8
     assert can_resume(lm, 7) and not can_resume(lm, 8)
-    assert _resumed_error(eng, _ids(lm, 7), 3) <= 1e-5
+    assert_resumes_exactly(eng, _ids(lm, 7), 3)
     base = eng.run(_ids(lm, 8), cache=True, logits=False)
     with pytest.raises(UnsupportedInterventionError, match="resume is not supported") as info:
         eng.run(_ids(lm, 8), resume=Resume(base.cache, 4))
     assert "\n" not in str(info.value)
     monkeypatch.setattr("mechscope.engine.prefix.attention_span", lambda config: None)
-    assert _resumed_error(eng, _ids(lm, 8), 4) > 1e-2  # what the check prevents
+    tail, full = _resumed(eng, _ids(lm, 8), 4)  # what the check prevents
+    assert_beyond_rounding(tail, full, depth=depth_of(lm), msg="a window of 8 resumed at 8")
 
 
 @pytest.mark.parametrize("model_type", ["llama4_text", "gpt_neo", "gemma2"])
@@ -95,7 +104,7 @@ def test_a_span_longer_than_the_probe_input_is_still_honoured(model_type, monkey
     assert attention_span(lm.config) == 16
     assert "resume" not in lm.refused and "generate" not in lm.refused
     assert can_resume(lm, 15) and not can_resume(lm, 16)
-    assert _resumed_error(eng, _ids(lm, 15), 7) <= 1e-5
+    assert_resumes_exactly(eng, _ids(lm, 15), 7)
     ids = _ids(lm, 20)
     base = eng.run(ids, cache=True, logits=False)
     with pytest.raises(UnsupportedInterventionError, match="resume is not supported"):

@@ -54,3 +54,34 @@ def test_a_sampled_rollout_is_the_same_alone_and_in_a_batch_on_cuda(engine):
     alone = engine.generate([Prompt(prompts[0].ids, [5])], sampling, slots=1)[0][0]
     assert alone == batch[0][5]
     assert len({r.tokens for r in batch[0]}) > 1
+
+
+def test_recorded_decode_steps_equal_eager_steps_on_cuda(engine):
+    """decode='graph' (each step recorded once per width, then replayed) against
+    decode='eager': the same tokens, greedy and sampled, with refills, a width change and
+    interventions during generation; and the graphs were really used."""
+    from mechscope.engine import Gate, SuppressAttention
+    from mechscope.engine.decode_step import StaticStep
+
+    lm = engine.lm
+    alpha = torch.ones(lm.n_layers, lm.n_heads)
+    alpha[2, :4] = 0.0
+    prompts = [Prompt(_ids(11, 4), list(range(5)), 140), Prompt(_ids(30, 5), [5, 6], 40)]
+    replays: list[int] = []
+    capture = StaticStep._capture
+
+    def counting(self, width):
+        replays.append(width)
+        return capture(self, width)
+
+    sampled = Sampling(max_new_tokens=140, temperature=0.7, top_p=0.9)
+    for ivs in ([], [Gate(alpha)], [SuppressAttention((2, 9))]):
+        for sampling in (Sampling(max_new_tokens=140), sampled):
+            eager = engine.generate(prompts, sampling, slots=3, interventions=ivs, decode="eager")
+            with pytest.MonkeyPatch.context() as m:
+                m.setattr(StaticStep, "_capture", counting)
+                graph = engine.generate(
+                    prompts, sampling, slots=3, interventions=ivs, decode="graph"
+                )
+            assert graph == eager
+    assert len(set(replays)) >= 2  # 128 and 256 columns: one graph each

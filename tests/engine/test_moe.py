@@ -2,7 +2,8 @@
 
 References: the router module's own top-k output (a plain hook), the experts module's
 output (a plain hook), the model with one expert's down projection zeroed, and a router
-replaced by one that returns every expert with given weights.
+replaced by one that returns every expert with given weights. Comparisons allow rounding
+at the values' scale and depth (tests/tolerance.py).
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import pytest
 import torch
 from engine_tiny import (
-    ATOL,
     SMALL,
     Capture,
     build,
@@ -22,6 +22,7 @@ from engine_tiny import (
 from mechscope.engine import Ablate, Engine, Patch, Read, Site
 from mechscope.errors import SiteError, UnsupportedInterventionError
 from mechscope.models import load_model
+from tolerance import assert_beyond_rounding, assert_rounding_close, depth_of, scale_of
 
 MOE_CARD = {"mlp_out": "mlp", "mlp_down": None, "experts": "mlp.experts"}
 N_EXPERTS = 4
@@ -70,8 +71,10 @@ def test_expert_outs_sum_to_the_experts_output(moe):
     sites = [Site("expert_out", LAYER, expert=e) for e in range(N_EXPERTS)]
     with Capture(lm.layer_part("experts", LAYER), output=True) as cap:
         out = eng.run(x, [Read(s) for s in sites])
-    total = sum(out[s] for s in sites)
-    torch.testing.assert_close(total.reshape(cap.value.shape), cap.value, atol=ATOL, rtol=0)
+    total = sum(out[s] for s in sites)  # a sum of the experts' terms: their scale
+    scale = scale_of(cap.value, *(out[s] for s in sites))
+    got = total.reshape(cap.value.shape)
+    assert_rounding_close(got, cap.value, depth=1, scale=scale, msg="sum of expert_out")
     router = eng.run(x, [Read(Site("router", LAYER))], logits=False)[Site("router", LAYER)]
     for e, s in enumerate(sites):  # zero exactly where the token does not use expert e
         assert bool((out[s].abs().sum(-1)[router[..., e] == 0] == 0).all())
@@ -93,8 +96,10 @@ def test_ablating_an_expert_is_the_model_without_it(moe, expert):
     finally:
         with torch.no_grad():
             down.copy_(saved)
-    torch.testing.assert_close(got, ref, atol=ATOL, rtol=0)
-    assert (got - eng.run(x).logits).abs().max() > 1e-4
+    depth = depth_of(lm)
+    assert_rounding_close(got, ref, depth=depth, msg=f"expert {expert} ablated")
+    base = eng.run(x).logits
+    assert_beyond_rounding(got, base, depth=depth, scale=scale_of(base), msg="ablation")
 
 
 @pytest.mark.parametrize("name", ["router", "expert_out"])
@@ -104,9 +109,11 @@ def test_self_patch_and_noisy_patch(moe, name):
     base = eng.run(x).logits
     site = Site(name, LAYER, expert=1 if name == "expert_out" else None)
     value = eng.run(x, [Read(site)], logits=False)[site]
-    torch.testing.assert_close(eng.run(x, [Patch(site, value)]).logits, base, atol=ATOL, rtol=0)
+    depth = depth_of(lm)
+    assert_rounding_close(eng.run(x, [Patch(site, value)]).logits, base, depth=depth, msg=name)
     noise = torch.rand(value.shape, generator=torch.Generator().manual_seed(1))
-    assert (eng.run(x, [Patch(site, value + noise)]).logits - base).abs().max() > 1e-4
+    noisy = eng.run(x, [Patch(site, value + noise)]).logits
+    assert_beyond_rounding(noisy, base, depth=depth, scale=scale_of(base), msg=name)
 
 
 def test_a_dense_router_patch_uses_every_expert(moe, monkeypatch):
@@ -123,7 +130,7 @@ def test_a_dense_router_patch_uses_every_expert(moe, monkeypatch):
     monkeypatch.setattr(gate, "forward", lambda h: (None, flat.to(h.dtype), index))
     ref = logits_of(lm.model, x).logits
     monkeypatch.undo()
-    torch.testing.assert_close(got, ref, atol=ATOL, rtol=0)
+    assert_rounding_close(got, ref, depth=depth_of(lm), msg="dense router")
 
 
 def test_moe_reads_under_grad_stay_in_the_graph(moe):

@@ -3,7 +3,8 @@
 Sources of refusals: ``LoadedModel.refused`` (card and probe), a card whose attention is its
 own code, a parallel block (no resid_mid), a card without mlp_down / experts. Also the
 scaled and flattened contributions (Granite, OPT) and the logit scales (Cohere, Granite)
-against the modules' own outputs.
+against the modules' own outputs, up to rounding at the values' scale and depth
+(tests/tolerance.py).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import pytest
 import torch
 from engine_tiny import (
-    ATOL,
     SMALL,
     Capture,
     build,
@@ -32,6 +32,7 @@ from mechscope.engine import (
 )
 from mechscope.errors import MechscopeError, UnsupportedInterventionError
 from mechscope.models import load_model
+from tolerance import assert_beyond_rounding, assert_rounding_close, depth_of, scale_of
 
 
 def _no_forward(lm) -> list[int]:
@@ -131,13 +132,15 @@ def test_lens_and_residual_identity(scaled):
     x = ids(lm)
     names = ("resid_pre", "resid_post", "attn_out", "mlp_out")
     out = eng.run(x, [Read(Site(n, layer)) for n in names for layer in range(lm.n_layers)])
-    torch.testing.assert_close(out.logits, logits_of(lm.model, x).logits, atol=ATOL, rtol=0)
+    ref = logits_of(lm.model, x).logits
+    assert_rounding_close(out.logits, ref, depth=depth_of(lm), msg="logits")
     last = out[Site("resid_post", lm.n_layers - 1)]
-    torch.testing.assert_close(eng.unembed(last), out.logits, atol=ATOL, rtol=0)
+    assert_rounding_close(eng.unembed(last), out.logits, depth=1, msg="lens")
     for layer in range(lm.n_layers):
         pre, post, attn, mlp = (out[Site(n, layer)] for n in names)
-        assert attn.shape == mlp.shape == pre.shape
-        torch.testing.assert_close(post - pre, attn + mlp, atol=ATOL, rtol=0)
+        assert attn.shape == mlp.shape == pre.shape  # one layer's adds, at the stream's scale
+        scale = scale_of(pre, post, attn, mlp)
+        assert_rounding_close(post - pre, attn + mlp, depth=1, scale=scale, msg=f"layer {layer}")
 
 
 def test_contribution_is_the_scaled_module_output(scaled):
@@ -164,10 +167,15 @@ def test_self_patch_and_noisy_patch(scaled, site_name):
         return
     base = eng.run(x).logits
     value = eng.run(x, [Read(site)], logits=False)[site]
-    torch.testing.assert_close(eng.run(x, [Patch(site, value)]).logits, base, atol=ATOL, rtol=0)
+    depth = depth_of(lm)
+    patched = eng.run(x, [Patch(site, value)]).logits
+    assert_rounding_close(patched, base, depth=depth, msg=site_name)
     noise = torch.randn(value.shape, generator=torch.Generator().manual_seed(1))
-    assert (eng.run(x, [Patch(site, value + noise)]).logits - base).abs().max() > 1e-3
-    if site_name == "resid_mid":  # resid_mid = resid_pre + attn_out, exactly
+    noisy = eng.run(x, [Patch(site, value + noise)]).logits
+    assert_beyond_rounding(noisy, base, depth=depth, scale=scale_of(base), msg=site_name)
+    if site_name == "resid_mid":  # resid_mid = resid_pre + attn_out: one add
         pre, attn = Site("resid_pre", 1), Site("attn_out", 1)
         out = eng.run(x, [Read(pre), Read(attn)], logits=False)
-        torch.testing.assert_close(value, out[pre] + out[attn], atol=ATOL, rtol=0)
+        summed = out[pre] + out[attn]
+        scale = scale_of(value, out[pre], out[attn])
+        assert_rounding_close(value, summed, depth=1, scale=scale, msg="resid_mid")

@@ -19,14 +19,14 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
-from test_conformance import ATOL, CHECKS, _ids
+from test_conformance import CHECKS, _ids
 
 from mechscope.engine import Engine, Read, Site
 from mechscope.engine.support import support_row, support_table
 from mechscope.errors import MechscopeError, UnsupportedInterventionError
 from mechscope.models import load_model
 from mechscope.models.tiny_types import NAMED_TYPES, known_model_types
+from tolerance import assert_rounding_close, scale_of
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "engine.md"
 BEGIN, END = "<!-- support table: begin -->", "<!-- support table: end -->"
@@ -34,12 +34,14 @@ BEGIN, END = "<!-- support table: begin -->", "<!-- support table: end -->"
 
 def check_residual_identity(lm, eng, ids) -> None:
     """What a layer writes to the residual is attn_out + mlp_out, read through the engine,
-    compared with the layer's own input and output."""
+    compared with the layer's own input and output (one layer's adds, rounded at the
+    residual stream's scale)."""
     names = ("resid_pre", "resid_post", "attn_out", "mlp_out")
     out = eng.run(ids, [Read(Site(n, l)) for l in range(lm.n_layers) for n in names])
     for l in range(lm.n_layers):
         pre, post, attn, mlp = (out[Site(n, l)] for n in names)
-        torch.testing.assert_close(attn + mlp, post - pre, atol=ATOL * 10, rtol=1e-5)
+        scale = scale_of(pre, post, attn, mlp)
+        assert_rounding_close(attn + mlp, post - pre, depth=1, scale=scale, msg=f"layer {l}")
 
 
 FAMILY_CHECKS = [*CHECKS, check_residual_identity]

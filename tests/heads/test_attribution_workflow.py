@@ -18,7 +18,7 @@ from mechscope.heads.report import attribution_section, completeness_summary
 from mechscope.heads.result import HeadsResult
 from mechscope.heads.run import run_heads
 from mechscope.heads.samples import HeadSample, load_samples
-from mechscope.report import FigureBlock, TableBlock
+from mechscope.report import DetailsBlock, FigureBlock, FindingBlock, TableBlock
 from mechscope.runs import RunDir, read_arrays, read_table
 from payload_checks import assert_same
 
@@ -73,8 +73,15 @@ def test_run_heads_writes_everything_and_resumes(tiny_llama, tmp_path) -> None:
     # the run directory reopens as the result the driver returned
     assert_same(HeadsResult.from_run(run), res)
     blocks = attribution_section(run)
-    figures = [b for b in blocks if isinstance(b, FigureBlock)]
+    assert isinstance(blocks[0], FindingBlock) and "per_layer IG ranks head" in blocks[0].content
+    key = blocks[1]  # the lead path's map, right after the finding
+    assert isinstance(key, FigureBlock) and key.figure.title == "Head importance: per_layer IG"
+    assert key.figure.spec.marks is not None  # heads whose interval excludes 0 get a dot
+    inside = [b for d in blocks if isinstance(d, DetailsBlock) for b in d.blocks]
+    figures = [key] + [b for b in inside if isinstance(b, FigureBlock)]
     assert len(figures) >= 8 and any(isinstance(b, TableBlock) for b in blocks)
+    pruning = next(f.figure for f in figures if f.name == "attribution-pruning-objective")
+    assert [t for t, _ in pruning.spec.panels] == ["ranked by per_layer", "ranked by joint"]
     for block in figures:
         assert block.figure.to_plotly().data  # every figure renders
 
@@ -167,7 +174,7 @@ def test_cli_run_and_diagnose(tmp_path, monkeypatch) -> None:
     assert result.exit_code == 0, result.output
     assert len(built) == 1 and built[0][0].path == out and built[0][1] == "finished"
     summary = completeness_summary(read_table(RunDir.open(out), "heads_completeness"))
-    assert set(summary["path"]) == {"joint", "per_layer"}
+    assert set(summary["path"]) == {"per_layer"}  # the default: per-layer IG only
     result = runner.invoke(app, ["diagnose", str(out)])
     assert result.exit_code == 0 and "pairwise_pearson_mean" in result.output
     bad = runner.invoke(
@@ -185,3 +192,17 @@ def test_cli_run_and_diagnose(tmp_path, monkeypatch) -> None:
     )
     assert bad.exit_code == 2 and "--baseline" in bad.output  # refused by the option's range
     assert not (tmp_path / "x").exists()  # nothing written before the checks
+
+
+def test_per_layer_ig_ranks_and_prunes_by_default() -> None:
+    import inspect
+
+    from mechscope.heads.cli import run as run_command
+
+    cfg = build_config()
+    assert cfg.paths == ["per_layer"] and cfg.prune_by == ["per_layer"]
+    assert cfg.per_layer_steps == 4  # per-layer paths are smooth; 32 nodes a layer would waste
+    options = inspect.signature(run_command).parameters
+    assert options["path"].default.default == ["per_layer"]
+    assert options["prune_by"].default.default == ["per_layer"]
+    assert build_config(paths=["joint"], prune_by=["joint"]).paths == ["joint"]  # still there

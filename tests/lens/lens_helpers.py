@@ -29,8 +29,9 @@ def sample_record(sid: str = "s1", **overrides) -> dict:
     return rec
 
 
-def reference_lens_logprobs(lm, ids: list[int]) -> np.ndarray:
-    """``[layers, seq, vocab]`` fp64 log-probs from Hugging Face's own hidden states.
+def reference_lens_logprobs(lm, ids: list[int]) -> tuple[np.ndarray, float]:
+    """``[layers, seq, vocab]`` fp64 log-probs from Hugging Face's own hidden states, and
+    the largest |logit| they come from.
 
     Layers below the last: the model's final norm and head applied to ``hidden_states[l+1]``;
     the last layer: the model's logits (HF's last hidden state is already normalised).
@@ -43,4 +44,4 @@ def reference_lens_logprobs(lm, ids: list[int]) -> np.ndarray:
         ]
         layers.append(out.logits[0])
     logits = torch.stack(layers).double()  # [L, seq, V]
-    return torch.log_softmax(logits, dim=-1).numpy()
+    return torch.log_softmax(logits, dim=-1).numpy(), float(logits.abs().max())

@@ -1,4 +1,5 @@
-"""Segment attention mass (reduced in the forward) against the full pattern, summed by hand."""
+"""Segment attention mass (reduced in the forward) against the full pattern, summed by hand,
+up to the rounding of the probabilities (their scores' scale: tests/tolerance.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from mechscope.engine import Read, Site
 from mechscope.lens.paired import PairedOptions, analyse_sample
 from mechscope.lens.prepare import prepare_sample
 from mechscope.lens.samples import parse_sample
+from tolerance import assert_rounding_close, depth_of, score_scale
 
 
 def _prepared(tiny):
@@ -25,14 +27,20 @@ def test_masses_sum_to_one_and_match_plain_sums(tiny, engine):
         cond = prep.conditions[name]
         mass = diff.attention[name]  # [L, H, T, S]
         assert mass.shape == (tiny.n_layers, tiny.n_heads, prep.n_tokens, 3)
-        np.testing.assert_allclose(mass.sum(-1), 1.0, atol=1e-5)
+        # a row's probabilities summed: T terms adding up to 1, each rounded (and all
+        # sharing the normaliser's rounding, itself a sum of T terms): √T stages
+        keys = len(cond.ids)
+        assert_rounding_close(mass.sum(-1), 1.0, depth=keys, scale=1.0, msg="sum of masses")
         sites = [Site("pattern", layer) for layer in range(tiny.n_layers)]
-        out = engine.run(torch.tensor([cond.ids]), [Read(s) for s in sites], logits=False)
+        scores = [Site("attn_scores", layer) for layer in range(tiny.n_layers)]
+        reads = [Read(s) for s in sites + scores]
+        out = engine.run(torch.tensor([cond.ids]), reads, logits=False)
         names = diff.segments[name]
         (seg_name,) = cond.segments
         assert names == [seg_name, "continuation", "rest"]
         for layer, site in enumerate(sites):
             pattern = out.reads[site][0].numpy()  # [H, q, k]
+            want = np.zeros(mass.shape[1:])  # [H, T, 3]
             for t in range(prep.n_tokens):
                 q = cond.cont_start + t - 1
                 seg_keys = list(cond.segments[seg_name])
@@ -40,8 +48,11 @@ def test_masses_sum_to_one_and_match_plain_sums(tiny, engine):
                 rest = [k for k in range(q + 1) if k not in seg_keys and k not in cont_keys]
                 for h in range(tiny.n_heads):
                     row = pattern[h, q]
-                    want = [row[seg_keys].sum(), row[cont_keys].sum(), row[rest].sum()]
-                    np.testing.assert_allclose(mass[layer, h, t], want, atol=1e-6)
+                    want[h, t] = [row[seg_keys].sum(), row[cont_keys].sum(), row[rest].sum()]
+            scale = score_scale(out.reads[scores[layer]])
+            depth = depth_of(tiny, layer)
+            got = mass[layer]
+            assert_rounding_close(got, want, depth=depth, scale=scale, msg=f"{name} {layer}")
 
 
 def test_first_token_has_no_continuation_mass(tiny, engine):

@@ -1,4 +1,5 @@
-"""Candidate-restricted readouts against a plain computation from the model's hidden states."""
+"""Candidate-restricted readouts against a plain computation from the model's hidden states,
+up to the rounding of the lens logits (tests/tolerance.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from mechscope.lens.candidates import CandidateSample, candidate_scores, prepare
 from mechscope.lens.config import CandidatesConfig
 from mechscope.lens.run import run_candidates
 from mechscope.runs import RunDir, read_table
+from tolerance import assert_rounding_close, depth_of, logprob_scale
 
 PROMPT = "She said, in a furious voice: I just won the lottery! The speaker sounds"
 WORDS = ["happy", "sad", "angry", "Mary"]
@@ -41,9 +43,11 @@ def test_first_token_scores_equal_plain_readout(tiny):
     )
     scores = candidate_scores(tiny, prep, "first")  # [L, K]
     ids = tiny.tokenizer(PROMPT).input_ids
-    ref = reference_lens_logprobs(tiny, ids)[:, -1]  # [L, V] at the last prompt token
+    ref, top = reference_lens_logprobs(tiny, ids)
     first = [_word_ids(tiny, w)[0] for w in WORDS]
-    np.testing.assert_allclose(scores, ref[:, first], atol=1e-5)
+    scale = logprob_scale(top, tiny.vocab_size)
+    want = ref[:, -1, first]  # [L, K] at the last prompt token
+    assert_rounding_close(scores, want, depth=depth_of(tiny), scale=scale, msg="first tokens")
     assert (prep.label_a, prep.label_b) == (0, 2)
 
 
@@ -56,9 +60,10 @@ def test_summed_scores_equal_plain_teacher_forcing(tiny):
     assert any(len(_word_ids(tiny, w)) > 1 for w in WORDS)  # the policy matters here
     for k, word in enumerate(WORDS):
         wid = _word_ids(tiny, word)
-        ref = reference_lens_logprobs(tiny, tiny.tokenizer(PROMPT).input_ids + wid)
+        ref, top = reference_lens_logprobs(tiny, tiny.tokenizer(PROMPT).input_ids + wid)
         want = sum(ref[:, n_p - 1 + j, tok] for j, tok in enumerate(wid))  # [L]
-        np.testing.assert_allclose(scores[:, k], want, atol=1e-4)
+        scale = len(wid) * logprob_scale(top, tiny.vocab_size)  # a sum of len(wid) terms
+        assert_rounding_close(scores[:, k], want, depth=depth_of(tiny), scale=scale, msg=word)
 
 
 def test_curves_equal_plain_loop():

@@ -41,3 +41,20 @@ def test_figures_carry_the_names():
     )
     fig = metric_curves_figure(curves, "dnll", names=("hint", "plain"))
     assert "hint − plain" in fig.title and "A − B" not in fig.title
+
+
+def test_js_caption_compares_the_distributions_not_the_true_token():
+    tokens = pd.DataFrame(
+        {
+            "sample": "s",
+            "metric": "js",
+            "layer": [0, 0, 1, 1],
+            "token": [0, 1, 0, 1],
+            "token_text": ["a", "b", "a", "b"],
+            "value": [0.1, 0.2, 0.3, 0.0],
+        }
+    )
+    fig = sample_heatmap(tokens, "s", "js", "hint − plain", ("hint", "plain"))
+    assert "true next token" not in fig.caption
+    assert "between the two conditions' next-token distributions" in fig.caption
+    assert "whatever the true token" in fig.caption

@@ -1,4 +1,11 @@
-"""ΔNLL / JS / KL of the paired lens against plain per-token loops over full softmaxes."""
+"""ΔNLL / JS / KL of the paired lens against plain per-token loops over full softmaxes.
+
+The kernels on synthetic logits are held to their stated accuracy (docs/lens.md: JS within
+5e-7 absolute, KL within 1e-5 relative + 1e-6, NLLs within 1e-6 relative of values up to
+~100): the native kernel's exp and log are polynomials, so this is its contract rather than
+fp32 rounding. Metrics of a model's lens are compared up to the rounding of the lens logits
+they are read from (tests/tolerance.py).
+"""
 
 from __future__ import annotations
 
@@ -18,6 +25,15 @@ from mechscope.lens.paired import PairedOptions, analyse_sample
 from mechscope.lens.prepare import prepare_sample
 from mechscope.lens.samples import parse_sample
 from mechscope.stats import js_from_logp, kl_from_logp
+from tolerance import (
+    READOUT_ROWS,
+    assert_beyond_rounding,
+    assert_lens_metrics_close,
+    assert_rounding_close,
+    depth_of,
+    logprob_scale,
+    scale_of,
+)
 
 LN2 = math.log(2.0)
 
@@ -184,17 +200,17 @@ def test_sample_metrics_equal_plain_loop_on_tiny_model(tiny, engine, position_ma
         PairedOptions(position_matched=position_matched, attention=False, chunk_tokens=5),
     )
     ca, cb = prep.conditions["a"], prep.conditions["b"]
-    ref_a = reference_lens_logprobs(tiny, ca.ids)  # [L, seq, V]
-    ref_b = reference_lens_logprobs(tiny, cb.ids)
+    ref_a, s_a = reference_lens_logprobs(tiny, ca.ids)  # [L, seq, V], largest |lens logit|
+    ref_b, s_b = reference_lens_logprobs(tiny, cb.ids)
+    want = np.zeros(diff.metrics.shape)  # [6, L, T]
     for layer in range(tiny.n_layers):
         for t, target in enumerate(prep.cont_ids):
             lpa = ref_a[layer, ca.cont_start + t - 1]  # the prediction of token t
             lpb = ref_b[layer, cb.cont_start + t - 1]
             nll_a, nll_b, js, kl_ab, kl_ba = _plain(lpa, lpb, target)
-            got = diff.metrics[:, layer, t]
-            np.testing.assert_allclose(
-                got, [nll_a, nll_b, nll_a - nll_b, js, kl_ab, kl_ba], atol=2e-5, rtol=1e-4
-            )
+            want[:, layer, t] = [nll_a, nll_b, nll_a - nll_b, js, kl_ab, kl_ba]
+    top, v, depth = max(s_a, s_b), tiny.vocab_size, depth_of(tiny)
+    assert_lens_metrics_close(diff.metrics, want, logit_scale=top, vocab=v, depth=depth)
 
 
 def test_off_by_one_prediction_position(tiny, engine):
@@ -217,8 +233,9 @@ def test_off_by_one_prediction_position(tiny, engine):
         ]
     )
     last = diff.metric("nll_a")[-1]
-    np.testing.assert_allclose(last, right, atol=1e-5)
-    assert np.abs(last - wrong).max() > 1e-2  # the test can tell the two apart
+    scale, depth = logprob_scale(float(logits.abs().max()), tiny.vocab_size), depth_of(tiny)
+    assert_rounding_close(last, right, depth=depth, scale=scale, msg="NLL")
+    assert_beyond_rounding(last, wrong, depth=depth, scale=scale, msg="the slot after")
 
 
 def test_last_layer_lens_equals_model_logits(tiny, engine):
@@ -227,7 +244,7 @@ def test_last_layer_lens_equals_model_logits(tiny, engine):
     ids = torch.tensor([tiny.tokenizer(sample_record()["continuation"]).input_ids])
     out = engine.run(ids, [Read(Site("resid_post", tiny.n_layers - 1))])
     lens = engine.unembed(out.reads[Site("resid_post", tiny.n_layers - 1)])
-    torch.testing.assert_close(lens, out.logits.float(), atol=1e-5, rtol=1e-5)
+    assert_rounding_close(lens, out.logits.float(), depth=1, msg="the head, recomputed")
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -244,5 +261,6 @@ def test_readout_does_not_depend_on_workers_or_chunks(tiny, engine, kernel):
     three = readout_layers(engine, hidden, targets, chunk=3, kernel=kernel, workers=3)
     torch.testing.assert_close(three, one, atol=0, rtol=0)
     whole = readout_layers(engine, hidden, targets, chunk=11, kernel=kernel, workers=2)
-    torch.testing.assert_close(whole, one, atol=1e-5, rtol=1e-5)
+    top, v = max(scale_of(engine.unembed(h)) for h in hidden), tiny.vocab_size
+    assert_lens_metrics_close(whole, one, logit_scale=top, vocab=v, depth=1, rows=READOUT_ROWS)
     assert float(one[2].max()) > 1e-3  # the conditions differ: JS is not trivially 0

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
-from lens_helpers import sample_record
+from lens_helpers import reference_lens_logprobs, sample_record
 
 from mechscope.errors import InputError
 from mechscope.lens.paired import PairedOptions, analyse_sample
 from mechscope.lens.positions import ForwardInput, as_run, check_positions, position_matched
 from mechscope.lens.prepare import prepare_sample
 from mechscope.lens.samples import parse_sample
+from tolerance import (
+    assert_beyond_rounding,
+    assert_lens_metrics_close,
+    assert_rounding_close,
+    depth_of,
+    logprob_scale,
+)
 
 
 def _prepared(lm):
@@ -54,7 +60,9 @@ def test_rotary_model_is_invariant_to_masked_left_padding(tiny, engine):
     prep = _prepared(tiny)
     as_is = analyse_sample(engine, prep, PairedOptions(attention=False))
     matched = analyse_sample(engine, prep, PairedOptions(position_matched=True, attention=False))
-    np.testing.assert_allclose(matched.metrics, as_is.metrics, atol=1e-4)
+    top = max(reference_lens_logprobs(tiny, c.ids)[1] for c in prep.conditions.values())
+    v, depth = tiny.vocab_size, depth_of(tiny)
+    assert_lens_metrics_close(matched.metrics, as_is.metrics, logit_scale=top, vocab=v, depth=depth)
 
 
 def test_absolute_positions_follow_explicit_position_ids():
@@ -75,5 +83,7 @@ def test_absolute_positions_follow_explicit_position_ids():
     lp = torch.log_softmax(logits[0].double(), -1)
     t = torch.arange(prep.n_tokens)
     want = -lp[cb.cont_start - 1 + t, torch.tensor(prep.cont_ids)].numpy()
-    np.testing.assert_allclose(matched.metric("nll_b")[-1], want, atol=1e-4)
-    assert np.abs(matched.metric("nll_b") - as_is.metric("nll_b")).max() > 1e-3
+    scale, depth = logprob_scale(float(logits.abs().max()), lm.vocab_size), depth_of(lm)
+    assert_rounding_close(matched.metric("nll_b")[-1], want, depth=depth, scale=scale, msg="B")
+    got, plain = matched.metric("nll_b"), as_is.metric("nll_b")
+    assert_beyond_rounding(got, plain, depth=depth, scale=scale, msg="shifted positions")

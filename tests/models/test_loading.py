@@ -12,6 +12,7 @@ import yaml
 from mechscope.errors import ModelSpecError, UnsupportedFamilyError
 from mechscope.models import all_cards, card_for_config, load_model
 from mechscope.models.card import CARDS_DIR
+from tolerance import assert_rounding_close, depth_of
 
 REQUIRED_FAMILIES = {
     "llama",
@@ -91,9 +92,8 @@ def test_gguf_file_roundtrip(tmp_path: Path) -> None:
     assert loaded.n_layers == lm.n_layers and loaded.card.family == "llama"
     ids = torch.tensor([[1, 5, 9, 20]])
     with torch.no_grad():
-        torch.testing.assert_close(
-            loaded.model(ids).logits, lm.model(ids).logits, atol=1e-4, rtol=0
-        )
+        got, want = loaded.model(ids).logits, lm.model(ids).logits
+    assert_rounding_close(got, want, depth=depth_of(lm), msg="GGUF round trip")
 
 
 def _write_llama_gguf(gguf, lm, path: Path) -> None:

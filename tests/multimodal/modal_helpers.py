@@ -1,6 +1,7 @@
 """Independent computations for the multimodal tests: Hugging Face's own forward (with
 hidden states) on the processor's outputs, and the lens from the language model's modules
-named directly (not through mechscope's card)."""
+named directly (not through mechscope's card). Comparisons allow the rounding of a whole
+pass (tests/tolerance.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-#: Two fp32 computations of the same values through different kernels / orders.
-ATOL = 1e-5
 
 
 def processed(lm, text: str, media, kind: str) -> dict[str, torch.Tensor]:
@@ -27,9 +25,12 @@ def hf_forward(lm, inputs: dict[str, torch.Tensor]):
         return lm.model(**inputs, output_hidden_states=True)
 
 
-def hf_lens_logprobs(lm, inputs: dict[str, torch.Tensor], position: int = -1) -> np.ndarray:
+def hf_lens_logprobs(
+    lm, inputs: dict[str, torch.Tensor], position: int = -1
+) -> tuple[np.ndarray, float]:
     """``[layers, vocab]`` log-probs at ``position``: the language model's final norm and
-    the wrapper's head on HF's hidden states; the last layer is the model's own logits."""
+    the wrapper's head on HF's hidden states; the last layer is the model's own logits.
+    Also the largest |logit| they come from."""
     out = hf_forward(lm, inputs)
     norm = lm.model.model.language_model.norm
     with torch.no_grad():
@@ -38,7 +39,8 @@ def hf_lens_logprobs(lm, inputs: dict[str, torch.Tensor], position: int = -1) ->
             for i in range(lm.n_layers - 1)
         ]
         rows.append(out.logits[0, position])
-    return torch.log_softmax(torch.stack(rows).double(), -1).numpy()
+    logits = torch.stack(rows).double()
+    return torch.log_softmax(logits, -1).numpy(), float(logits.abs().max())
 
 
 def noise_wav(path: Path, seconds: float, *, rate: int = 16_000, seed: int = 0, channels=1):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import soundfile
 import torch
-from modal_helpers import ATOL, hf_forward, hf_lens_logprobs, processed
+from modal_helpers import hf_forward, hf_lens_logprobs, processed
 from PIL import Image
 
 from mechscope.data.modal_prompt import render_prompt
@@ -18,6 +18,7 @@ from mechscope.lens.candidates_modal import load_samples
 from mechscope.lens.config import CandidatesConfig
 from mechscope.lens.run import run_candidates, select_and_prepare
 from mechscope.runs import RunDir, read_table
+from tolerance import assert_rounding_close, depth_of, logprob_scale
 
 WORDS = ["neutral", "happy", "sad", "angry", "surprised"]
 
@@ -33,6 +34,15 @@ def _first_ids(lm, text, words):
     return [lm.tokenizer(text + " " + w).input_ids[n] for w in words]
 
 
+def assert_sum_of_logprobs(got, lm, full, n_p: int, word: list[int]) -> None:
+    """``got`` ``[L]`` equals the lens log-probabilities of ``word``'s tokens, teacher-forced
+    after ``n_p`` prompt tokens, summed: a sum of len(word) terms, each at its scale."""
+    rows = [hf_lens_logprobs(lm, full, n_p - 1 + j) for j in range(len(word))]
+    want = sum(lp[:, tok] for (lp, _), tok in zip(rows, word, strict=True))
+    scale = len(word) * logprob_scale(max(top for _, top in rows), lm.vocab_size)
+    assert_rounding_close(got, want, depth=depth_of(lm), scale=scale, msg="summed scores")
+
+
 @pytest.mark.parametrize("policy", ["first", "sum"])
 def test_audio_scores_equal_plain_readout(audio_lm, speech_dir, policy):
     samples = load_samples(speech_dir / "samples.jsonl")[:2]
@@ -45,8 +55,10 @@ def test_audio_scores_equal_plain_readout(audio_lm, speech_dir, policy):
         inputs = processed(audio_lm, text, clip, "audio")
         assert prep.prompt_ids == inputs["input_ids"][0].tolist()
         if policy == "first":
-            ref = hf_lens_logprobs(audio_lm, inputs)  # [L, V]
-            np.testing.assert_allclose(scores, ref[:, _first_ids(audio_lm, text, WORDS)], atol=ATOL)
+            ref, top = hf_lens_logprobs(audio_lm, inputs)  # [L, V]
+            want = ref[:, _first_ids(audio_lm, text, WORDS)]
+            scale = logprob_scale(top, audio_lm.vocab_size)
+            assert_rounding_close(scores, want, depth=depth_of(audio_lm), scale=scale)
             continue
         n_p = inputs["input_ids"].shape[1]
         for k, word in enumerate(prep.words):  # teacher-force each word with the same clip
@@ -54,10 +66,7 @@ def test_audio_scores_equal_plain_readout(audio_lm, speech_dir, policy):
             full = processed(audio_lm, text, clip, "audio")
             full["input_ids"] = torch.tensor([ids])
             full["attention_mask"] = full["input_ids"] * 0 + 1
-            want = sum(
-                hf_lens_logprobs(audio_lm, full, n_p - 1 + j)[:, tok] for j, tok in enumerate(word)
-            )
-            np.testing.assert_allclose(scores[:, k], want, atol=1e-4)
+            assert_sum_of_logprobs(scores[:, k], audio_lm, full, n_p, word)
 
 
 def test_image_scores_equal_plain_readout(image_lm, image_files, tmp_path):
@@ -77,18 +86,14 @@ def test_image_scores_equal_plain_readout(image_lm, image_files, tmp_path):
         assert prep.spans["image"][1] - prep.spans["image"][0] == 16  # (32 / 8) ** 2 patches
         text = render_prompt("{image} The picture looks", image_lm.processor, "image", sample="t")
         inputs = processed(image_lm, text, Image.open(path).convert("RGB"), "image")
-        ref = hf_lens_logprobs(image_lm, inputs)
+        ref, top = hf_lens_logprobs(image_lm, inputs)
         got = candidate_scores(image_lm, prep)
-        np.testing.assert_allclose(got, ref[:, _first_ids(image_lm, text, WORDS)], atol=ATOL)
+        first = _first_ids(image_lm, text, WORDS)
+        scale, depth = logprob_scale(top, image_lm.vocab_size), depth_of(image_lm)
+        assert_rounding_close(got, ref[:, first], depth=depth, scale=scale, msg="lens")
         # the readout reads the last position, through the model's own head at the top
-        np.testing.assert_allclose(
-            hf_forward(image_lm, inputs)
-            .logits[0, -1]
-            .log_softmax(-1)[_first_ids(image_lm, text, WORDS)]
-            .numpy(),
-            got[-1],
-            atol=ATOL,
-        )
+        head = hf_forward(image_lm, inputs).logits[0, -1].log_softmax(-1)[first]
+        assert_rounding_close(got[-1], head, depth=depth, scale=scale, msg="head")
 
 
 def test_win_rates_sum_to_one_and_match_the_scores(audio_lm, speech_dir, tmp_path):
@@ -144,7 +149,4 @@ def test_gemma3_summed_scores_equal_plain_teacher_forcing(gemma3_lm, image_files
         full["attention_mask"] = torch.ones_like(full["input_ids"])
         pad = len(word) - 1
         full["token_type_ids"] = torch.nn.functional.pad(full["token_type_ids"], (0, pad))
-        want = sum(
-            hf_lens_logprobs(gemma3_lm, full, n_p - 1 + j)[:, tok] for j, tok in enumerate(word)
-        )
-        np.testing.assert_allclose(scores[:, k], want, atol=1e-4)
+        assert_sum_of_logprobs(scores[:, k], gemma3_lm, full, n_p, word)

@@ -3,17 +3,17 @@ the processor's outputs (espeak-ng speech for Qwen2-Audio, real PNGs for LLaVA).
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import soundfile
 import torch
-from modal_helpers import ATOL, hf_forward, noise_wav, processed
+from modal_helpers import hf_forward, noise_wav, processed
 from PIL import Image
 
 from mechscope.data.modal_prompt import encode_modal, render_prompt
 from mechscope.engine import Engine, Patch, Read, Site
 from mechscope.errors import UnsupportedInterventionError
 from mechscope.models import load_model
+from tolerance import assert_rounding_close, depth_of
 
 PROMPT = "{%s} The emotion of the speaker is"
 
@@ -44,11 +44,12 @@ def test_sites_and_logits_equal_hf_forward(case):
     )
     ref = hf_forward(lm, ref_inputs)
     for s in sites[:-1]:  # HF's last hidden state is after the final norm
-        torch.testing.assert_close(out[s], ref.hidden_states[s.layer + 1], atol=ATOL, rtol=0)
-    torch.testing.assert_close(out.logits, ref.logits, atol=ATOL, rtol=0)
+        want = ref.hidden_states[s.layer + 1]
+        assert_rounding_close(out[s], want, depth=depth_of(lm, s.layer + 1), msg=str(s))
+    assert_rounding_close(out.logits, ref.logits, depth=depth_of(lm), msg="logits")
     # lens at the last layer = logits
     lens = Engine.of(lm).unembed(out[sites[-1]])
-    torch.testing.assert_close(lens, ref.logits, atol=ATOL, rtol=0)
+    assert_rounding_close(lens, ref.logits, depth=depth_of(lm), msg="lens")
 
 
 def test_span_is_where_the_media_enters(case, speech_dir, image_files):
@@ -120,4 +121,4 @@ def test_a_saved_model_directory_loads_with_its_processor(audio_lm, speech_dir, 
     mp = encode_modal(lm.processor, lm.model.config, text, "audio", media, sample="t")
     ref = hf_forward(audio_lm, processed(audio_lm, text, media, "audio")).logits
     got = Engine.of(lm).run(torch.tensor([mp.ids]), model_inputs=mp.inputs).logits
-    np.testing.assert_allclose(got.numpy(), ref.numpy(), atol=ATOL)
+    assert_rounding_close(got, ref, depth=depth_of(lm), msg="logits")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import soundfile
 import torch
-from modal_helpers import ATOL, hf_forward, noise_wav, processed
+from modal_helpers import hf_forward, noise_wav, processed
 from PIL import Image
 
 from mechscope.data.modal_prompt import pad_media, render_prompt
@@ -18,6 +18,7 @@ from mechscope.patching.exact import pool_positions
 from mechscope.patching.modal import prepare_modal_pair
 from mechscope.patching.run import patch_pair
 from mechscope.patching.samples import load_pairs_jsonl
+from tolerance import assert_beyond_rounding, assert_rounding_close, depth_of, scale_of
 
 PROMPT = "{%s} The emotion of the speaker is"
 WORDS = [" neutral", " happy", " sad", " angry", " surprised"]
@@ -61,13 +62,16 @@ def test_whole_audio_span_at_layer_0_gives_the_source_logits(audio_lm, speech_di
     ref_a = hf_forward(
         audio_lm, processed(audio_lm, text, pad_media(clip_a, "audio", clip_b), "audio")
     )
-    assert np.abs(ref_a.logits[0, -1] - ref_b.logits[0, -1]).max() > 100 * ATOL  # it can fail
-    np.testing.assert_allclose(res.logits[0, 0, 0], ref_b.logits[0, -1].numpy(), atol=ATOL)
+    a_logits, b_logits = ref_a.logits[0, -1], ref_b.logits[0, -1]
+    depth, top = depth_of(audio_lm), scale_of(a_logits, b_logits)
+    assert_beyond_rounding(a_logits, b_logits, depth=depth, scale=top, msg="A vs B")  # can fail
+    assert_rounding_close(res.logits[0, 0, 0], b_logits, depth=depth, msg="denoised")
     # and the unpatched base is A
     base_logit = res.baseline["base_target_logit"]
-    assert abs(base_logit - float(ref_a.logits[0, -1, pair_target(audio_lm, text)])) < ATOL
+    want = float(a_logits[pair_target(audio_lm, text)])
+    assert_rounding_close(base_logit, want, depth=depth, scale=top, msg="base")
     # noising patches A's span into B: A's logits
-    np.testing.assert_allclose(back.logits[0, 0, 0], ref_a.logits[0, -1].numpy(), atol=ATOL)
+    assert_rounding_close(back.logits[0, 0, 0], a_logits, depth=depth, msg="noised")
     assert res.logits.shape[0] == audio_lm.n_layers
 
 
@@ -81,14 +85,16 @@ def test_patching_a_clip_into_itself_changes_nothing(audio_lm, speech_dir, tmp_p
     pair = _pair(tmp_path, "audio", a, a)
     res = patch_pair(audio_lm, pair, _spec("audio"), keep_logits=True)[0]
     assert res.baseline["forward_rows"] == audio_lm.n_layers  # the forwards did run
-    np.testing.assert_allclose(res.metrics["delta_logit"], 0.0, atol=ATOL)
+    depth, top = depth_of(audio_lm), scale_of(res.logits)  # a difference of two logits
+    assert_rounding_close(res.metrics["delta_logit"], 0.0, depth=depth, scale=2 * top)
     assert res.metrics["flip_from_base"].sum() == 0
     text = render_prompt(PROMPT % "audio", audio_lm.processor, "audio", sample="t")
     ref = hf_forward(
         audio_lm, processed(audio_lm, text, soundfile.read(str(a), dtype="float32")[0], "audio")
     )
     for layer in range(audio_lm.n_layers):
-        np.testing.assert_allclose(res.logits[layer, 0, 0], ref.logits[0, -1].numpy(), atol=ATOL)
+        want = ref.logits[0, -1]
+        assert_rounding_close(res.logits[layer, 0, 0], want, depth=depth, msg=f"{layer}")
 
 
 @pytest.mark.parametrize("model", ["llava", "gemma3"])
@@ -102,8 +108,9 @@ def test_whole_image_span_at_layer_0_gives_the_source_logits(
     base, source = (Image.open(p).convert("RGB") for p in image_files)
     ref = hf_forward(image_lm, processed(image_lm, text, source, "image")).logits[0, -1]
     ref_a = hf_forward(image_lm, processed(image_lm, text, base, "image")).logits[0, -1]
-    assert (ref - ref_a).abs().max() > 100 * ATOL  # the images give different logits
-    np.testing.assert_allclose(res.logits[0, 0, 0], ref.numpy(), atol=ATOL)
+    depth = depth_of(image_lm)  # the images give different logits
+    assert_beyond_rounding(ref, ref_a, depth=depth, scale=scale_of(ref, ref_a), msg="images")
+    assert_rounding_close(res.logits[0, 0, 0], ref, depth=depth, msg="source logits")
 
 
 def test_spans_of_different_lengths_need_a_policy(audio_lm, speech_dir, tmp_path):
@@ -200,8 +207,9 @@ def test_truncate_and_pool_at_layer_0_equal_a_spliced_input(audio_lm, speech_dir
         m = len(spans[1])
         rows = {spans[0][i]: src[(i * m) // n : -((-(i + 1) * m) // n)].mean(0) for i in range(n)}
     want = _spliced_logits(audio_lm, emb[0], rows)
-    assert np.abs(want - _spliced_logits(audio_lm, emb[0], {})).max() > 100 * ATOL  # A differs
-    np.testing.assert_allclose(res.logits[0, 0, 0], want, atol=ATOL)
+    depth, other = depth_of(audio_lm), _spliced_logits(audio_lm, emb[0], {})
+    assert_beyond_rounding(want, other, depth=depth, scale=scale_of(want, other), msg="A")
+    assert_rounding_close(res.logits[0, 0, 0], want, depth=depth, msg="spliced")
 
 
 def test_a_replaced_clip_changes_the_pairs_content_key(tmp_path):

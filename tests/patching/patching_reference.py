@@ -4,14 +4,18 @@ modules (no mechscope engine), one patch per forward, and metrics in float64 num
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 from scipy.spatial.distance import jensenshannon
 from scipy.special import log_softmax, rel_entr
 
 from mechscope.data.pairs import ContrastivePair
 from mechscope.data.spans import render
+from mechscope.patching.config import METRICS
+from tolerance import assert_rounding_close, divergence_scale, logprob_scale
 
 TEMPLATE = "When {IO} and {S1} went to the {PLACE}, {S2} gave a drink to"
 
@@ -124,6 +128,34 @@ def patch_once(
     return run_hooked(model, base_ids, [(site, layer, fn)])[-1]
 
 
+#: Metrics read off the logits' argmax: equal on both sides unless two logits tie.
+FLIPS = ("flip_to_target", "flip_from_base")
+
+
+def metric_scale(name: str, logit_scale: float, vocab: int, effect: Any = None) -> float:
+    """The scale at which rounding of the logits (largest |logit| ``S``, ``vocab`` of them)
+    reaches a readout metric, for :func:`tolerance.assert_rounding_close`. A difference of
+    two logits carries twice one logit's error; log-probabilities and divergences as in
+    :func:`tolerance.logprob_scale` and :func:`tolerance.divergence_scale`; a probability
+    ``p`` moves by ``p·δ(log p)``, at most a log-probability's error. Flips are compared
+    exactly. The normalised effect ``(ld − corrupt) / D`` (``effect``: the pair's result,
+    for ``D = clean − corrupt`` and the effect's size) moves by ``(2 + 2·|effect|) / |D|``
+    times a logit difference's error."""
+    if name in FLIPS:
+        return 0.0
+    if name in ("kl_to_base", "js_to_base"):
+        return divergence_scale(logit_scale, vocab)
+    if name in ("target_logprob", "target_prob"):
+        return logprob_scale(logit_scale, vocab)
+    if name == "normalized_effect":
+        assert effect is not None, "the normalised effect needs the pair's result"
+        b = effect.baseline
+        spread = abs(b["clean_logit_diff"] - b["corrupt_logit_diff"])
+        size = float(np.nanmax(np.abs(effect.metrics[name])))
+        return 2 * logit_scale * (2 + 2 * size) / spread
+    return 2 * logit_scale
+
+
 def ref_metrics(
     logits: np.ndarray,
     base: np.ndarray,
@@ -152,3 +184,27 @@ def ref_metrics(
         "kl_to_base": float(rel_entr(p, q).sum()),
         "js_to_base": float(jensenshannon(p, q) ** 2),
     }
+
+
+def logit_scale(lm: Any, pairs: list[ContrastivePair]) -> float:
+    """The largest |logit| of the pairs' clean and corrupt prompts (every position)."""
+    prompts = [text for p in pairs for text in (p.clean, p.corrupt)]
+    return max(
+        float(run_hooked(lm.model, lm.tokenizer(t).input_ids, []).abs().max()) for t in prompts
+    )
+
+
+def assert_results_close(got: Any, ref: Any, lm: Any, scale: float) -> None:
+    """Two patching results: the same tables but for rounding, pair by pair, of logits of
+    largest magnitude ``scale`` in every metric (``attribution`` as a logit difference)."""
+    frame = ref.to_frame()
+    labels = [c for c in frame.columns if c not in METRICS and c != "attribution"]
+    pd.testing.assert_frame_equal(got.to_frame()[labels], frame[labels])
+    for a, b in zip(got.pairs, ref.pairs, strict=True):
+        values = {**b.metrics, **({} if b.attribution is None else {"attribution": b.attribution})}
+        for name, want in values.items():
+            have = a.attribution if name == "attribution" else a.metrics[name]
+            what = "logit_diff" if name == "attribution" else name
+            metric = metric_scale(what, scale, lm.vocab_size, b)
+            depth = lm.n_layers + 1
+            assert_rounding_close(have, want, depth=depth, scale=metric, msg=f"{b.pair_id} {name}")

@@ -1,13 +1,13 @@
-"""Patches whose outcome is known exactly: they must reproduce the source or the base run."""
+"""Patches whose outcome is known exactly: they must reproduce the source or the base run,
+up to the rounding of a whole pass (tests/tolerance.py)."""
 
 from __future__ import annotations
 
 import numpy as np
-from patching_reference import run_hooked
+from patching_reference import metric_scale, run_hooked
 
 from mechscope.patching import PatchSpec, patch_pairs, prepare_pair
-
-ATOL = 1e-4
+from tolerance import assert_rounding_close, depth_of
 
 
 def _logits(lm, ids):
@@ -20,8 +20,12 @@ def test_all_positions_of_resid_pre_at_layer_0_is_the_source_run(lm, same_pair):
     )
     for res in patch_pairs(lm, [same_pair], spec, keep_logits=True, progress=False).pairs:
         p = prepare_pair(same_pair, lm.tokenizer, res.direction, spec)
-        np.testing.assert_allclose(res.logits[0, 0, 0], _logits(lm, p.source_ids), atol=ATOL)
-        assert abs(res.metrics["logit_diff"][0, 0, 0] - res.baseline["source_logit_diff"]) < ATOL
+        depth, scale = depth_of(lm), float(np.abs(res.logits).max())
+        assert_rounding_close(res.logits[0, 0, 0], _logits(lm, p.source_ids), depth=depth)
+        got, want = res.metrics["logit_diff"][0, 0, 0], res.baseline["source_logit_diff"]
+        assert_rounding_close(
+            got, want, depth=depth, scale=metric_scale("logit_diff", scale, lm.vocab_size)
+        )
 
 
 def test_last_resid_post_at_readout_gives_source_elsewhere_base(lm, same_pair):
@@ -40,15 +44,13 @@ def test_last_resid_post_at_readout_gives_source_elsewhere_base(lm, same_pair):
     for res in result.pairs:
         source, base = (clean, corrupt) if res.direction == "denoising" else (corrupt, clean)
         readout = res.positions.index(len(clean_ids) - 1)
-        np.testing.assert_allclose(res.logits[0, readout, 0], source, atol=ATOL)
+        depth, scale = depth_of(lm), float(np.abs(res.logits).max())
+        assert_rounding_close(res.logits[0, readout, 0], source, depth=depth, msg="readout")
         for u in range(len(res.positions)):
             if u != readout:  # the last layer's other positions never reach the readout
-                np.testing.assert_allclose(res.logits[0, u, 0], base, atol=ATOL)
+                assert_rounding_close(res.logits[0, u, 0], base, depth=depth, msg=f"unit {u}")
         # denoising restores the clean answer fully; noising removes it fully
-        assert (
-            abs(
-                res.metrics["normalized_effect"][0, readout, 0]
-                - (1.0 if res.direction == "denoising" else 0.0)
-            )
-            < ATOL
-        )
+        effect = res.metrics["normalized_effect"][0, readout, 0]
+        full = 1.0 if res.direction == "denoising" else 0.0
+        ne_scale = metric_scale("normalized_effect", scale, lm.vocab_size, res)
+        assert_rounding_close(effect, full, depth=depth, scale=ne_scale, msg="effect")

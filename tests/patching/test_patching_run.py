@@ -21,9 +21,10 @@ from mechscope.patching.figures import (
 from mechscope.patching.report import patching_section
 from mechscope.patching.result import PatchingResult
 from mechscope.patching.samples import load_pairs_jsonl
-from mechscope.report import FigureBlock
+from mechscope.report import FigureBlock, FindingBlock, walk
 from mechscope.runs import RunDir, ShardStore, read_table
 from mechscope.stats import curve_ci
+from tolerance import assert_rounding_close
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +61,8 @@ def test_run_dir_tables_and_resume(lm, pairs, tmp_path):
     for p in first.pairs:
         assert by_key[(p.pair_id, p.direction)].roles == p.roles == ["S2"]
     blocks = patching_section(run)
-    assert sum(isinstance(b, FigureBlock) for b in blocks) >= 4
+    assert isinstance(blocks[0], FindingBlock) and isinstance(blocks[1], FigureBlock)
+    assert sum(isinstance(b, FigureBlock) for b in walk(blocks)) >= 4
 
 
 def test_a_reopened_run_holds_only_the_pairs_of_its_table(lm, pairs, tmp_path):
@@ -79,7 +81,7 @@ def test_figures_are_functions_of_the_result(lm, pairs):
     result = patch_pairs(lm, pairs, spec, progress=False)
     fig = position_heatmap(result, "normalized_effect")
     arr = np.stack([p.metrics["normalized_effect"][:, :, 0] for p in result.pairs])
-    np.testing.assert_allclose(fig.spec.z, arr.mean(0), atol=1e-6)
+    assert_rounding_close(fig.spec.z, arr.mean(0), depth=1, msg="mean over pairs")
     assert fig.spec.x_labels[14].startswith("14 S2")
     curve = layer_curves(result, ("flip_to_target",), units=[14], n_resamples=200)
     ci = curve_ci(

@@ -6,7 +6,7 @@ import dataclasses
 
 import pandas as pd
 import pytest
-from patching_reference import ioi_like
+from patching_reference import assert_results_close, ioi_like, logit_scale
 
 from mechscope.models import load_model
 from mechscope.patching import PatchSpec, run_patching
@@ -56,8 +56,8 @@ def test_edited_pair_is_recomputed_and_nothing_else(lm, tmp_path, monkeypatch):
     assert written == ["p1"]  # p1's group runs as in a fresh run; only p1 is replaced
     fresh = run_patching(RunDir.create(tmp_path, "fresh", config), lm, edited, spec)
     # p0 is kept from the first run, where its batch neighbour was the unedited p1: fp32
-    # batch roundoff against the fresh run, ~3e-8 measured; p1 is bit-identical
-    pd.testing.assert_frame_equal(resumed.to_frame(), fresh.to_frame(), rtol=0, atol=1e-6)
+    # batch roundoff against the fresh run (~3e-8 measured); p1 is bit-identical
+    assert_results_close(resumed, fresh, lm, logit_scale(lm, edited))
     p1 = lambda r: r.to_frame().query("pair == 'p1'")  # noqa: E731
     pd.testing.assert_frame_equal(p1(resumed), p1(fresh))
     assert not resumed.to_frame().equals(  # the edit changed p1's numbers

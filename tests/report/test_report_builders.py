@@ -41,7 +41,9 @@ def test_heatmap_z_labels_and_scale():
     assert trace.zmid == 1.0 and trace.colorbar.title.text == "ΔNLL"
     assert list(pfig.layout.xaxis.ticktext) == ["the", "&lt;s&gt;", "the", "$x"]
     assert list(trace.x) == [0, 1, 2, 3]  # repeated tokens stay separate columns
-    assert pfig.layout.yaxis.autorange == "reversed"  # row 0 on top, as in the PNG
+    assert list(pfig.layout.yaxis.range) == [2.5, -0.5]  # row 0 on top, as in the PNG
+    assert list(pfig.layout.xaxis.range) == [-0.5, 3.5]  # the cells fill the axes
+    assert pfig.layout.xaxis.zeroline is False and pfig.layout.yaxis.zeroline is False
     assert trace.text[2][3] == "L2 · $x<br>r2c3<br>&lt;extra&gt;"
     assert "red is above 1" in fig.caption
 

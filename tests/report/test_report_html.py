@@ -10,7 +10,9 @@ import pytest
 from plotly.offline import get_plotlyjs
 
 from mechscope.report import (
+    DetailsBlock,
     FigureBlock,
+    FindingBlock,
     KeyValueBlock,
     Series,
     TableBlock,
@@ -94,10 +96,10 @@ def test_report_is_self_contained_with_sections_and_static_figures(run, toy_sect
     assert "mechscope lens --config toy.yaml" in html and "2.5 s" in html
 
     figs = run.path / "figures"
-    expected = {"toy-01.png", "toy-01.svg", "toy-curve.png", "toy-curve.svg"}
+    expected = {f"toy-{k}.{ext}" for k in ("01", "curve") for ext in ("png", "svg", "pdf")}
     assert {p.name for p in figs.iterdir()} == expected
     assert all((figs / name).stat().st_size > 500 for name in expected)
-    assert 'href="figures/toy-curve.svg"' in html
+    assert 'href="figures/toy-curve.svg"' in html and 'href="figures/toy-curve.pdf"' in html
     assert [p.name for p in run.path.glob(".*")] == []  # no temp files left
 
 
@@ -155,3 +157,55 @@ def test_header_gives_the_time_of_each_part_and_of_each_step(run, isolated_secti
     assert "<th>patching_spans</th><td>12.0 s</td>" in tables["Time per step"]
     html = report_html.build_report(run).read_text(encoding="utf-8")
     assert "Time per part" in html and "1 min 15 s (unfinished)" in html
+
+
+def test_findings_open_sections_and_the_summary_lists_them(run, isolated_sections, monkeypatch):
+    monkeypatch.setattr(report_html, "load_sections", lambda: [])
+
+    @register_section("first", "First", order=1)
+    def first(run):
+        fig = heatmap([[1.0]], ["a"], ["b"], "Key figure")
+        more = DetailsBlock("More figures (1)", [FigureBlock(heatmap([[2.0]], ["a"], ["b"], "x"))])
+        return [FindingBlock("The effect is **0.93 [0.81, 1.02]**."), FigureBlock(fig), more]
+
+    @register_section("second", "Second", order=2)
+    def second(run):
+        return [FindingBlock("Nothing at 0.05."), TextBlock("prose")]
+
+    html = build_report(run, static_figures=False).read_text(encoding="utf-8")
+    summary = html[html.index('<nav class="toc">') : html.index("</nav>")]
+    assert summary.index('href="#first"') < summary.index("0.93") < summary.index('href="#second"')
+    assert "<strong>0.93 [0.81, 1.02]</strong>" in summary and "Nothing at 0.05." in summary
+    section = html[html.index('<section id="first">') :]
+    assert section.index('class="block finding"') < section.index('class="plotly-graph-div"')
+    details = section[section.index('<details class="block more">') :]
+    assert (
+        "<summary>More figures (1)</summary>" in details and 'class="details-body grid"' in details
+    )
+    assert html.count('class="plotly-graph-div"') == 2  # the one behind the disclosure too
+    assert 'addEventListener("toggle"' in html  # figures drawn closed are fitted on opening
+
+
+def test_tables_and_settings_are_disclosures_with_readable_values(
+    run, isolated_sections, monkeypatch
+):
+    monkeypatch.setattr(report_html, "load_sections", lambda: [])
+    df = pd.DataFrame({"pair_id": ["ioi-train-0-00001"] * 30, "clean_logit_diff": np.arange(30.0)})
+
+    @register_section("tab", "Tables", order=1)
+    def tab(run):
+        settings = {"directions": "('denoising',)", "heads": "None", "exact": True, "n": None}
+        return [
+            TableBlock(df, "Unpatched runs per pair.", source="tables/x.parquet"),
+            KeyValueBlock(settings, "Settings"),
+        ]
+
+    html = build_report(run, static_figures=False).read_text(encoding="utf-8")
+    summary = '<summary>Unpatched runs per pair <span class="count">(30 rows)</span></summary>'
+    assert '<details class="block table">' + summary in html
+    assert "Showing 20 of 30 rows. All rows: tables/x.parquet." in html
+    assert "clean_<wbr>logit_<wbr>diff" in html  # headers break after underscores
+    assert '<td class="text">ioi-train-0-00001</td>' in html  # short text: never wrapped
+    kv = html[html.index('<details class="block kv">') :]
+    assert "<td>denoising</td>" in kv and "<td>–</td>" in kv and "<td>yes</td>" in kv
+    assert "None" not in kv and "(&#39;" not in kv and "('" not in kv

@@ -1,4 +1,4 @@
-"""Static PNG + SVG copies: written, non-empty, valid, reproducible."""
+"""Static PNG, SVG and PDF copies: written, non-empty, valid, reproducible."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from mechscope.report import Series, bars, curves, graph, heatmap, scatter
+from mechscope.report import Series, bars, curves, graph, heatmap, panels, scatter
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -24,19 +24,24 @@ def _figures():
         "scatter": scatter(m, m, "s", text=["a\n1", "b", "c"], groups=list("aab"), diagonal=True),
         "graph": graph([("a", "A", 1, "g1"), ("b", "B", 2, "g2")], [("a", "b", 1.0)], "g"),
         "line": graph([("a", "A"), ("b", "B"), ("c", "C")], [("a", "c", -1.0)], "l", layout="line"),
+        "panels": panels(
+            [0, 1, 2], {"p": [Series("s", m, m - 0.1, m + 0.1)], "q": [Series("s", m)]}, "p"
+        ),
     }
 
 
 @pytest.mark.parametrize("key", list(_figures()))
-def test_png_and_svg_written_and_valid(tmp_path, key):
+def test_png_svg_and_pdf_written_and_valid(tmp_path, key):
     fig = _figures()[key]
     paths = fig.save_static(tmp_path, key)
-    assert [p.name for p in paths] == [f"{key}.png", f"{key}.svg"]
-    png, svg = paths
+    names = [f"{key}.png", f"{key}.svg", f"{key}.pdf"]
+    assert [p.name for p in paths] == names
+    png, svg, pdf = paths
     assert png.read_bytes().startswith(PNG_MAGIC) and png.stat().st_size > 1000
     root = ET.fromstring(svg.read_bytes())
     assert root.tag.endswith("svg")
-    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{key}.png", f"{key}.svg"]
+    assert pdf.read_bytes().startswith(b"%PDF") and pdf.stat().st_size > 1000
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)
 
 
 def test_static_output_is_reproducible(tmp_path):

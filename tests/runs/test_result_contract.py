@@ -78,6 +78,8 @@ REOPENED = (
     "CandidateResult",
     "StudyResult",
     "PatchingResult",
+    "PathResult",
+    "SteeringResult",
     "HeadsResult",
     "ResamplingResult",
     "AdaptiveResult",
@@ -175,6 +177,27 @@ def test_patching_result(tiny, tmp_path):
     spec = PatchSpec(site="z", granularity="span", attribution=True, spans=("S2",))
     result = patch_pairs(tiny, pairs, spec, keep_logits=True, progress=False)
     assert result.pairs[0].attribution is not None and result.pairs[0].logits is not None
+    _round_trip(tmp_path, result)
+
+
+def test_path_result(tiny, tmp_path):
+    from mechscope.patching import path_patch
+
+    ioi_like = _helpers("patching", "patching_reference").ioi_like
+    pairs = [ioi_like("p/0", "Mary", "John", "Mary", "store")]
+    result = path_patch(tiny, pairs, "all", [[(1, 0), (1, 1)], [(0, 0)]], "q")
+    assert np.isnan(result.logit_diff[:, -1, -1]).all()  # a cell without a path survives
+    _round_trip(tmp_path, result)
+
+
+def test_steering_result(tiny, tmp_path):
+    from mechscope.steering import SteerConfig, steer_sweep
+    from mechscope.steering.samples import SteerPrompt
+
+    prompts = [SteerPrompt("p/0", "When Mary and John went", " Mary", " John")]
+    config = SteerConfig(layer=1, alphas=(-2.0, 2.0), max_new_tokens=2, policy="first")
+    result = steer_sweep(tiny, torch.ones(tiny.d_model), prompts, config, progress=False)
+    assert result.generations and result.vector is not None
     _round_trip(tmp_path, result)
 
 

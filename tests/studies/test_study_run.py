@@ -11,7 +11,7 @@ from study_helpers import more_mini_problems, solution, wrong
 
 from mechscope.engine.generate import Completion
 from mechscope.errors import InputError
-from mechscope.report import FigureBlock
+from mechscope.report import FigureBlock, FindingBlock, walk
 from mechscope.runs import RunDir, ShardStore, read_table
 from mechscope.studies.humaneval import task_run
 from mechscope.studies.humaneval.config import StudyConfig
@@ -158,6 +158,8 @@ def test_test_shards_keep_programs_and_stderr(study):
 
 def test_report_section_has_the_three_figures_per_quadrant(study):
     blocks = study_section(study["run"])
+    assert isinstance(blocks[0], FindingBlock) and isinstance(blocks[1], FigureBlock)
+    blocks = list(walk(blocks))
     names = [b.name for b in blocks if isinstance(b, FigureBlock)]
     for mode in ("as-run", "position-matched"):
         assert {f"lens-study-heat-{mode}-{g}" for g in ("G11", "G10", "G01", "G00")} <= set(names)

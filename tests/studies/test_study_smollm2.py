@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
@@ -12,11 +11,17 @@ from mechscope.studies.humaneval.conditions import TOOL, task_conditions
 from mechscope.studies.humaneval.payload import pair_diff, run_task_group
 from mechscope.studies.humaneval.task_run import GenerationOptions
 from mechscope.studies.sandbox import run_program
+from tolerance import (
+    assert_lens_metrics_close,
+    assert_rounding_close,
+    depth_of,
+    lens_logit_scale,
+    logprob_scale,
+)
 
 pytestmark = pytest.mark.slow
 
 #: fp32 NLL of the same logits from the lens (cached tail pass) and from a plain forward.
-NLL_ATOL = 1e-3
 
 
 def test_every_task_fits_and_the_control_is_length_matched(smollm2):
@@ -59,8 +64,15 @@ def test_one_task_end_to_end_matches_a_plain_forward(smollm2):
     rows = logits[cond.cont_start - 1 : cond.cont_start - 1 + n]
     nll = -torch.log_softmax(rows, -1)[torch.arange(n), torch.tensor(task.reference.cont_ids)]
     sem = diff.semantic
-    np.testing.assert_allclose(diff.metric("nll_b")[-1, sem], nll.numpy()[sem], atol=NLL_ATOL)
+    eng, v = Engine.of(smollm2), smollm2.vocab_size
+    scale, depth = logprob_scale(float(logits.abs().max()), v), depth_of(smollm2)
+    got = diff.metric("nll_b")[-1, sem]
+    assert_rounding_close(got, nll.numpy()[sem], depth=depth, scale=scale, msg="NLL")
     pm = pair_diff(payload, "tests", "position_matched")
     assert pm.position_ids["agentic"] == pm.position_ids[ASSISTED]
     # a rotary model: moving the prompt changes nothing but fp32 rounding
-    np.testing.assert_allclose(pm.metrics[:, :, sem], diff.metrics[:, :, sem], atol=1e-3)
+    conds = task.samples["tests"].conditions.values()
+    top = max(lens_logit_scale(eng, c.ids) for c in conds)
+    assert_lens_metrics_close(
+        pm.metrics[:, :, sem], diff.metrics[:, :, sem], logit_scale=top, vocab=v, depth=depth
+    )

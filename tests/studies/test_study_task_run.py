@@ -3,7 +3,9 @@
 The study reuses one prompt cache for generation and teacher forcing, position-matches with
 explicit position ids instead of pad tokens, and unembeds each distinct pass once for all
 pairs. Each shortcut is checked here against the paired analysis run pair by pair
-(:func:`mechscope.lens.paired.analyse_sample`, full passes, left padding).
+(:func:`mechscope.lens.paired.analyse_sample`, full passes, left padding), up to the
+rounding of the lens logits, hidden states and attention probabilities they come from
+(tests/tolerance.py).
 """
 
 from __future__ import annotations
@@ -23,10 +25,24 @@ from mechscope.studies.humaneval.conditions import task_conditions
 from mechscope.studies.humaneval.payload import pair_diff, run_task_group
 from mechscope.studies.humaneval.readout import shared_pair_readout
 from mechscope.studies.humaneval.task_run import MODES, GenerationOptions
+from tolerance import (
+    READOUT_ROWS,
+    assert_lens_metrics_close,
+    assert_rounding_close,
+    depth_of,
+    lens_logit_scale,
+    scale_of,
+    score_scale,
+)
 
-#: fp32 logit-lens NLLs of the same hidden states through different kernels.
-METRIC_ATOL = 2e-5
-MASS_ATOL = 1e-6
+
+def attention_scale(engine, ids) -> float:
+    """The largest |attention score| of any layer on ``ids``: the probabilities' scale."""
+    from mechscope.engine import Read, Site
+
+    sites = [Site("attn_scores", layer) for layer in range(engine.lm.n_layers)]
+    out = engine.run(torch.tensor([ids]), [Read(s) for s in sites], logits=False)
+    return max(score_scale(out[s]) for s in sites)
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +55,11 @@ def tasks(tiny):
 def test_tail_pass_on_a_cache_equals_the_full_pass(engine, tasks):
     task = tasks[0]
     n = task.reference.n_tokens
+    depth = depth_of(engine.lm)
     for arm in task.arms.values():
         cond = arm.condition
         full = forward_condition(engine, cond, as_run(cond), n, True)
+        mass = attention_scale(engine, cond.ids)
         for k in (0, 1, cond.cont_start - 1):
             cache = prefix_cache(engine, cond.ids[:k])
             got = tail_pass(
@@ -52,8 +70,9 @@ def test_tail_pass_on_a_cache_equals_the_full_pass(engine, tasks):
                 n_queries=n,
                 onehot=key_onehot(cond, 0),
             )
-            torch.testing.assert_close(got.hidden, full.hidden, atol=1e-5, rtol=0)
-            np.testing.assert_allclose(got.attention, full.attention, atol=MASS_ATOL)
+            assert_rounding_close(got.hidden, full.hidden, depth=depth, msg=f"hidden {k}")
+            got_mass, want = got.attention, full.attention
+            assert_rounding_close(got_mass, want, depth=depth, scale=mass, msg=f"mass {k}")
 
 
 def test_shared_readout_equals_pairwise_readout(engine, tasks):
@@ -64,12 +83,17 @@ def test_shared_readout_equals_pairwise_readout(engine, tasks):
     targets = torch.tensor(prep.cont_ids)
     got = shared_pair_readout(engine, hidden, [(0, 1), (1, 0)], targets, chunk_tokens=3)
     refs = readout_layers(engine, (hidden[0], hidden[1]), targets, chunk=5, workers=1)
+    # the same hidden states read out in other chunks: one stage of rounding of the lens
+    top = max(scale_of(engine.unembed(h)) for h in hidden)
+    close = dict(logit_scale=top, vocab=engine.lm.vocab_size, depth=1)
     for layer in range(engine.lm.n_layers):
         ref = refs[:, layer]  # [5, T]: nll_a, nll_b, js, kl_ab, kl_ba
-        np.testing.assert_allclose(got[0, [0, 1, 3, 4, 5], layer], ref, atol=1e-6)
-        np.testing.assert_allclose(got[0, 2, layer], ref[0] - ref[1], atol=1e-6)
-        np.testing.assert_allclose(got[1, 0, layer], ref[1], atol=1e-6)  # swapped pair
-        np.testing.assert_allclose(got[1, 4, layer], ref[4], atol=1e-6)  # KL(B‖A) is kl_ab
+        got_ab = got[0, [0, 1, 3, 4, 5], layer]
+        assert_lens_metrics_close(got_ab, ref, rows=READOUT_ROWS, **close, msg=f"{layer}")
+        dnll = got[0, 2, layer][None]
+        assert_lens_metrics_close(dnll, (ref[0] - ref[1])[None], rows=("dnll",), **close)
+        swapped = got[1, [0, 4], layer]  # the swapped pair: NLL A is B's, KL(B‖A) is kl_ab
+        assert_lens_metrics_close(swapped, ref[[1, 4]], rows=("nll", "div"), **close)
 
 
 def test_every_pair_equals_the_paired_analysis(engine, tasks):
@@ -80,15 +104,27 @@ def test_every_pair_equals_the_paired_analysis(engine, tasks):
             for mode in MODES:
                 got = pair_diff(payload, variant, mode)
                 opts = PairedOptions(position_matched=mode == "position_matched")
-                ref = analyse_sample(engine, task.samples[variant], opts)
+                sample = task.samples[variant]
+                ref = analyse_sample(engine, sample, opts)
                 sem = ref.semantic
-                np.testing.assert_allclose(
-                    got.metrics[..., sem], ref.metrics[..., sem], atol=METRIC_ATOL
+                conds = sample.conditions.values()
+                top = max(lens_logit_scale(engine, c.ids) for c in conds)
+                depth = depth_of(engine.lm)
+                assert_lens_metrics_close(
+                    got.metrics[..., sem],
+                    ref.metrics[..., sem],
+                    logit_scale=top,
+                    vocab=engine.lm.vocab_size,
+                    depth=depth,
+                    msg=f"{variant} {mode}",
                 )
                 assert np.isnan(got.metrics[..., ~sem]).all()  # whitespace: not read out
+                mass_scale = max(attention_scale(engine, c.ids) for c in conds)
                 for cond, mass in ref.attention.items():
                     head_mean = mass.mean(axis=1, keepdims=True)
-                    np.testing.assert_allclose(got.attention[cond], head_mean, atol=MASS_ATOL)
+                    assert_rounding_close(
+                        got.attention[cond], head_mean, depth=depth, scale=mass_scale, msg=cond
+                    )
                 assert got.segments == ref.segments
                 assert got.position_ids == ref.position_ids
                 assert got.cont_start == ref.cont_start

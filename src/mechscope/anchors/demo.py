@@ -17,7 +17,7 @@ import pandas as pd
 
 from mechscope.anchors.config import ReceiverOptions, RolloutSettings, SuppressionOptions
 from mechscope.anchors.embeddings import Embedder, MiniLMEmbedder, minilm_path
-from mechscope.anchors.layout import SETTINGS_TABLE
+from mechscope.anchors.layout import RECEIVERS_SKIPPED_TABLE, SETTINGS_TABLE
 from mechscope.anchors.run import (
     analyze_run,
     base_traces,
@@ -114,6 +114,11 @@ def demo(run: RunDir, lm: LoadedModel, quick: bool) -> None:
         analyze_run(run, traces, embedder=embedder)
     with run.timed("anchors_receivers"):
         options = ReceiverOptions(proximity=s.proximity, top_k=s.top_k)
-        receivers_run(run, lm, traces, options, n_random=s.n_random)
+        try:
+            receivers_run(run, lm, traces, options, n_random=s.n_random)
+        except InputError as err:  # the model's traces are too short: say so, go on
+            if err.field != "receivers":
+                raise
+            write_table(run, RECEIVERS_SKIPPED_TABLE, pd.DataFrame({"reason": [err.expected]}))
     with run.timed("anchors_suppression"):
         suppression_run(run, lm, traces, SuppressionOptions())

@@ -8,13 +8,15 @@ Each entry point takes a result (:class:`ResamplingResult`, :class:`ReceiverResu
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
 from mechscope.anchors.result import ReceiverResult, ResamplingResult, SuppressionResult
 from mechscope.anchors.taxonomy import CATEGORIES
 from mechscope.report import Edge, Figure, Node, Series, bars, curves, graph, heatmap
-from mechscope.stats import curve_ci
+from mechscope.stats import mean_ci as stats_mean_ci
 
 IMPORTANCE_COLUMNS = (
     "counterfactual_importance_kl",
@@ -27,7 +29,7 @@ LABELS = {
     "resampling_importance_kl": "resampling importance (KL, nats)",
     "resampling_importance_accuracy": "resampling importance (Δ accuracy)",
     "forced_importance_accuracy": "forced-answer importance (Δ accuracy)",
-    "receiver_score": "receiver score (mean attention from ≥ proximity later sentences)",
+    "receiver_score": "receiver score (attention from later sentences)",
 }
 
 
@@ -48,15 +50,11 @@ def importance_column(chunks: ResamplingResult | pd.DataFrame) -> str | None:
 
 
 def mean_ci(values: np.ndarray, seed: int = 0) -> tuple[float, float, float]:
-    """Mean of the finite values and its 95% percentile bootstrap CI (:func:`curve_ci`); NaN
-    bounds with fewer than 3 finite values or none that differ."""
-    v = values[np.isfinite(values)]
-    if v.size == 0:
-        return np.nan, np.nan, np.nan
-    if v.size < 3 or np.all(v == v[0]):
-        return float(v.mean()), np.nan, np.nan
-    ci = curve_ci(v, seed=seed)
-    return float(v.mean()), float(ci.low), float(ci.high)
+    """Mean of the finite values and its 95% percentile bootstrap CI
+    (:func:`mechscope.stats.mean_ci`); NaN bounds with fewer than 3 finite values or none
+    that differ."""
+    mean, low, high, n = stats_mean_ci(values, seed=seed)
+    return (mean, low, high) if n >= 3 else (mean, np.nan, np.nan)
 
 
 def by_category(frame: pd.DataFrame, column: str) -> pd.DataFrame:
@@ -169,6 +167,12 @@ def suppression_heatmap(supp: SuppressionResult | pd.DataFrame, trace: str, n: i
     )
 
 
+#: Past this many sentences the graph becomes a matrix (target × source): arcs between
+#: hundreds of sentences no longer say which depends on which.
+MATRIX_FROM = 150
+LABELLED = 12  # sentences labelled beside their node (the most important); others on hover
+
+
 def _edges_from(matrix: np.ndarray, per_target: int, source_major: bool) -> list[Edge]:
     """Strongest positive edges into each target; ``matrix[src, dst]`` if ``source_major``
     else ``matrix[dst, src]``."""
@@ -182,6 +186,25 @@ def _edges_from(matrix: np.ndarray, per_target: int, source_major: bool) -> list
     return edges
 
 
+def spaced_top(size: np.ndarray, k: int, gap: int) -> list[str]:
+    """The ``k`` largest nodes, skipping any within ``gap`` positions of one already taken,
+    so their numbers never print over each other."""
+    taken: list[int] = []
+    for i in np.argsort(-size, kind="stable"):
+        if all(abs(int(i) - j) >= gap for j in taken):
+            taken.append(int(i))
+        if len(taken) == k:
+            break
+    return [str(i) for i in sorted(taken)]
+
+
+def edge_budget(n: int) -> tuple[int, int]:
+    """``(per_target, most)``: strongest dependencies kept into each sentence, and in all.
+    A short trace shows two per sentence; a long one the strongest few dozen overall, so
+    arcs stay countable."""
+    return (2 if n <= 30 else 1), max(20, min(60, n))
+
+
 def sentence_graph(
     chunks: ResamplingResult | pd.DataFrame,
     trace: str,
@@ -191,16 +214,19 @@ def sentence_graph(
     *,
     source_major: bool,
     edge_source: str,
-    per_target: int = 2,
 ) -> Figure:
     """Sentences of one trace as nodes (size: importance, colour: category) and their
-    strongest dependencies as edges."""
+    strongest dependencies as arcs; past :data:`MATRIX_FROM` sentences, the dependency
+    matrix instead."""
     chunks = as_frame(chunks)
     col = importance_column(chunks)
-    imp = np.full(len(texts), np.nan)
+    n = len(texts)
+    imp = np.full(n, np.nan)
     part = chunks[chunks["trace"] == trace]
     if col is not None:
         imp[part["chunk_index"].to_numpy(int)] = part[col].to_numpy(dtype=float)
+    if n > MATRIX_FROM and matrix is not None:
+        return dependency_matrix(trace, matrix, source_major, edge_source, imp, col)
     size = np.where(np.isfinite(imp), np.abs(imp), 0.0) + 1e-3
     nodes = [
         Node(
@@ -210,17 +236,54 @@ def sentence_graph(
             categories[i],
             f"{i} [{categories[i]}] {texts[i][:120]}\nimportance: {imp[i]:.3g}",
         )
-        for i in range(len(texts))
+        for i in range(n)
     ]
+    per_target, most = edge_budget(n)
     edges = [] if matrix is None else _edges_from(matrix, per_target, source_major)
+    kept = sorted(edges, key=lambda e: -e.weight)[:most]
+    labelled = spaced_top(size, LABELLED, gap=math.ceil(n / 30)) if n > 30 else None
+    sized = LABELS.get(col, "importance") if col else "a constant (no importance computed)"
+    more = f" (the {most} strongest of {len(edges)} shown)" if len(edges) > len(kept) else ""
     return graph(
         nodes,
-        edges,
-        f"Sentence graph — trace {trace}",
+        kept,
+        f"Sentence graph — trace {trace} ({n} sentences)",
         layout="line",
-        caption=f"Nodes are the trace's sentences in order, sized by "
-        f"{LABELS.get(col, 'importance') if col else 'a constant (no importance computed)'} "
-        f"and coloured by category. Arcs: for every sentence, its {per_target} strongest "
-        f"positive dependencies on earlier sentences ({edge_source}); wider is stronger. "
-        "Hover a node for its text.",
+        labelled=labelled,
+        caption=f"Sentences in order from left to right, each a dot sized by {sized} and "
+        f"coloured by category"
+        + ("; the most important are numbered" if labelled is not None else "")
+        + f". Arcs run from an earlier sentence to a later one that depends on it: the "
+        f"{per_target} strongest positive dependencies of every sentence ({edge_source}){more}; "
+        "wider is stronger. Hover a dot for its text.",
+    )
+
+
+def dependency_matrix(
+    trace: str,
+    matrix: np.ndarray,
+    source_major: bool,
+    edge_source: str,
+    importance: np.ndarray,
+    column: str | None,
+) -> Figure:
+    """The sentence graph of a long trace as a matrix: cell (target, source) is how much the
+    later sentence depends on the earlier one; hover gives the source's importance."""
+    m = matrix.T if source_major else matrix  # [target, source]
+    n = m.shape[0]
+    what = LABELS.get(column, "importance") if column else "importance"
+    hover = [[f"source importance: {importance[i]:.3g}" for i in range(n)] for _ in range(n)]
+    return heatmap(
+        m,
+        [str(i) for i in range(n)],
+        [str(j) for j in range(n)],
+        f"Sentence dependencies — trace {trace} ({n} sentences, matrix view)",
+        diverging=True,
+        hover_text=hover,
+        colorbar_title="dependency",
+        x_title="earlier sentence (source)",
+        y_title="later sentence (target)",
+        caption=f"With {n} sentences the graph is drawn as its matrix: cell (target, source) "
+        f"is how much the later sentence depends on the earlier one ({edge_source}); red "
+        f"above 0, blue below. Hover a cell for the source's {what}.",
     )

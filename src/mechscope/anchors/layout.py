@@ -17,6 +17,8 @@ SUMMARY_TABLE = "anchors_receiver_summary"  # options, head list, split-half rel
 ABLATION_TABLE = "anchors_ablation"  # trace × condition (none / receivers / random sets)
 SUPPRESSION_TABLE = "anchors_suppression"  # trace, source, target, mean log-KL, row-centred
 SETTINGS_TABLE = "anchors_settings"  # what the demo ran with (key, value)
+#: why the demo computed no receiver heads (traces too short for a vertical score): one row
+RECEIVERS_SKIPPED_TABLE = "anchors_receivers_skipped"
 ADAPTIVE_TABLE = "anchors_adaptive"  # adaptive design: per position, rollouts and intervals
 ADAPTIVE_TRACES_TABLE = "anchors_adaptive_traces"  # adaptive design: per trace, vs the fixed
 BACKEND_TABLE = "anchors_backend"  # what sampled the rollouts (engine or server, its version)

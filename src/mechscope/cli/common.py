@@ -121,3 +121,16 @@ def parse_list(
     if (required and not items) or (size is not None and (len(pieces), len(items)) != (size, size)):
         raise wrong
     return items
+
+
+def validated(model: type[BaseModel], **kwargs: Any) -> Any:
+    """``model(**kwargs)`` (a pydantic config), its first validation error as one
+    :class:`InputError` line naming the field."""
+    from pydantic import ValidationError
+
+    try:
+        return model(**kwargs)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "config"
+        raise InputError(err["msg"].removeprefix("Value error, "), field=field) from None

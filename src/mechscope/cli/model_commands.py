@@ -82,11 +82,14 @@ def inspect(
     for key, value in lm.describe().items():
         table.add_row(key, f"{value:,}" if isinstance(value, int) and value > 9999 else str(value))
     table.add_row("card", f"{lm.card.family} ({lm.card_source})")
-    table.add_row("sites", ", ".join(SITE_NAMES))
-    for name, reason in sorted(lm.refused.items()):
+    refused = {**eng.refusals, **lm.refused}  # what the pass checks refuse, and why
+    table.add_row("sites", ", ".join(n for n in SITE_NAMES if n not in refused))
+    for name, reason in sorted(refused.items()):
         table.add_row(f"refused: {name}", reason)
     if report is not None:
         for name, result in report.results.items():
+            if name in report.margins:  # how close it came: its error over its tolerance
+                result += f" (error {report.margins[name]:.2g} of the rounding tolerance)"
             table.add_row(f"probe: {name}", result)
     console.print(table)
 

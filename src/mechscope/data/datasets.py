@@ -3,8 +3,10 @@
 A file named by a built-in task (``known_1000.json``, ``ioi_prompts.json``,
 ``gsm8k_test.jsonl``, ``math500_test.jsonl``, …) is looked for, in order, in
 ``$MECHSCOPE_DATASETS``, in the package's own assets (``mechscope/data/assets``), and in a
-``shared/datasets`` folder beside the repository or beside the working directory. A file a
-user names explicitly (a config's ``path``, a command's argument) is used as given.
+``shared/datasets`` folder in the repository or in any folder above it, then in the working
+directory or any folder above it — so a checkout in a subfolder (a git worktree) finds the
+same files as the main one. A file a user names explicitly (a config's ``path``, a
+command's argument) is used as given.
 """
 
 from __future__ import annotations
@@ -21,12 +23,10 @@ def dataset_roots() -> list[Path]:
     """The folders searched, in order."""
     here = Path(__file__).resolve()
     roots = [Path(os.environ[ENV])] if os.environ.get(ENV) else []
-    return [
-        *roots,
-        here.parent / "assets",
-        here.parents[3].parent / "shared" / "datasets",
-        Path.cwd().parent / "shared" / "datasets",
-    ]
+    roots.append(here.parent / "assets")
+    for start in (here.parents[3], Path.cwd().resolve()):  # the repository, the working dir
+        roots += [folder / "shared" / "datasets" for folder in (start, *start.parents)]
+    return list(dict.fromkeys(roots))
 
 
 def dataset_path(name: str) -> Path | None:

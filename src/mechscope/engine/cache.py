@@ -24,6 +24,7 @@ from mechscope.engine.inputs import Tokens
 from mechscope.engine.norms import norm_factors
 from mechscope.engine.sites import SITE_NAMES, Site
 from mechscope.engine.unembed import fp32_twin
+from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 from mechscope.runs.result import HtmlRepr
 
@@ -46,6 +47,7 @@ class Components(HtmlRepr):
     labels: list[str]
     what: str
     rest: torch.Tensor | None = None
+    normed: bool | str = False  # accumulated_resid's apply_norm: False, True or "frozen"
 
     def total(self) -> torch.Tensor:
         """``[batch, pos, d_model]``: the sum of the pieces (plus ``rest``)."""
@@ -57,6 +59,35 @@ class Components(HtmlRepr):
 
     def __len__(self) -> int:
         return len(self.labels)
+
+    def logit_diff(self, lm: LoadedModel, a: Any, b: Any = None) -> torch.Tensor:
+        """``[components, batch, pos]`` fp32: each piece read out as ``logit[a] - logit[b]``
+        (or ``logit[a]``; tokens as text or ids, one or one per row; or a ``[vocab]`` /
+        ``[batch, vocab]`` weighting of the logits) through the model's real readout: the
+        unembedding rows and bias, the logit scale (Cohere's, Granite's divisor) and, for a
+        stack of :meth:`Cache.accumulated_resid` with ``apply_norm="frozen"``, the final
+        norm's bias. The last piece of ``accumulated_resid(apply_norm=...)``
+        (``final_post``) gives the model's own logit difference; with ``"frozen"`` each layer
+        is the readout at the final norm's scale of this run (TransformerLens'
+        ``apply_ln_to_stack`` then ``@ residual direction``), with ``True`` its own logit
+        lens. Only a normed stack is read (the unembedding reads the final norm's output);
+        soft-capped logits (Gemma 2) are not linear in the residual stream and are refused,
+        each in one line."""
+        from mechscope.engine.attribution import readout
+
+        if self.normed is False:
+            raise InputError(
+                f"{self.what} is not through the final norm: read accumulated_resid("
+                "apply_norm='frozen' or True), or use Cache.logit_attribution for pieces",
+                field="apply_norm",
+            )
+        d, bias, _ = readout(lm, a, b, self.values.shape[1])  # [batch, d], [batch]
+        if self.normed == "frozen":  # the norm's bias, left out of the frozen stack
+            final = norm_factors(lm, "final_norm", None, "logit_diff")
+            bias = bias + d @ final.bias.to(d.device)
+        x = self.values.to(d.device)  # [components, batch, pos, d]
+        out = torch.einsum("cbpd,bd->cbp", x, d) + bias[None, :, None]
+        return out * float(lm.logit_scale or 1.0)
 
     def to_frame(self) -> pd.DataFrame:
         """One row per piece: its label and mean L2 norm over rows and positions."""
@@ -196,7 +227,8 @@ class Cache(HtmlRepr):
                 values.append(self["resid_mid", l])
                 labels.append(f"{l}_mid")
         stack = torch.stack([v.float() for v in values])  # [components, b, p, d]
-        return Components(self._normed(stack, apply_norm), labels, f"accumulated_resid({layer})")
+        normed = self._normed(stack, apply_norm)
+        return Components(normed, labels, f"accumulated_resid({layer})", normed=apply_norm)
 
     def _normed(self, stack: torch.Tensor, apply_norm: bool | str) -> torch.Tensor:
         if apply_norm is False:

@@ -26,6 +26,7 @@ from mechscope.engine.interventions import (
     Patch,
     Read,
     ReduceAttention,
+    Steer,
     SuppressAttention,
 )
 from mechscope.engine.norms import SCALE_ROLES, install_scale
@@ -255,7 +256,7 @@ class Engine:
         lm = self.lm
         ops: dict[tuple[str, int], list[Any]] = defaultdict(list)
         for iv in interventions:
-            if isinstance(iv, Read | Patch | Ablate):
+            if isinstance(iv, Read | Patch | Ablate | Steer):
                 site = iv.site
                 if site.name == "pattern":
                     if not isinstance(iv, Read):
@@ -273,7 +274,7 @@ class Engine:
                     ops[("z", layer)].append(iv)
             elif isinstance(iv, SuppressAttention):
                 span = _span_tensor(iv.spans)
-                heads = _head_mask(iv.heads, lm.n_heads)
+                heads = _head_mask(iv.heads, lm.n_heads, lm.device)
                 for layer in iv.layers if iv.layers is not None else range(lm.n_layers):
                     lm.check_layer(layer)
                     work[layer].suppress.append((span, heads))
@@ -347,10 +348,14 @@ def _span_tensor(spans: tuple[int, int] | torch.Tensor) -> torch.Tensor:
     return t.reshape(-1, 2).long()
 
 
-def _head_mask(heads: Sequence[int] | None, n_heads: int) -> torch.Tensor | None:
+def _head_mask(
+    heads: Sequence[int] | None, n_heads: int, device: torch.device
+) -> torch.Tensor | None:
+    """``[n_heads]`` bool on ``device`` (made there: a recorded decode step copies nothing
+    from the host)."""
     if heads is None:
         return None
-    mask = torch.zeros(n_heads, dtype=torch.bool)
+    mask = torch.zeros(n_heads, dtype=torch.bool, device=device)
     for h in heads:
         if not 0 <= h < n_heads:
             raise SiteError(f"head {h} out of range: valid heads are 0..{n_heads - 1}")

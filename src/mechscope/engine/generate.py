@@ -11,9 +11,9 @@ while others are still going. Each rollout samples with its own seed
 
 Interventions apply during generation as in any pass: those that name positions act on the
 prompt pass (their positions must lie in the prompt, which every later step only reads);
-position-free ones (a gate, a suppressed key span, an ablation of a site everywhere) act on
-the prompt pass and on every decode step. Reads are refused: run :meth:`Engine.run` on the
-finished text to read it.
+position-free ones (a gate, a suppressed key span, an ablation of a site everywhere, a
+steering vector at every position) act on the prompt pass and on every decode step. Reads
+are refused: run :meth:`Engine.run` on the finished text to read it.
 
 Continuous batching is exact only where every layer sees every earlier position (no
 sliding window, local window or attention chunk shorter than prompt + budget:
@@ -23,6 +23,10 @@ the conformance probe found it inexact, each prompt's rollouts decode in lock st
 transformers' own cache, finished rows idling to the end (:func:`decoding`). A model whose
 lock-step decoding does not match transformers' ``generate`` either refuses generation
 (``LoadedModel.refused["generate"]``).
+
+Each step of continuous batching is built by :mod:`mechscope.engine.decode_step`: on a
+CUDA device it is recorded once as a CUDA graph and replayed (``decode="auto"``),
+elsewhere it runs eagerly; both compute the same tokens.
 """
 
 from __future__ import annotations
@@ -30,10 +34,12 @@ from __future__ import annotations
 import copy
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
 
+from mechscope.engine.decode_step import check_decode, decode_step
 from mechscope.engine.interventions import (
     Ablate,
     Gate,
@@ -41,6 +47,7 @@ from mechscope.engine.interventions import (
     Patch,
     Read,
     ReduceAttention,
+    Steer,
     SuppressAttention,
 )
 from mechscope.engine.prefix import KVCache, Resume, can_resume
@@ -77,7 +84,13 @@ def step_interventions(interventions: Sequence[Intervention]) -> list[Interventi
             raise UnsupportedInterventionError(
                 f"{type(iv).__name__} during generation: run Engine.run on the finished text"
             )
-        if isinstance(iv, Patch | Ablate):
+        if (isinstance(iv, Patch) and iv.rows is not None) or (
+            isinstance(iv, Steer) and iv.per_row
+        ):
+            raise UnsupportedInterventionError(
+                f"a per-row {type(iv).__name__} during generation: give one value for all rows"
+            )
+        if isinstance(iv, Patch | Ablate | Steer):
             if iv.site.positions is None and getattr(iv, "mask", None) is None:
                 steps.append(iv)  # the whole site, at every position: every step too
         elif isinstance(iv, Gate):
@@ -106,15 +119,18 @@ def generate(
     interventions: Sequence[Intervention] = (),
     on_done: Done | None = None,
     on_logits: Logits | None = None,
-    decode: str | None = None,
+    batching: str | None = None,
+    decode: str = "auto",
 ) -> list[list[Completion]]:
     """Every rollout of every prompt: ``out[i][k]`` continues ``prompts[i]`` with its seed
     ``k``. ``slots``: rows decoded together. ``on_done(i, k, completion)`` is called as
     each rollout ends (progress, incremental saving); ``on_logits(i, k, logits)`` with the
-    fp32 logits of each token before it is drawn. ``decode``: ``slots`` or ``lock step``
-    instead of :func:`decoding`'s choice (the conformance probe checks both)."""
+    fp32 logits of each token before it is drawn. ``batching``: ``slots`` or ``lock step``
+    instead of :func:`decoding`'s choice (the conformance probe checks both). ``decode``:
+    how each step of continuous batching runs (:mod:`mechscope.engine.decode_step`:
+    ``auto``, ``graph``, ``static`` or ``eager``; lock step always runs eagerly)."""
     lm = engine.lm
-    _check(lm, prompts, slots)
+    _check(lm, prompts, slots, batching, decode)
     steps = step_interventions(interventions)
     budgets = [p.max_new_tokens or sampling.max_new_tokens for p in prompts]
     longest = max(len(p.ids) + b for p, b in zip(prompts, budgets, strict=True))
@@ -126,12 +142,20 @@ def generate(
             on_done(i, k, c)
 
     decoder = Decoder(engine, sampling, on_logits)
-    run = _continuous if (decode or decoding(lm, longest)) == SLOTS else _lockstep
-    run(engine, prompts, budgets, slots, interventions, steps, decoder, done)
+    if (batching or decoding(lm, longest)) == SLOTS:
+        plan = _Plan(prompts, budgets, longest, slots, interventions, steps, decode)
+        _continuous(engine, plan, decoder, done)
+    elif decode == "graph":
+        raise UnsupportedInterventionError(
+            f"decode='graph': {lm.spec}'s rollouts of {longest} tokens decode in lock step on "
+            "transformers' own cache, whose steps are not recorded"
+        )
+    else:
+        _lockstep(engine, prompts, budgets, slots, interventions, steps, decoder, done)
     return out  # type: ignore[return-value]
 
 
-def _check(lm, prompts: Sequence[Prompt], slots: int) -> None:
+def _check(lm, prompts: Sequence[Prompt], slots: int, batching: str | None, decode: str) -> None:
     if not lm.causal:
         raise UnsupportedInterventionError(f"generation needs a causal model ({lm.spec})")
     if "generate" in lm.refused:
@@ -140,6 +164,9 @@ def _check(lm, prompts: Sequence[Prompt], slots: int) -> None:
         )
     if slots < 1:
         raise InputError(f"slots >= 1, got {slots}", field="slots")
+    if batching not in (None, SLOTS, LOCK_STEP):
+        raise InputError(f"{SLOTS!r} or {LOCK_STEP!r}, got {batching!r}", field="batching")
+    check_decode(decode)
     for i, p in enumerate(prompts):
         if len(p.ids) == 0:
             raise InputError("a prompt of at least one token", sample=str(i), field="ids")
@@ -163,23 +190,38 @@ def _generator(logits: torch.Tensor, seed: int) -> torch.Generator:
     return torch.Generator(device=logits.device).manual_seed(seed)
 
 
-def _continuous(engine, prompts, budgets, slots, interventions, steps, decoder, done):
+@dataclass
+class _Plan:
+    """What a continuous-batching run decodes, and how."""
+
+    prompts: Sequence[Prompt]
+    budgets: list[int]
+    longest: int  # the longest prompt + its budget
+    slots: int
+    interventions: Sequence[Intervention]  # on the prompt pass
+    steps: list[Intervention]  # on every decode step
+    decode: str
+
+
+def _continuous(engine, plan: _Plan, decoder: Decoder, done: Done) -> None:
     """Continuous batching on a :class:`SlotCache` (exact when the cache keeps every
     position)."""
     lm = engine.lm
+    prompts, budgets = plan.prompts, plan.budgets
     queue = deque((i, k) for i, p in enumerate(prompts) for k in range(len(p.seeds)))
     waiting = [len(p.seeds) for p in prompts]
     prefilled: dict[int, tuple[KVCache, torch.Tensor]] = {}
     width = max(len(p.ids) for p in prompts) + _FIRST_CAPACITY_MARGIN
-    cache = SlotCache(lm, min(slots, len(queue)), width)
+    cache = SlotCache(lm, min(plan.slots, len(queue)), width, limit=plan.longest)
     rows: list[Row | None] = [None] * cache.slots
+    step = decode_step(engine, cache, plan.steps, plan.decode)
 
     def start(slot: int) -> None:
         """Give ``slot`` the next waiting rollout (or leave it idle)."""
         while queue:
             i, k = queue.popleft()
             if i not in prefilled:
-                prefilled[i] = _prefill(engine, prompts[i], interventions)
+                prefilled[i] = _prefill(engine, prompts[i], plan.interventions)
             kv, logits = prefilled[i]
             waiting[i] -= 1
             if waiting[i] == 0:
@@ -197,12 +239,8 @@ def _continuous(engine, prompts, budgets, slots, interventions, steps, decoder, 
     for slot in range(cache.slots):
         start(slot)
     while any(r is not None for r in rows):
-        position_ids, mask = cache.step_inputs()
-        last = torch.tensor([[r.tokens[-1] if r else 0] for r in rows])  # [slots, 1]
-        logits = engine.run(
-            last, steps, attention_mask=mask, position_ids=position_ids, logits=1, past=cache
-        ).logits[:, -1]  # [slots, vocab]
-        cache.advance()
+        logits = step([r.tokens[-1] if r else 0 for r in rows])  # [slots, vocab]
+        cache.advance([r is not None for r in rows])
         live = [s for s, r in enumerate(rows) if r is not None]
         picked = decoder.draw([rows[s] for s in live], logits[live])
         for s, token in zip(live, picked, strict=True):

@@ -23,8 +23,8 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from mechscope.engine.edits import apply_ablation, apply_gate, apply_patch, select
-from mechscope.engine.interventions import Ablate, Gate, Patch, Read
+from mechscope.engine.edits import apply_ablation, apply_gate, apply_patch, apply_steer, select
+from mechscope.engine.interventions import Ablate, Gate, Patch, Read, Steer
 from mechscope.models.loaded import LoadedModel
 
 Transform = Callable[[torch.Tensor], torch.Tensor]
@@ -58,6 +58,8 @@ def make_transform(items: list[Any], reads: dict[Any, torch.Tensor], layer: int)
                 act = apply_ablation(act, item)
             elif isinstance(item, Gate):
                 act = apply_gate(act, item.alpha, layer)
+            elif isinstance(item, Steer):
+                act = apply_steer(act, item)
         return act
 
     transform.reads_any = any(isinstance(item, Read) for item in items)  # type: ignore[attr-defined]

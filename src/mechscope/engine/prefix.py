@@ -33,6 +33,7 @@ from mechscope.engine.interventions import (
     Patch,
     Read,
     ReduceAttention,
+    Steer,
     SuppressAttention,
 )
 from mechscope.engine.sites import Site
@@ -212,6 +213,10 @@ def _shift(iv: Intervention, start: int, seq: int) -> Intervention:
             end = int(spans[early, 1].min())
             raise SiteError(f"a suppressed span ends at {end}, inside the reused prefix ({start})")
         return iv
+    if isinstance(iv, Steer):
+        if iv.site.positions is None and start > 0:
+            raise SiteError(f"steering every position of {iv.site} edits the reused prefix")
+        return replace(iv, site=_shift_site(iv.site, start))
     if isinstance(iv, Gate | ReduceAttention):
         return iv  # per head / whatever the reducer sees
     if isinstance(iv, Ablate):
@@ -225,9 +230,10 @@ def _shift_patch(patch: Patch, start: int, seq: int) -> Patch:
     if mask is not None:
         if bool(mask.narrow(dim, 0, start).any()):
             raise SiteError(f"a patch of {site} edits the reused prefix (before {start})")
-        return Patch(site, _tail(value, start, seq, dim), _tail(mask, start, seq, dim))
+        value, mask = _tail(value, start, seq, dim), _tail(mask, start, seq, dim)
+        return Patch(site, value, mask, patch.rows)
     if site.positions is not None:
-        return Patch(_shift_site(site, start), value)
+        return Patch(_shift_site(site, start), value, rows=patch.rows)
     if start > 0:
         raise SiteError(f"a whole-sequence patch of {site} edits the reused prefix")
     return patch

@@ -27,6 +27,12 @@ The first five are structural: if one fails the card is wrong and the model is r
 one line naming the check. The others concern attention, the key/value cache and decoding:
 if one fails, only what depends on it is refused (``lm.refused``), each with its reason,
 except ``slots``, whose failure makes the model's rollouts decode in lock step instead.
+
+Each comparison allows what rounding alone explains (:mod:`mechscope.tolerance`: ``K · eps
+· scale · √depth`` in the model's dtype), so a right card passes on any CPU's summation
+order and a wrong one, whose errors are thousands of times larger, does not. Every check
+that passes returns its largest error as a fraction of its tolerance, and the report keeps
+it (``margins``).
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from mechscope.engine.spans import attention_span
 from mechscope.errors import MechscopeError, UnsupportedFamilyError
 from mechscope.models.loaded import LoadedModel
 from mechscope.models.trace import probe_ids
+from mechscope.tolerance import pass_depth, scale_of
 
 STRUCTURAL = ("hidden", "residual", "z", "lens", "gate")
 #: What each attention/cache check guards: refused when the check fails.
@@ -73,10 +80,12 @@ def probe_length(lm: LoadedModel) -> int:
 
 @dataclass
 class ProbeReport:
-    """Each check's outcome: ``ok``, ``failed: …`` or ``n/a: …``."""
+    """Each check's outcome: ``ok``, ``failed: …`` or ``n/a: …``, and for each check that
+    passed its largest error as a fraction of its rounding tolerance."""
 
     family: str
     results: dict[str, str] = field(default_factory=dict)
+    margins: dict[str, float] = field(default_factory=dict)
 
     @property
     def structural_failure(self) -> str | None:
@@ -86,7 +95,7 @@ class ProbeReport:
         return None
 
 
-def check_hidden(eng: Engine, ids: torch.Tensor) -> None:
+def check_hidden(eng: Engine, ids: torch.Tensor) -> float:
     lm = eng.lm
     with torch.no_grad():
         ref = lm.model(input_ids=ids.to(lm.device), output_hidden_states=True)
@@ -95,26 +104,34 @@ def check_hidden(eng: Engine, ids: torch.Tensor) -> None:
         raise NotApplicable("the model returns no per-layer hidden states")
     L = lm.n_layers
     out = eng.run(ids, [Read(Site("resid_pre", l)) for l in range(L)], logits=False)
-    for l in range(L):
-        check_close(lm, out[Site("resid_pre", l)], hidden[l], f"resid_pre {l}")
+    return max(
+        check_close(
+            lm, out[Site("resid_pre", l)], hidden[l], f"resid_pre {l}", depth=pass_depth(L, l)
+        )
+        for l in range(L)
+    )
 
 
-def check_residual(eng: Engine, ids: torch.Tensor) -> None:
+def check_residual(eng: Engine, ids: torch.Tensor) -> float:
+    """One layer's additions, rounded at the residual stream's scale (not the difference's)."""
     lm = eng.lm
     names = ("resid_pre", "resid_post", "attn_out", "mlp_out")
     reads = [Read(Site(n, l)) for l in range(lm.n_layers) for n in names]
     out = eng.run(ids, reads, logits=False)
+    margin = 0.0
     for l in range(lm.n_layers):
         pre, post, attn, mlp = (out[Site(n, l)].float() for n in names)
-        check_close(
-            lm, attn + mlp, post - pre, f"layer {l}: attn_out + mlp_out vs resid_post - resid_pre"
-        )
+        what = f"layer {l}: attn_out + mlp_out vs resid_post - resid_pre"
+        scale = scale_of(pre, post, attn, mlp)
+        margin = max(margin, check_close(lm, attn + mlp, post - pre, what, depth=1, scale=scale))
+    return margin
 
 
-def check_z(eng: Engine, ids: torch.Tensor) -> None:
+def check_z(eng: Engine, ids: torch.Tensor) -> float:
     lm = eng.lm
     reads = [Read(Site(n, l)) for l in range(lm.n_layers) for n in ("z", "attn_out")]
     out = eng.run(ids, reads, logits=False)
+    margin = 0.0
     for l in range(lm.n_layers):
         z = out[Site("z", l)]  # [b, s, heads, d_head]
         with torch.no_grad():
@@ -127,10 +144,12 @@ def check_z(eng: Engine, ids: torch.Tensor) -> None:
                 contribution = lm.layer_part("attn_out", l)(contribution)
         if lm.residual_scale is not None:
             contribution = contribution * lm.residual_scale
-        check_close(lm, contribution, out[Site("attn_out", l)], f"layer {l}: o_proj(z) vs attn_out")
+        what = f"layer {l}: o_proj(z) vs attn_out"  # the same modules on the same input
+        margin = max(margin, check_close(lm, contribution, out[Site("attn_out", l)], what, depth=1))
+    return margin
 
 
-def check_lens(eng: Engine, ids: torch.Tensor) -> None:
+def check_lens(eng: Engine, ids: torch.Tensor) -> float:
     """The lens of the last layer against the model's own head, called outside the engine
     (a half-precision model's pass logits are the lens itself)."""
     lm = eng.lm
@@ -138,10 +157,11 @@ def check_lens(eng: Engine, ids: torch.Tensor) -> None:
     out = eng.run(ids, [Read(last)], logits=False)
     with torch.no_grad():
         ref = lm.model(input_ids=ids.to(lm.device)).logits
-        check_close(lm, eng.unembed(out[last]), ref, "lens(last layer) vs logits")
+        what = "lens(last layer) vs logits"  # the final norm and head, recomputed
+        return check_close(lm, eng.unembed(out[last]), ref, what, depth=1)
 
 
-def check_gate(eng: Engine, ids: torch.Tensor) -> None:
+def check_gate(eng: Engine, ids: torch.Tensor) -> float:
     lm = eng.lm
     layer, head = lm.n_layers // 2, lm.n_heads - 1
     alpha = torch.ones(lm.n_layers, lm.n_heads)
@@ -149,9 +169,11 @@ def check_gate(eng: Engine, ids: torch.Tensor) -> None:
     gated = eng.run(ids, [Gate(alpha)]).logits
     with _zeroed_head_columns(lm, layer, head):
         zeroed = eng.run(ids).logits
-    check_close(lm, gated, zeroed, f"gate 0 on layer {layer} head {head} vs zeroed o_proj columns")
+    what = f"gate 0 on layer {layer} head {head} vs zeroed o_proj columns"
+    margin = check_close(lm, gated, zeroed, what, depth=pass_depth(lm.n_layers))
     if float((gated - eng.run(ids).logits).abs().max()) == 0:
         raise ProbeFailed(f"gate 0 on layer {layer} head {head} changes nothing")
+    return margin
 
 
 @contextmanager
@@ -176,7 +198,8 @@ def _zeroed_head_columns(lm: LoadedModel, layer: int, head: int) -> Iterator[Non
             view(weight).copy_(saved)
 
 
-CHECKS: dict[str, Callable[[Engine, torch.Tensor], None]] = {
+#: Each check raises or returns its margin: its largest error over its tolerance.
+CHECKS: dict[str, Callable[[Engine, torch.Tensor], float]] = {
     "hidden": check_hidden,
     "residual": check_residual,
     "z": check_z,
@@ -202,7 +225,7 @@ def run_probe(eng: Engine, *, seq: int | None = None) -> ProbeReport:
             report.results[name] = f"n/a: {lm.refused[GUARDS[name][0]]}"
             continue
         try:
-            check(eng, ids)
+            margin = check(eng, ids)
         except NotApplicable as exc:
             report.results[name] = f"n/a: {exc}"
         except ProbeFailed as exc:
@@ -213,6 +236,7 @@ def run_probe(eng: Engine, *, seq: int | None = None) -> ProbeReport:
             report.results[name] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"
         else:
             report.results[name] = "ok"
+            report.margins[name] = margin
     return report
 
 

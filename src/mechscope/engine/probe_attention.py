@@ -6,6 +6,9 @@ attention or its own full pass, on the probe's input (:mod:`mechscope.engine.pro
   (within any declared window or chunk, which a 4-D mask would replace);
 - ``resume``: a pass continued from a cached prefix equals the full pass, at the longest
   length the engine resumes.
+
+Patterns are compared at their scores' scale (a probability carries its score's absolute
+error), logits at their own, each at the depth of the layers it went through.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from mechscope.engine.probe_compare import NotApplicable, ProbeFailed, check_clo
 from mechscope.engine.sites import Site
 from mechscope.engine.spans import attention_span
 from mechscope.models.loaded import LoadedModel
+from mechscope.tolerance import pass_depth, score_scale
 
 
 @contextmanager
@@ -38,11 +42,14 @@ def _eager(lm: LoadedModel) -> Iterator[None]:
         lm.model.set_attn_implementation(current)
 
 
-def check_pattern(eng: Engine, ids: torch.Tensor) -> None:
+def check_pattern(eng: Engine, ids: torch.Tensor) -> float:
+    """Probabilities carry their scores' absolute error: the scale is the largest score."""
     lm = eng.lm
     if not lm.causal:
         raise NotApplicable("the eager reference builds a causal mask")
-    out = eng.run(ids, [Read(Site("pattern", l)) for l in range(lm.n_layers)], logits=False)
+    L = lm.n_layers
+    reads = [Read(Site(n, l)) for l in range(L) for n in ("pattern", "attn_scores")]
+    out = eng.run(ids, reads, logits=False)
     missing = [l for l in range(lm.n_layers) if Site("pattern", l) not in out.reads]
     if missing:
         raise ProbeFailed(f"attention never reached the engine in layers {missing}")
@@ -50,11 +57,20 @@ def check_pattern(eng: Engine, ids: torch.Tensor) -> None:
         ref = lm.model(input_ids=ids.to(lm.device), output_attentions=True).attentions
     if not ref or ref[0] is None:
         raise NotApplicable("eager attention returns no probabilities")
-    for l in range(lm.n_layers):
-        check_close(lm, out[Site("pattern", l)], ref[l], f"layer {l}: pattern vs eager")
+    return max(
+        check_close(
+            lm,
+            out[Site("pattern", l)],
+            ref[l],
+            f"layer {l}: pattern vs eager",
+            depth=pass_depth(L, l),
+            scale=score_scale(out[Site("attn_scores", l)]),
+        )
+        for l in range(L)
+    )
 
 
-def check_suppression(eng: Engine, ids: torch.Tensor) -> None:
+def check_suppression(eng: Engine, ids: torch.Tensor) -> float:
     lm = eng.lm
     if not lm.causal:
         raise NotApplicable("the 4-D mask reference is causal")
@@ -72,10 +88,11 @@ def check_suppression(eng: Engine, ids: torch.Tensor) -> None:
             ref = lm.model(input_ids=ids.to(lm.device), attention_mask=mask).logits
         except (RuntimeError, ValueError, TypeError, IndexError) as exc:
             raise NotApplicable(f"the model takes no 4-D attention mask ({exc})") from exc
-    check_close(lm, got, ref, "suppression vs eager with a 4-D mask")
+    what = "suppression vs eager with a 4-D mask"
+    return check_close(lm, got, ref, what, depth=pass_depth(lm.n_layers))
 
 
-def check_resume(eng: Engine, ids: torch.Tensor) -> None:
+def check_resume(eng: Engine, ids: torch.Tensor) -> float:
     """At the longest length the engine claims, up to the probe's: under a window or
     chunk of 8, 7 tokens (longer sequences are recomputed, never resumed)."""
     lm = eng.lm
@@ -89,4 +106,5 @@ def check_resume(eng: Engine, ids: torch.Tensor) -> None:
     if base.cache is None:
         raise NotApplicable("the model keeps no key/value cache")
     tail = eng.run(ids, resume=Resume(base.cache, start)).logits
-    check_close(lm, tail, full[:, start:], f"pass resumed at {start} vs full pass")
+    what = f"pass resumed at {start} vs full pass"
+    return check_close(lm, tail, full[:, start:], what, depth=pass_depth(lm.n_layers))

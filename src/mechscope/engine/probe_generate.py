@@ -12,7 +12,8 @@ transformers' own ``generate``, logits and tokens, on both ways the engine decod
 Each new token's logits are compared, not only its argmax: a tiny random model often
 repeats one token whatever its context, and equal tokens would prove nothing. Where the
 tokens part (a near-tie the logits' tolerance allows), the rest is not compared: the two
-continue different texts.
+continue different texts. The tolerance is the logits' rounding: at their own scale, through
+every layer and the head (:func:`mechscope.tolerance.pass_depth`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from mechscope.engine.probe_compare import NotApplicable, ProbeFailed, check_clo
 from mechscope.engine.rollouts import Prompt
 from mechscope.engine.sampling import Sampling
 from mechscope.models.loaded import LoadedModel
+from mechscope.tolerance import pass_depth
 
 #: New tokens of the lock-step check (past the span: the prompt already fills it).
 NEW_TOKENS = 3
@@ -54,7 +56,7 @@ def _reference(lm: LoadedModel, ids: list[int], n: int) -> tuple[list[int], list
 
 
 def _rollouts(
-    eng: Engine, prompts: list[Prompt], slots: int, decode: str
+    eng: Engine, prompts: list[Prompt], slots: int, batching: str
 ) -> tuple[list[list[tuple[int, ...]]], dict[tuple[int, int], list[torch.Tensor]]]:
     logits: dict[tuple[int, int], list[torch.Tensor]] = defaultdict(list)
 
@@ -63,7 +65,7 @@ def _rollouts(
 
     out = generate(
         eng, prompts, Sampling(max_new_tokens=NEW_TOKENS), slots=slots, on_logits=record,
-        decode=decode,
+        batching=batching,
     )  # fmt: skip
     return [[c.tokens for c in rollouts] for rollouts in out], logits
 
@@ -75,29 +77,37 @@ def _compare(
     ref_tokens: list[int],
     ref_logits: list[torch.Tensor],
     what: str,
-) -> None:
-    """Step by step: the logits each token came from, then the token itself."""
+) -> float:
+    """Step by step: the logits each token came from, then the token itself; the largest
+    margin of the logits compared."""
+    depth, margin = pass_depth(lm.n_layers), 0.0
     for t, ref in enumerate(ref_logits):
         if t >= len(logits):
             raise ProbeFailed(
                 f"{what} ended after {t} tokens, transformers' after {len(ref_logits)}"
             )
-        check_close(lm, logits[t], ref, f"{what}: logits of new token {t + 1}")
+        step = f"{what}: logits of new token {t + 1}"
+        margin = max(margin, check_close(lm, logits[t], ref, step, depth=depth))
         if t < len(tokens) and t < len(ref_tokens) and tokens[t] != ref_tokens[t]:
-            return  # a near-tie within the tolerance: the texts part here
+            return margin  # a near-tie within the tolerance: the texts part here
     if len(logits) != len(ref_logits):
         raise ProbeFailed(f"{what} ran {len(logits)} tokens, transformers' {len(ref_logits)}")
+    return margin
 
 
-def _check(eng: Engine, prompts: list[Prompt], slots: int, decode: str) -> None:
+def _check(eng: Engine, prompts: list[Prompt], slots: int, batching: str) -> float:
     lm = eng.lm
-    got, logits = _rollouts(eng, prompts, slots, decode)
+    got, logits = _rollouts(eng, prompts, slots, batching)
+    margin = 0.0
     for i, prompt in enumerate(prompts):
         budget = prompt.max_new_tokens or NEW_TOKENS
         ref_tokens, ref_logits = _reference(lm, list(prompt.ids), budget)
         for k in range(len(prompt.seeds)):
-            what = f"{decode} rollout {k} of a {len(prompt.ids)}-token prompt"
-            _compare(lm, got[i][k], logits[(i, k)], ref_tokens, ref_logits, what)
+            what = f"{batching} rollout {k} of a {len(prompt.ids)}-token prompt"
+            margin = max(
+                margin, _compare(lm, got[i][k], logits[(i, k)], ref_tokens, ref_logits, what)
+            )
+    return margin
 
 
 def _applicable(eng: Engine) -> None:
@@ -108,7 +118,7 @@ def _applicable(eng: Engine) -> None:
         raise NotApplicable(lm.refused["generate"])
 
 
-def check_slots(eng: Engine, ids: torch.Tensor) -> None:
+def check_slots(eng: Engine, ids: torch.Tensor) -> float:
     """Continuous batching with a refill equals transformers' ``generate``: two rollouts of
     a 4-token prompt in two slots, then a 2-token prompt in the slot the first one left
     (6 tokens at most: within a tiny model's window of 8)."""
@@ -118,11 +128,11 @@ def check_slots(eng: Engine, ids: torch.Tensor) -> None:
     longest = max(len(p.ids) + (p.max_new_tokens or 0) for p in prompts)
     if not can_resume(eng.lm, longest):
         raise NotApplicable(f"the engine decodes {longest} tokens of this model in lock step")
-    _check(eng, prompts, slots=2, decode=SLOTS)
+    return _check(eng, prompts, slots=2, batching=SLOTS)
 
 
-def check_generate(eng: Engine, ids: torch.Tensor) -> None:
+def check_generate(eng: Engine, ids: torch.Tensor) -> float:
     """Lock-step decoding equals transformers' ``generate``, on a prompt of the probe's
     whole length (past any declared window or chunk), two rollouts side by side."""
     _applicable(eng)
-    _check(eng, [Prompt(ids[0].tolist(), seeds=[0, 1])], slots=2, decode=LOCK_STEP)
+    return _check(eng, [Prompt(ids[0].tolist(), seeds=[0, 1])], slots=2, batching=LOCK_STEP)

@@ -32,7 +32,7 @@ from mechscope.engine.sites import (
     Site,
 )
 from mechscope.errors import MemoryBudgetError, SiteError
-from mechscope.models.memory import free_bytes, memory_budget
+from mechscope.models.memory import free_bytes, human_bytes, memory_budget
 
 if TYPE_CHECKING:
     from mechscope.engine.forward import Engine
@@ -140,9 +140,9 @@ def check_memory(
         )
         if nbytes > limit:
             raise MemoryBudgetError(
-                f"run_with_cache would hold {nbytes / 2**30:.2f} GiB on {dev} for {what} "
-                f"(cache {cache / 2**30:.2f} GiB, pass {run / 2**30:.2f} GiB), over the "
-                f"{limit / 2**30:.2f} GiB it may use: cache fewer sites (names_filter), fewer "
+                f"run_with_cache would hold {human_bytes(nbytes)} on {dev} for {what} "
+                f"(cache {human_bytes(cache)}, pass {human_bytes(run)}), over the "
+                f"{human_bytes(limit)} it may use: cache fewer sites (names_filter), fewer "
                 "positions (positions=), stop_at_layer, logits=False, device='cpu', or "
                 "give memory="
             )
@@ -169,15 +169,16 @@ def run_with_cache(
     or ids ``[batch, seq]`` (with their ``attention_mask``). ``names_filter``: None (every
     cheap site the model supports: :data:`DEFAULT_NAMES`), a site name, a list of names, or a
     predicate ``fn(name) -> bool``. ``sites``: more sites to keep (``Site.module(...)``, one
-    head, ...). ``interventions``: edits of the same pass (patches, ablations, gates), applied
-    before the cache's reads, which then see the edited values. ``stop_at_layer``: stop at
-    the input of that layer (its ``resid_pre`` is kept; no logits). ``positions``: keep only
-    these positions of every site (query positions of patterns). ``device``: where reads are
-    kept. ``logits``: keep the ``[batch, seq, vocab]`` fp32 logits. ``memory``: what the pass
-    and the cache may hold (bytes, ``"8GiB"``, or a share of free memory like ``0.5``;
-    default 0.9 of the free memory of each device); a cache over it is refused before any
-    forward work (:class:`~mechscope.errors.MemoryBudgetError`). Module sites are not
-    counted (their shapes are the module's).
+    head, ...). ``interventions``: edits of the same pass (patches, ablations, gates,
+    steers), applied before the cache's reads, which then see the edited values.
+    ``stop_at_layer``: stop at the input of that layer (its ``resid_pre`` is kept; no
+    logits). ``positions``: keep only these positions of every site (query positions of
+    patterns). ``device``: where reads are kept. ``logits``: keep the ``[batch, seq, vocab]``
+    fp32 logits. ``memory``: what the pass and the cache may hold (bytes, ``"8GiB"``, or a
+    share of free memory like ``0.5``; default 0.9 of the free memory of each device); a
+    cache over it is refused before any forward work
+    (:class:`~mechscope.errors.MemoryBudgetError`). Module sites are not counted (their
+    shapes are the module's).
     """
     lm = engine.lm
     tokens = to_tokens(lm, inputs, attention_mask)

@@ -9,6 +9,10 @@ and nothing else moves. The step's 4-D mask lets every row see its columns ``0 �
 stay masked. Keys are stored after rotary embedding, so the column a key sits in does not
 matter to attention, only the mask does.
 
+Buffers are reallocated only when they fill (their width doubles) or when idle slots are
+dropped; :attr:`SlotCache.version` counts those reallocations, so a decode step recorded on
+the buffers (a CUDA graph, :mod:`mechscope.engine.decode_step`) knows when it is stale.
+
 Exact for a causal model whose every layer keeps every position (no sliding window shorter
 than the sequence): that is what :func:`mechscope.engine.prefix.can_resume` checks.
 """
@@ -64,15 +68,19 @@ class _SlotLayer(DynamicLayer):
 class SlotCache(DynamicCache):
     """``slots`` independent sequences in one cache (see the module docstring)."""
 
-    def __init__(self, lm: LoadedModel, slots: int, capacity: int):
+    def __init__(self, lm: LoadedModel, slots: int, capacity: int, limit: int | None = None):
+        """``capacity``: columns allocated at first; ``limit``: the most any row can need
+        (the longest prompt plus its budget), which doubling never goes beyond."""
         super().__init__(config=lm.model.config)
         self.layers = [_SlotLayer(self) for _ in range(lm.n_layers)]
         self.slots, self.capacity = slots, capacity
+        self.limit = None if limit is None else -(-limit // WIDTH_STEP) * WIDTH_STEP
         self.device = lm.device
         self.lengths = torch.zeros(slots, dtype=torch.long)  # host copy: tokens per slot
         self.rows = torch.arange(slots, device=self.device)
         self.write_at = torch.zeros(slots, dtype=torch.long, device=self.device)
         self.width = 0
+        self.version = 0  # reallocations of the buffers so far (allocate, grow, keep)
 
     def fill(self, slot: int, prefix: KVCache) -> None:
         """Put one prompt's cache (batch 1, ``n`` positions) into ``slot``'s columns
@@ -81,6 +89,7 @@ class SlotCache(DynamicCache):
         if self.layers[0].k is None:
             for layer, (k, v) in zip(self.layers, prefix.layers, strict=True):
                 layer.allocate(k, v, self.slots, self.capacity)
+            self.version += 1
         self.reserve(n + 1)
         for layer, (k, v) in zip(self.layers, prefix.layers, strict=True):
             layer.k[slot, :, :n] = k[0]
@@ -88,12 +97,26 @@ class SlotCache(DynamicCache):
         self.lengths[slot] = n
 
     def reserve(self, columns: int) -> None:
-        """Room for ``columns`` columns (buffers double when they fill)."""
+        """Room for ``columns`` columns (buffers double when they fill, up to the limit)."""
         if columns > self.capacity:
-            self.capacity = max(columns, 2 * self.capacity)
+            doubled = 2 * self.capacity
+            self.capacity = max(columns, min(doubled, self.limit or doubled))
             for layer in self.layers:
                 if layer.k is not None:
                     layer.grow(self.capacity)
+            self.version += 1
+
+    def plan(self) -> int:
+        """The next step's attention width, from the host copy of the lengths (no device
+        sync), with room reserved for it.
+
+        ``width`` is rounded up to a multiple of :data:`WIDTH_STEP` (the extra columns are
+        masked): attention kernels that plan per shape (cuDNN's) then see a new shape every
+        ``WIDTH_STEP`` steps, not every step, and a captured step is reused for as long."""
+        needed = int(self.lengths.max()) + 1
+        self.width = -(-needed // WIDTH_STEP) * WIDTH_STEP
+        self.reserve(self.width)
+        return self.width
 
     def step_inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Prepare one decode step: returns ``position_ids [slots, 1]`` (each slot's next
@@ -111,9 +134,10 @@ class SlotCache(DynamicCache):
         mask = cols[None, :] <= self.write_at[:, None]  # [slots, width]
         return self.write_at[:, None], mask[:, None, None, :]
 
-    def advance(self) -> None:
-        """After a step: every slot holds one more position."""
-        self.lengths += 1
+    def advance(self, live: list[bool]) -> None:
+        """After a step: every slot that held a row holds one more position (an idle slot
+        keeps its length: it is refilled from column 0, and its stale column is masked)."""
+        self.lengths += torch.tensor(live, dtype=self.lengths.dtype)
 
     def keep(self, slots: list[int]) -> None:
         """Drop every slot not in ``slots`` (kept in that order)."""
@@ -122,3 +146,10 @@ class SlotCache(DynamicCache):
         self.lengths = self.lengths[idx]
         self.slots = len(slots)
         self.rows = torch.arange(self.slots, device=self.device)
+        self.version += 1
+
+
+def step_mask(cols: torch.Tensor, write_at: torch.Tensor) -> torch.Tensor:
+    """The decode step's bool mask ``[slots, 1, 1, width]``: row ``r`` sees its columns
+    ``0 … write_at[r]`` (``cols``: ``0 … width-1``; ``write_at``: ``[slots]``)."""
+    return (cols[None, :] <= write_at[:, None])[:, None, None, :]

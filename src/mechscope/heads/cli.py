@@ -62,14 +62,14 @@ def run(
     mixed: int = number(0, "--mixed", min=0, help="Use N samples per task of the mixed set."),
     objective: str = typer.Option("nll", "--objective", help="nll, diffusion or logit_diff."),
     path: list[str] = typer.Option(
-        ["joint", "per_layer"], "--path", help="joint, per_layer, staggered, random (repeatable)."
+        ["per_layer"],
+        "--path",
+        help="per_layer, joint, staggered, random (repeatable). joint IG often misses "
+        "completeness on real models (the report warns when it does).",
     ),
     steps: int = number(32, "--steps", min=1, help="Quadrature nodes (joint, staggered)."),
     per_layer_steps: int | None = number(
-        None,
-        "--per-layer-steps",
-        min=1,
-        help="Quadrature nodes per layer (per_layer; default: --steps).",
+        4, "--per-layer-steps", min=1, help="Quadrature nodes per layer (per_layer)."
     ),
     method: str = typer.Option("gauss_legendre", "--method", help="Quadrature rule."),
     baseline: float = number(
@@ -79,7 +79,7 @@ def run(
     postprocess: str = typer.Option("signed", "--postprocess", help="signed, abs or relu."),
     prune: bool = typer.Option(True, "--prune/--no-prune", help="Pruning validation."),
     prune_by: list[str] = typer.Option(
-        ["joint"], "--prune-by", help="Importances that order pruning (repeatable)."
+        ["per_layer"], "--prune-by", help="Importances that order pruning (repeatable)."
     ),
     refine: float | None = number(
         None, "--refine", min=0.0, help="Double steps where completeness error > this."

@@ -16,11 +16,15 @@ class HeadsConfig(BaseModel):
     """Every knob of ``mechscope heads run``; saved as the run's ``config.yaml``."""
 
     objective: ObjectiveKind = Field("nll", description="nll | diffusion | logit_diff")
-    paths: list[str] = Field(default_factory=lambda: ["joint", "per_layer"])
+    # per-layer IG meets completeness on real models; joint IG often does not at affordable
+    # steps (docs/heads.md, Pitfalls), so it is there to ask for, with the report's caution
+    paths: list[str] = Field(default_factory=lambda: ["per_layer"])
     baseline: float = Field(0.0, ge=0.0, lt=1.0, description="gate value at the path start")
     n_steps: int = Field(32, ge=1, description="quadrature nodes for joint / staggered IG")
     method: str = Field("gauss_legendre", description="quadrature rule")
-    per_layer_steps: int | None = Field(None, ge=1, description="nodes per layer (default n_steps)")
+    per_layer_steps: int | None = Field(
+        4, ge=1, description="nodes per layer (per-layer paths are smooth); None: n_steps"
+    )
     layers: list[int] | None = Field(None, description="layers for per-layer IG (default all)")
     lambdas: list[float] | None = Field(None, description="staggered exponents λ_l (default l/L)")
     random_paths: int = Field(8, ge=1)
@@ -39,7 +43,7 @@ class HeadsConfig(BaseModel):
     gradient_baseline: bool = True
     thresholds: list[float] = Field(default_factory=lambda: [1e-3, 5e-3])
     prune: bool = True
-    prune_by: list[str] = Field(default_factory=lambda: ["joint"])
+    prune_by: list[str] = Field(default_factory=lambda: ["per_layer"])
     prune_postprocess: Literal["signed", "abs", "relu"] = Field(
         "abs", description="how IG becomes a pruning ranking (abs: smallest effects first)"
     )

@@ -53,7 +53,7 @@ def demo_config(quick: bool) -> HeadsConfig:
         refine_atol=size["tolerance"],
         refine_doublings=size["doublings"],
         refine_paths=["per_layer"],
-        prune_by=["joint"] if quick else ["joint", "per_layer", "gradient"],
+        prune_by=["per_layer"] if quick else ["per_layer", "joint", "gradient"],
         prune_points=size["prune_points"],
         prune_max_fraction=0.5,
         prune_random=3,

@@ -15,36 +15,67 @@ import pandas as pd
 
 from mechscope.heads.baselines import normalize_layers
 from mechscope.heads.diagnostics import similarity_matrix
+from mechscope.heads.postprocess import orient
 from mechscope.heads.result import HeadsResult
-from mechscope.report import Figure, Series, curves, heatmap, scatter
+from mechscope.report import Figure, Series, heatmap, panels, scatter
+from mechscope.report.findings import interval_marks
+from mechscope.stats import cell_ci
 
 KIND_NAMES = {
     "least_first": "least important first",
     "most_first": "most important first",
-    "random": "random order (mean of orders)",
+    "random": "random orders (mean)",
 }
+#: The ranking IG paths in the order the report leads with them: per-layer IG meets
+#: completeness; joint IG often does not (see the completeness table).
+LEAD_ORDER = ("per_layer", "staggered", "joint", "random", "gradient")
+SATURATE = 0.98  # head maps: colours span the 98th percentile of |importance|
 
 
-def order_label(kind: str) -> str:
-    """``"joint/least_first"`` -> ``"joint: least important first"``."""
-    ranking, _, order = kind.rpartition("/")
-    name = KIND_NAMES.get(order, order)
-    return f"{ranking}: {name}" if ranking else name
-
-
-def head_heatmap(values: np.ndarray, title: str, what: str) -> Figure:
-    """A layer × head map of one ``[layers, heads]`` score (red helps, blue hurts)."""
+def head_heatmap(
+    values: np.ndarray, title: str, what: str, per_sample: np.ndarray | None = None
+) -> Figure:
+    """A layer × head map of one ``[layers, heads]`` score (red helps, blue hurts); with
+    ``per_sample`` (``[n, layers, heads]``, oriented, whose mean is ``values``) a dot marks
+    the heads whose 95% bootstrap interval over samples excludes 0."""
     n_layers, n_heads = values.shape
+    marks = hover = None
+    caption = (
+        f"Each cell is {what} of one head: red helps the objective, blue hurts it, white is near 0."
+    )
+    if per_sample is not None:
+        ci = cell_ci(per_sample)
+        marks, hover, note = interval_marks(ci.low, ci.high, per_sample.shape[0], "samples")
+        caption += note
+    size = np.abs(values[np.isfinite(values)])
+    spread = float(np.quantile(size, SATURATE)) if size.size else None
+    if spread and size.max() > 2 * spread:  # a few heads dwarf the rest: let them saturate
+        caption += (
+            f" Colours saturate at ±{spread:.3g}: the strongest {1 - SATURATE:.0%} of heads go "
+            f"beyond (up to {size.max():.3g}; hover for values)."
+        )
+    else:
+        spread = None
     return heatmap(
         values,
         [f"h{h}" for h in range(n_heads)],
         [f"L{layer}" for layer in range(n_layers)],
         title,
         diverging=True,
+        hover_text=hover,
         colorbar_title=what,
         x_title="head",
         y_title="layer",
+        marks=marks,
+        mark_label="95% interval excludes 0",
+        spread=spread,
+        caption=caption + " Hover a cell for its value and interval.",
     )
+
+
+def lead_path(result: HeadsResult) -> str | None:
+    """The IG path the report leads with (:data:`LEAD_ORDER`), or None without IG."""
+    return next((k for k in LEAD_ORDER if k in result.attributions), None)
 
 
 def similarity_figure(matrix: np.ndarray, labels: Sequence[str], title: str) -> Figure:
@@ -68,26 +99,32 @@ def similarity_figure(matrix: np.ndarray, labels: Sequence[str], title: str) -> 
 
 
 def pruning_figure(bands: pd.DataFrame, metric: str, title: str, y_title: str) -> Figure:
-    """Objective or accuracy against the fraction of heads removed, one line per order."""
-    series = []
-    for kind, grp in bands[bands["metric"] == metric].groupby("kind", sort=False):
-        grp = grp.sort_values("fraction")
-        series.append(
-            Series(
-                order_label(str(kind)),
-                grp["mean"].to_numpy(),
-                grp["low"].to_numpy(),
-                grp["high"].to_numpy(),
-            )
-        )
-    x = sorted(bands["fraction"].unique())
+    """Small multiples: one panel per ranking (joint, per-layer, gradient ...), each with its
+    least- and most-important-first curves and the random orders, ``metric`` against the
+    fraction of heads removed."""
+    part = bands[bands["metric"] == metric]
+    by_kind = {str(k): g.sort_values("fraction") for k, g in part.groupby("kind", sort=False)}
+    x = sorted(part["fraction"].unique())
+
+    def series(kind: str) -> Series:
+        g = by_kind[kind].set_index("fraction").reindex(x)
+        name = KIND_NAMES.get(kind.rpartition("/")[2], kind)
+        return Series(name, g["mean"].to_numpy(), g["low"].to_numpy(), g["high"].to_numpy())
+
+    rankings = list(dict.fromkeys(k.split("/")[0] for k in by_kind if "/" in k))
+    rankings.sort(key=lambda r: LEAD_ORDER.index(r) if r in LEAD_ORDER else len(LEAD_ORDER))
+    by_panel = {}
+    for ranking in rankings:
+        kinds = [f"{ranking}/least_first", f"{ranking}/most_first", "random"]
+        by_panel[f"ranked by {ranking}"] = [series(k) for k in kinds if k in by_kind]
     caption = (
-        "Heads are switched off cumulatively in each order; lines are means over samples with "
-        "bootstrap 95% bands (resampling samples). A good importance ranking stays near the "
-        "start when the least important heads go first and collapses early when the most "
-        "important go first, compared with random orders."
+        "One panel per importance ranking. Heads are switched off cumulatively in each order; "
+        "lines are means over samples with bootstrap 95% bands (resampling samples), and the "
+        "random orders are the same in every panel. A good ranking stays near the start when "
+        "the least important heads go first and collapses early when the most important go "
+        "first, compared with random orders."
     )
-    return curves(x, series, title, "fraction of heads removed", y_title, caption=caption)
+    return panels(x, by_panel, title, "fraction of heads removed", y_title, caption=caption)
 
 
 def agreement_figure(a: np.ndarray, b: np.ndarray, name_a: str, name_b: str) -> Figure:
@@ -109,18 +146,23 @@ def agreement_figure(a: np.ndarray, b: np.ndarray, name_a: str, name_b: str) -> 
 
 
 def attribution_figures(result: HeadsResult) -> list[tuple[str, Figure]]:
-    """``(name, figure)`` pairs: an importance heatmap per method (and, for IG, one scaled
-    per layer), the per-sample similarity of every IG path, and the agreement of the first
-    two paths."""
+    """``(name, figure)`` pairs: an importance heatmap per method, the lead path's first
+    (:func:`lead_path`; and, for IG, one scaled per layer), the per-sample similarity of
+    every IG path, and the agreement of the first two paths."""
     out: list[tuple[str, Figure]] = []
     labels = [f"{i}:{t}" for i, t in enumerate(result.tasks)]  # short labels; ids in tables
-    for kind, importance in result.importance.items():
+    kinds = sorted(result.importance, key=lambda k: (k != lead_path(result), k == "gradient"))
+    for kind in kinds:
+        importance = result.importance[kind]
         what = "gradient importance" if kind == "gradient" else "mean IG (helps +)"
+        per_sample = None
+        if kind in result.attributions:  # signed IG: the mean of the oriented samples
+            per_sample = orient(result.attributions[kind], result.higher_is_better)
+            if not np.allclose(per_sample.mean(axis=0), importance, equal_nan=True):
+                per_sample = None  # aggregated otherwise (abs, relu): no interval to draw
+        title = f"Head importance: {kind} IG" if kind != "gradient" else "Head importance: gradient"
         out.append(
-            (
-                f"attribution-heatmap-{kind}",
-                head_heatmap(importance, f"Head importance: {kind}", what),
-            )
+            (f"attribution-heatmap-{kind}", head_heatmap(importance, title, what, per_sample))
         )
         if kind != "gradient":  # a few layers dominate raw IG; scaling each row shows the rest
             out.append(

@@ -75,19 +75,29 @@ def sample_heatmap(
         colorbar_title=metric,
         x_title="continuation token (index, text)",
         y_title="layer",
-        caption=(
-            f"Each cell is {label(metric, names)} of the true next token read through the "
-            "model's own final norm and unembedding at that layer (logit lens), teacher-"
-            "forced. "
-            + (
-                "Blue: condition {} predicts the token better than {}; red: worse.".format(
-                    *(names or ("A", "B"))
-                )
-                if diverging
-                else "Brighter: the two conditions' next-token distributions differ more."
-            )
-        ),
+        caption=_token_caption(metric, names),
     )
+
+
+def _token_caption(metric: str, names: Names) -> str:
+    """How to read one cell of a layer × token heatmap of ``metric``."""
+    a, b = names or ("A", "B")
+    lens = (
+        "read through the model's own final norm and unembedding at that layer (logit lens), "
+        "with the continuation teacher-forced after each condition's prefix."
+    )
+    if metric == "dnll":
+        return (
+            f"Each cell is {label(metric, names)} of the true next token, {lens} Blue: "
+            f"condition {a} predicts the token better than {b}; red: worse."
+        )
+    if metric in ("js", "kl_ab", "kl_ba"):
+        return (
+            f"Each cell is {label(metric, names)} between the two conditions' next-token "
+            f"distributions at that position (whatever the true token), {lens} Brighter: the "
+            "conditions predict more differently."
+        )
+    return f"Each cell is {label(metric, names)} of the true next token, {lens}"
 
 
 def aligned_heatmap(

@@ -73,7 +73,7 @@ def derive_card(model: nn.Module, family: str | None = None) -> ModelCard:
     layers = model.get_submodule(layers_path)
     d_model = int(_first(cfg, D_MODEL) or embed.weight.shape[1])
     ids = probe_ids(int(head.weight.shape[0]))
-    tol = 1e-4 if head.weight.dtype == torch.float32 else 3e-2  # the model's own rounding
+    dtype = head.weight.dtype  # the model's own rounding
     try:
         trace = trace_forward(model, ids)
     except Exception as exc:  # the family's own code: say so in one line, keep the cause
@@ -86,7 +86,7 @@ def derive_card(model: nn.Module, family: str | None = None) -> ModelCard:
         float(getattr(cfg, scalars["residual_scale"])) if "residual_scale" in scalars else 1.0
     )
     parts = [
-        layer_parts(layer, f"{layers_path}.{i}", trace, d_model, residual_scale, tol)
+        layer_parts(layer, f"{layers_path}.{i}", trace, d_model, residual_scale, dtype)
         for i, layer in enumerate(layers)
     ]
     first = parts[0]
@@ -99,7 +99,7 @@ def derive_card(model: nn.Module, family: str | None = None) -> ModelCard:
             if part[role] != first[role]:
                 raise fail(f"layer {i} keeps {role} at {part[role]!r}, layer 0 at {first[role]!r}")
     final_norm, tried = _final_norm(
-        model, layers_path, paths[embed], trace, head, cfg, scalars, tol
+        model, layers_path, paths[embed], trace, head, cfg, scalars, dtype
     )
     if final_norm is None:
         raise fail(f"no norm after the last layer makes its lens equal the logits ({tried})")
@@ -174,7 +174,7 @@ def _final_norm(
     head: nn.Module,
     cfg: Any,
     scalars: dict[str, str],
-    tol: float,
+    dtype: torch.dtype,
 ) -> tuple[str | None, str]:
     """The norm beside the layer list that maps the last layer's output to the logits, or
     None and what each candidate did instead."""
@@ -194,7 +194,7 @@ def _final_norm(
             continue
         with torch.no_grad():
             logits = _scaled(head(module(last)).float(), cfg, scalars)
-        if close(logits, trace.logits.float(), tol):
+        if close(logits, trace.logits.float(), dtype):
             return path, ""
         tried.append(f"{path} is off by {float((logits - trace.logits.float()).abs().max()):.3g}")
     return None, "; ".join(tried) or "no module named like a norm"

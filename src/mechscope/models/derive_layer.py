@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from mechscope.models.trace import Trace
+from mechscope.tolerance import rounding_margin, scale_of
 
 _ATTN = re.compile(r"attn|attention", re.IGNORECASE)
 _NORM = re.compile(r"norm|ln", re.IGNORECASE)
@@ -34,13 +35,13 @@ def _out_dim(module: nn.Module) -> tuple[int, int] | None:
     return None
 
 
-def close(a: torch.Tensor, b: torch.Tensor, tol: float) -> bool:
-    """Equal within ``tol`` relative to ``b``'s scale (the model's own rounding)."""
+def close(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype, scale: float | None = None) -> bool:
+    """Equal up to one stage of the model's own rounding in ``dtype``
+    (:func:`mechscope.tolerance.rounding_tolerance`), at ``scale`` or the values' own."""
     if a.shape != b.shape:
         return False
-    a, b = a.double(), b.double()
-    scale = max(float(b.abs().max()), 1.0)
-    return bool((a - b).abs().max() <= tol * scale)
+    err, tol = rounding_margin(a, b, 1, scale=scale, dtype=dtype)
+    return err <= tol
 
 
 def _as_tokens(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor | None:
@@ -55,7 +56,12 @@ def _as_tokens(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor | Non
 
 
 def layer_parts(
-    layer: nn.Module, prefix: str, trace: Trace, d_model: int, residual_scale: float, tol: float
+    layer: nn.Module,
+    prefix: str,
+    trace: Trace,
+    d_model: int,
+    residual_scale: float,
+    dtype: torch.dtype,
 ) -> dict[str, Any] | str:
     """Where the sites of one layer live, relative to the layer; or why they cannot be found."""
     call = trace.calls.get(prefix)
@@ -77,7 +83,8 @@ def layer_parts(
             "named like attention)"
         )
     attn = o_proj.rsplit(".", 1)[0]
-    pair = _contribution_pair(outs, order, delta, residual_scale, tol)
+    magnitude = scale_of(resid_pre, resid_post)  # where the residual adds were rounded
+    pair = _contribution_pair(outs, order, delta, residual_scale, dtype, magnitude)
     if pair is None:
         return (
             "no two modules' outputs add up to what the layer writes to the residual "
@@ -127,12 +134,14 @@ def _contribution_pair(
     order: dict[str, int],
     delta: torch.Tensor,
     scale: float,
-    tol: float,
+    dtype: torch.dtype,
+    magnitude: float,
 ) -> tuple[str, str] | None:
     """The two modules (attention side first) whose outputs sum to the layer's residual write.
 
     Among modules with equal outputs (an attention block and its own output projection) the
-    one nearest the layer wins, so sites hook the block, as the built-in cards do.
+    one nearest the layer wins, so sites hook the block, as the built-in cards do. The sum is
+    compared up to rounding at the residual stream's ``magnitude``.
     """
     if float(delta.abs().max()) == 0:
         return None
@@ -141,7 +150,7 @@ def _contribution_pair(
         for b in paths[i + 1 :]:
             if a.startswith(b + ".") or b.startswith(a + "."):
                 continue
-            if close((outs[a] + outs[b]) * scale, delta, tol):
+            if close((outs[a] + outs[b]) * scale, delta, dtype, magnitude):
                 return (a, b) if order[a] < order[b] else (b, a)
     return None
 

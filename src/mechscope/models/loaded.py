@@ -11,6 +11,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from mechscope.errors import SiteError
 from mechscope.models.card import ModelCard
+from mechscope.models.memory import human_bytes
 
 
 def _attr(config: Any, name: str | None) -> Any:
@@ -183,6 +184,6 @@ class LoadedModel:
             "dtype": str(self.dtype).removeprefix("torch."),
             "device": str(self.device),
             "parameters": self.n_params,
-            "memory budget": f"{self.memory_budget / 2**30:.2f} GiB",
+            "memory budget": human_bytes(self.memory_budget),
             "threads": torch.get_num_threads(),
         }

@@ -56,6 +56,16 @@ def parse_memory(text: str) -> tuple[str, float]:
     return "bytes", value * _UNITS[unit]
 
 
+def human_bytes(n: float) -> str:
+    """``n`` bytes in the largest binary unit it reaches (``"512 B"``, ``"1.00 MiB"``,
+    ``"3.25 GiB"``): :func:`parse_memory` reads it back. A budget of 1 MiB printed in GiB
+    would read 0.00."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
 def memory_budget(text: str | None, device: torch.device) -> int:
     """The budget in bytes for work on ``device`` (see the module docstring)."""
     if text is None:

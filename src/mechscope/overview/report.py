@@ -2,10 +2,31 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
+
 from mechscope.overview.compute import probability_matrix
 from mechscope.overview.demo import TABLE
-from mechscope.report import FigureBlock, TableBlock, heatmap, register_section
+from mechscope.report import FigureBlock, FindingBlock, TableBlock, heatmap, register_section
+from mechscope.report.findings import number
 from mechscope.runs import RunDir, has_table, read_table
+
+
+def overview_finding(df: pd.DataFrame) -> str:
+    """When the final prediction becomes the lens' top-1 token (median and range over
+    prompts), and its probability at the output."""
+    n_layers = int(df["layer"].max()) + 1
+    first = []
+    for _, g in df.sort_values("layer").groupby("prompt_id"):
+        top = g.index[g["target_rank"].to_numpy() == 0]
+        first.append(int(g.loc[top[0], "layer"]) if len(top) else n_layers - 1)
+    last = df[df["layer"] == df["layer"].max()]["target_prob"].to_numpy()
+    return (
+        f"The model's final prediction becomes the logit lens' top token at layer "
+        f"**{np.median(first):g}** of {n_layers} (median over {len(first)} prompts; range "
+        f"{min(first)}–{max(first)}); at the output it has probability {number(last.mean())} "
+        f"on average (range {number(last.min())}–{number(last.max())})."
+    )
 
 
 @register_section("overview", "Model overview: logit lens")
@@ -33,5 +54,7 @@ def overview_section(run: RunDir) -> list:
         ),
     )
     last = df[df.layer == df.layer.max()][["prompt", "target", "target_prob"]]
-    final = TableBlock(last, caption="The model's final prediction per prompt.")
-    return [FigureBlock(fig, name="overview-logit-lens"), final]
+    final = TableBlock(
+        last, caption="The model's final prediction per prompt.", source=f"tables/{TABLE}.parquet"
+    )
+    return [FindingBlock(overview_finding(df)), FigureBlock(fig, name="overview-logit-lens"), final]

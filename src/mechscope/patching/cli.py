@@ -5,10 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 
-from mechscope.cli.common import OUT_HELP, checked_run, finish, parse_list, workflow_app
+from mechscope.cli.common import (
+    OUT_HELP,
+    checked_run,
+    finish,
+    parse_list,
+    validated,
+    workflow_app,
+)
 from mechscope.cli.executor_options import ExecutorOptions, executor_options
 from mechscope.cli.model_options import ModelOptions, model_options
 from mechscope.cli.options import SEED_OPTION, number
@@ -27,12 +33,7 @@ def main() -> None:
 def _spec(**kwargs):
     from mechscope.patching.config import PatchSpec
 
-    try:
-        return PatchSpec(**kwargs)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "spec"
-        raise InputError(err["msg"].removeprefix("Value error, "), field=field) from None
+    return validated(PatchSpec, **kwargs)
 
 
 @app.command()
@@ -125,3 +126,114 @@ def run(
     console.print(
         f"{len(result.pairs)} pair-directions patched; tables in {rd.tables_dir}; report: {report}"
     )
+
+
+@app.command()
+@model_options
+@executor_options
+def path(
+    pairs: Path | None = typer.Option(
+        None, "--pairs", help="JSONL of pairs (clean/corrupt of one token length)."
+    ),
+    task: str | None = typer.Option(None, "--task", help="Built-in pairs: ioi, ioi-json, facts."),
+    n: int = number(16, "--n", min=1, help="Number of built-in pairs."),
+    out: Path = typer.Option(..., "--out", help=OUT_HELP),
+    senders: str = typer.Option(
+        "all", "--senders", help="Sender heads: layer.head (9.6), layer.* (9.*) or all."
+    ),
+    receivers: str = typer.Option(
+        "all",
+        "--receivers",
+        help="Receiver heads, as --senders (key/value heads for --receiver-input k or v).",
+    ),
+    receiver_input: str = typer.Option(
+        "q", "--receiver-input", help="What the receivers read: q, k, v or resid_final (logits)."
+    ),
+    senders_together: bool = typer.Option(
+        False, "--senders-together", help="Patch all senders at once (one sender group)."
+    ),
+    receivers_together: bool = typer.Option(
+        False, "--receivers-together", help="Patch all receivers at once (e.g. the name movers)."
+    ),
+    freeze_mlps: bool = typer.Option(
+        False,
+        "--freeze-mlps/--recompute-mlps",
+        help="MLPs in the sender pass: frozen at clean, or recomputed (the IOI paper's code).",
+    ),
+    policy: str = typer.Option(
+        "error", "--policy", help="Answers longer than one token: error or first."
+    ),
+    seed: int = SEED_OPTION,
+    ex: ExecutorOptions = ExecutorOptions(),
+    opts: ModelOptions = ModelOptions(),
+) -> None:
+    """Path patching (the IOI paper's method): each sender head's output from the corrupt run
+    into only the receivers' q, k or v (or the logits), every other head frozen."""
+    from mechscope.patching.config import PathSpec
+    from mechscope.patching.heads_arg import head_groups, parse_heads
+    from mechscope.patching.path import check_inputs, run_path_patching
+    from mechscope.patching.path_plan import RECEIVER_INPUTS
+    from mechscope.patching.samples import load_pairs_jsonl, task_pairs
+
+    if (pairs is None) == (task is None):
+        raise InputError("expected exactly one of --pairs FILE or --task NAME", field="pairs")
+    if receiver_input not in RECEIVER_INPUTS:
+        expected = ", ".join(RECEIVER_INPUTS)
+        raise InputError(
+            f"expected one of {expected}, got {receiver_input!r}", field="--receiver-input"
+        )
+    config = {
+        "senders": senders,
+        "receivers": receivers,
+        "receiver_input": receiver_input,
+        "senders_together": senders_together,
+        "receivers_together": receivers_together,
+        "freeze_mlps": freeze_mlps,
+        "policy": policy,
+        "pairs": str(pairs.resolve()) if pairs else None,
+        "task": task,
+        "n": n,
+        "seed": seed,
+        **opts.config(),
+    }
+    state: dict = {}
+
+    def check(lm):
+        kv = receiver_input in ("k", "v")
+        send = parse_heads(senders, lm.n_layers, lm.n_heads, field="--senders")
+        recv = ()
+        if receiver_input != "resid_final":
+            n_recv = lm.n_kv_heads if kv else lm.n_heads
+            recv = head_groups(
+                parse_heads(
+                    receivers,
+                    lm.n_layers,
+                    n_recv,
+                    field="--receivers",
+                    what="key/value head" if kv else "head",
+                ),
+                receivers_together,
+            )
+        state["spec"] = spec = validated(
+            PathSpec,
+            senders=head_groups(send, senders_together),
+            receivers=recv,
+            receiver_input=receiver_input,
+            freeze_mlps=freeze_mlps,
+            policy=policy,
+        )
+        data = (
+            load_pairs_jsonl(pairs)
+            if pairs is not None
+            else task_pairs(task, n, lm.tokenizer, seed=seed)
+        )
+        check_inputs(lm, data, spec)
+        return data
+
+    lm, data, rd = checked_run(out, config, opts, check, seed=seed)
+    with ex.alongside():
+        result = run_path_patching(rd, lm, data, state["spec"])
+    report = finish(rd)
+    top = result.top_paths(1)
+    best = "" if top.empty else f"; strongest: {top['sender'][0]} → {top['receiver'][0]}"
+    console.print(f"{len(result.pair_ids)} pairs path-patched{best}; report: {report}")

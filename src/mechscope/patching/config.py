@@ -104,3 +104,43 @@ class PatchSpec(BaseModel):
     @property
     def per_head(self) -> bool:
         return self.site in PER_HEAD_SITES
+
+
+Head = tuple[int, int]
+"""``(layer, head)``; a key/value head where the receivers' input is ``k`` or ``v``."""
+ReceiverInput = Literal["q", "k", "v", "resid_final"]
+
+
+class PathSpec(BaseModel):
+    """One path-patching sweep (:mod:`mechscope.patching.path_core`).
+
+    ``senders`` and ``receivers`` are groups of heads: each sender group is patched from the
+    corrupt run on its own, each receiver group has its inputs patched together, and every
+    (sender group, receiver group) is one cell. One head per group is the senders ×
+    receivers sweep; one receiver group of several heads (the IOI paper's name movers) is
+    its per-sender figure. ``receiver_input``: the receivers' queries, keys or values
+    (``k``/``v``: key/value heads), or ``resid_final`` (the logits: no receivers).
+    ``freeze_mlps``: MLPs frozen at their clean outputs in the sender pass (default:
+    recomputed, as in the IOI paper's code and ARENA).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    senders: tuple[tuple[Head, ...], ...]
+    receivers: tuple[tuple[Head, ...], ...] = ()
+    receiver_input: ReceiverInput = "q"
+    freeze_mlps: bool = False
+    policy: Literal["error", "first"] = "error"
+    budget_bytes: int | None = Field(default=None, gt=0)
+
+    @field_validator("senders")
+    @classmethod
+    def _senders(cls, value: tuple) -> tuple:
+        if not value or not all(value):
+            raise ValueError("expected at least one sender head in every group")
+        return value
+
+
+def head_label(group: tuple[Head, ...]) -> str:
+    """``9.6`` for one head, ``9.6+9.9`` for a group (the IOI paper's layer.head)."""
+    return "+".join(f"{layer}.{head}" for layer, head in group)

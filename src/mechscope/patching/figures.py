@@ -17,7 +17,8 @@ from mechscope.errors import InputError
 from mechscope.patching.config import PER_HEAD_SITES
 from mechscope.patching.result import PatchingResult
 from mechscope.report import Figure, Series, curves, heatmap, scatter
-from mechscope.stats import curve_ci
+from mechscope.report.findings import interval_marks
+from mechscope.stats import cell_ci, curve_ci
 
 LABELS = {
     "logit_diff": "logit difference (correct − wrong)",
@@ -31,6 +32,7 @@ LABELS = {
     "js_to_base": "JS to base, nats",
     "normalized_effect": "normalised patch effect",
 }
+NOISING_LABEL = "share of the clean effect removed (1 − normalised effect)"
 
 
 _HEAD_SITE_WORDS = {
@@ -72,28 +74,49 @@ def label_note(result: PatchingResult, direction: str) -> str:
     return f" Labels marked * are pair {first.pair_id}'s tokens; other pairs differ there."
 
 
+def shown_values(result: PatchingResult, metric: str, direction: str) -> tuple[np.ndarray, str]:
+    """``[pairs, layers, units, heads]`` values a figure draws for ``metric``, and their label.
+
+    Noising writes the corrupt activation into the clean run, so its normalised effect is 1
+    where the patch changes nothing; drawn as is, a noising map is a wall of red with the real
+    effects (0.93, 1.21) invisible. It is drawn as 1 − effect instead, the share of the clean
+    logit difference the patch removes: 0 = no change, as in a denoising map, where 0 = no
+    recovery."""
+    arr = result.stack(metric, direction)
+    if metric == "normalized_effect" and direction == "noising":
+        return 1.0 - arr, NOISING_LABEL
+    return arr, LABELS.get(metric, metric)
+
+
 def position_heatmap(
     result: PatchingResult,
     metric: str = "normalized_effect",
     direction: str = "denoising",
     head: int = 0,
 ) -> Figure:
-    """Rows = layers (top = first), columns = positions or spans; the mean over pairs."""
-    arr = result.stack(metric, direction)[..., head]  # [pairs, layers, units]
+    """Rows = layers (top = first), columns = positions or spans; the mean over pairs, dots
+    where its interval over pairs excludes 0 (noising drawn as 1 − effect,
+    :func:`shown_values`)."""
+    values, what = shown_values(result, metric, direction)
+    arr = values[..., head]  # [pairs, layers, units]
     first = result.direction(direction)[0]
-    mean = np.nanmean(arr, axis=0)  # [layers, units]
-    what = LABELS.get(metric, metric)
+    ci = cell_ci(arr)  # [layers, units]
+    mean = ci.mean
+    marks, hover, note = interval_marks(ci.low, ci.high, arr.shape[0], "pairs")
     return heatmap(
         mean,
         unit_labels(result, direction),
         [str(x) for x in first.layers],
         f"{result.site} patching ({direction}): {what}, mean of {arr.shape[0]} pairs",
         diverging=True,
+        hover_text=hover,
         colorbar_title=what,
         x_title="position / span",
         y_title="layer",
+        marks=marks,
+        mark_label="95% interval excludes 0",
         caption=_caption(result, direction, what) + " Rows are layers, columns what was "
-        "patched; red is above 0, blue below, white near 0." + label_note(result, direction),
+        "patched; red is above 0, blue below, white near 0." + note + label_note(result, direction),
     )
 
 
@@ -103,27 +126,34 @@ def head_heatmap(
     direction: str = "denoising",
     unit: int = 0,
 ) -> Figure:
-    """Rows = heads, columns = layers, for per-head sweeps (z, q, k, v; mean over pairs)."""
+    """Rows = heads, columns = layers, for per-head sweeps (z, q, k, v; mean over pairs), dots
+    where the interval over pairs excludes 0."""
     if result.site not in PER_HEAD_SITES:
         expected = ", ".join(PER_HEAD_SITES)
         raise InputError(
             f"expected a per-head sweep (site {expected}), got {result.site!r}", field="site"
         )
-    arr = result.stack(metric, direction)[:, :, unit, :]  # [pairs, layers, heads]
+    values, what = shown_values(result, metric, direction)
+    arr = values[:, :, unit, :]  # [pairs, layers, heads]
     first = result.direction(direction)[0]
-    what = LABELS.get(metric, metric)
+    ci = cell_ci(arr)  # [layers, heads]
+    mean = ci.mean
+    marks, hover, note = interval_marks(ci.low.T, ci.high.T, arr.shape[0], "pairs")
     return heatmap(
-        np.nanmean(arr, axis=0).T,
+        mean.T,
         [str(x) for x in first.layers],
         [f"H{h}" for h in first.heads],
         f"head {result.site} patching ({direction}, {unit_labels(result, direction)[unit]}): "
         f"{what}",
         diverging=True,
+        hover_text=hover,
         colorbar_title=what,
         x_title="layer",
         y_title="head",
+        marks=marks,
+        mark_label="95% interval excludes 0",
         caption=_caption(result, direction, what) + f" Each cell patches one head's "
-        f"{_HEAD_SITE_WORDS[result.site]} at one layer.",
+        f"{_HEAD_SITE_WORDS[result.site]} at one layer." + note,
     )
 
 
@@ -202,10 +232,26 @@ def attribution_scatter(result: PatchingResult, direction: str = "denoising") ->
 
 
 def _caption(result: PatchingResult, direction: str, what: str) -> str:
-    how = (
-        "the clean run's activation is written into the corrupt run (denoising: is it sufficient?)"
-        if direction == "denoising"
-        else "the corrupt run's activation is "
-        "written into the clean run (noising: is it necessary?)"
-    )
-    return f"For each cell, {how}; the colour or height is {what}."
+    if direction == "denoising":
+        how = (
+            "the clean run's activation is written into the corrupt run (denoising: is it "
+            "sufficient?)"
+        )
+        scale = (
+            ""
+            if what != LABELS["normalized_effect"]
+            else (" 1 = the clean logit difference fully recovered, 0 = none recovered.")
+        )
+    else:
+        how = (
+            "the corrupt run's activation is written into the clean run (noising: is it necessary?)"
+        )
+        scale = (
+            ""
+            if what != NOISING_LABEL
+            else (
+                " 0 = no change from the clean run, 1 = the clean logit difference gone (as "
+                "corrupt); the stored normalised effect is 1 minus this."
+            )
+        )
+    return f"For each cell, {how}; the colour or height is {what}.{scale}"

@@ -45,7 +45,8 @@ PART = "patching"
 GROUP_PAIRS = 16
 
 
-def _check_ids(pairs: Sequence[AnyPair]) -> None:
+def check_pair_ids(pairs: Sequence[AnyPair]) -> None:
+    """One line for an empty list or a repeated pair id."""
     if not pairs:
         raise InputError("expected at least one pair", field="pairs")
     seen: set[str] = set()
@@ -129,8 +130,15 @@ def patch_pairs(
     keep_logits: bool = False,
     progress: bool = True,
 ) -> PatchingResult:
-    """Run ``spec`` on every pair in memory (no run directory)."""
-    _check_ids(pairs)
+    """Run the patching sweep ``spec`` on every pair, in memory: a
+    :class:`~mechscope.patching.result.PatchingResult` (``to_frame()``, ``figure()``), with
+    no run directory (``mechscope patch run`` / :func:`run_patching` write one).
+
+    Pairs are :class:`~mechscope.data.pairs.ContrastivePair` (text) or tokenized pairs;
+    every pair is checked before the first forward pass, so a bad one is refused in one line
+    naming it. Pairs go through in groups sized by the memory budget; ``keep_logits`` keeps
+    each patched run's readout logits, ``progress`` shows a progress bar."""
+    check_pair_ids(pairs)
     for p in pairs:  # fail before any forward on a bad pair
         for d in spec.directions:
             prepare_any(lm, p, d, spec)
@@ -156,7 +164,7 @@ def run_patching(
 ) -> PatchingResult:
     """Sharded (resumable) :func:`patch_pairs` writing ``tables/<name>.parquet``,
     ``tables/<name>_baselines.parquet`` and ``tables/<name>_agreement.parquet``."""
-    _check_ids(pairs)
+    check_pair_ids(pairs)
     eng = Engine.of(lm)
     sweep_layers(eng, spec)  # --layers and --heads checked before any pass
     sweep_heads(eng, spec)

@@ -19,6 +19,7 @@ from mechscope.report.figure import (
     GraphSpec,
     HeatmapSpec,
     Node,
+    PanelsSpec,
     ScatterSpec,
     Series,
 )
@@ -67,12 +68,19 @@ def heatmap(
     x_title: str = "",
     y_title: str = "",
     caption: str | None = None,
+    marks=None,
+    mark_label: str = "",
+    spread: float | None = None,
 ) -> Figure:
     """A ``[rows, cols]`` heatmap; row 0 is drawn at the top. NaN cells stay blank.
 
     ``diverging`` centres a red/blue scale on ``zmid`` with symmetric limits, so equal
     colours mean equal distance from ``zmid``. ``hover_text`` (``[rows, cols]`` plain strings,
-    newlines allowed) is added to each cell's hover label in the report.
+    newlines allowed) is added to each cell's hover label in the report. ``marks``
+    (``[rows, cols]`` booleans) puts a dot on the cells it marks, e.g. those whose interval
+    excludes ``zmid``; ``mark_label`` says so in the legend. ``spread`` (diverging only)
+    sets the colour range to ``zmid ± spread`` instead of the largest distance, so a few
+    extreme cells saturate rather than wash every other cell out to white.
     """
     arr = np.asarray(z, dtype=np.float64)  # [rows, cols]
     if arr.ndim != 2:
@@ -83,6 +91,11 @@ def heatmap(
         hover = [[str(v) for v in row] for row in hover_text]
         if len(hover) != rows or any(len(row) != cols for row in hover):
             raise InputError(f"hover text of shape [{rows}, {cols}]", field="hover_text")
+    mark_arr = None
+    if marks is not None:
+        mark_arr = np.asarray(marks, dtype=bool)  # [rows, cols]
+        if mark_arr.shape != arr.shape:
+            raise InputError(f"marks of shape {arr.shape}, got {mark_arr.shape}", field="marks")
     what = colorbar_title or "the value"
     if caption is None:
         if diverging:
@@ -105,6 +118,9 @@ def heatmap(
         colorbar_title=colorbar_title,
         x_title=x_title,
         y_title=y_title,
+        marks=mark_arr,
+        mark_label=mark_label,
+        spread=float(spread) if spread and np.isfinite(spread) and spread > 0 else None,
     )
     return Figure(spec, title, caption)
 
@@ -123,11 +139,7 @@ def curves(
 
     ``hline`` draws a dashed horizontal reference (e.g. 0 for "no effect").
     """
-    xs = list(x)
-    if xs and all(isinstance(v, int | float | np.integer | np.floating) for v in xs):
-        xs = [float(v) for v in xs]
-    else:
-        xs = [str(v) for v in xs]
+    xs = _xs(x)
     checked = _series(series, len(xs), "series")
     if caption is None:
         has_band = any(s.low is not None for s in checked)
@@ -135,6 +147,36 @@ def curves(
         caption += "; shaded bands are confidence intervals." if has_band else "."
         caption += " Click a legend entry to hide or show a series (and its band)."
     return Figure(CurvesSpec(xs, checked, x_title, y_title, hline), title, caption)
+
+
+def panels(
+    x: Sequence,
+    by_panel: Mapping[str, Sequence[Series]],
+    title: str,
+    x_title: str = "",
+    y_title: str = "",
+    *,
+    hline: float | None = None,
+    caption: str | None = None,
+) -> Figure:
+    """Small multiples: one panel of curves per key of ``by_panel`` (its title), side by side,
+    sharing the axes. A series name keeps one colour and one legend entry in every panel,
+    so the panels compare like with like without bands drawn over each other."""
+    if not by_panel:
+        raise InputError("at least one panel", field="by_panel")
+    xs = _xs(x)
+    checked = [(str(k), _series(v, len(xs), f"by_panel[{k}]")) for k, v in by_panel.items()]
+    if caption is None:
+        caption = "One panel per group; lines are means, shaded bands confidence intervals."
+    return Figure(PanelsSpec(xs, checked, x_title, y_title, hline), title, caption)
+
+
+def _xs(x: Sequence) -> list:
+    """Numbers as floats, anything else as category labels."""
+    xs = list(x)
+    if xs and all(isinstance(v, int | float | np.integer | np.floating) for v in xs):
+        return [float(v) for v in xs]
+    return [str(v) for v in xs]
 
 
 def bars(
@@ -147,7 +189,8 @@ def bars(
     horizontal: bool = False,
     caption: str | None = None,
 ) -> Figure:
-    """Grouped bars: one bar per category and series; whiskers from ``low``/``high``."""
+    """Grouped bars: one bar per category and series; whiskers from ``low``/``high`` (a NaN
+    bound draws no whisker for that bar: no interval, e.g. one seed)."""
     cats = [str(c) for c in categories]
     if len(set(cats)) != len(cats):
         raise InputError(
@@ -196,12 +239,15 @@ def graph(
     layout: str | Mapping[str, tuple[float, float]] = "circular",
     directed: bool = True,
     caption: str | None = None,
+    labelled: Sequence[str] | None = None,
 ) -> Figure:
     """A network: ``nodes`` as ``Node`` or ``(id, label, size, color_group, hover)``,
     ``edges`` as ``Edge`` or ``(src, dst, weight)``.
 
     ``layout`` is ``"circular"`` (node order clockwise from the top), ``"line"`` (node
     order left to right) or a mapping of node id to ``(x, y)``; all are deterministic.
+    ``labelled`` names the nodes whose label is written beside them (default: all); the
+    others show theirs on hover, so a graph of hundreds of nodes stays legible.
     """
     node_list = [n if isinstance(n, Node) else Node(*n) for n in nodes]
     edge_list = [e if isinstance(e, Edge) else Edge(*e) for e in edges]
@@ -237,5 +283,10 @@ def graph(
             + (" (arrowhead at the target)" if directed else "")
             + ", wider for larger |weight|, blue for positive and red for negative weights."
         )
-    spec = GraphSpec(node_list, edge_list, positions, directed, curved=layout == "line")
+    shown = None
+    if labelled is not None:
+        shown = frozenset(str(i) for i in labelled)
+        if not shown <= known:
+            raise InputError(f"node ids, got {sorted(shown - known)[:5]}", field="labelled")
+    spec = GraphSpec(node_list, edge_list, positions, directed, layout == "line", shown)
     return Figure(spec, title, caption)

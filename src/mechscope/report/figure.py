@@ -2,7 +2,7 @@
 
 A :class:`Figure` holds *what* to draw (a spec: data and labels, already validated)
 and a caption saying how to read it. Renderers decide *how*. Keeping the two apart
-means the interactive report and the static PNG/SVG always show the same numbers,
+means the interactive report and the static PNG/SVG/PDF always show the same numbers,
 and figures never touch a model: they are functions of results.
 """
 
@@ -17,27 +17,6 @@ import numpy as np
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
-
-# Shared by both renderers so a series has the same colour in the report and the paper.
-PALETTE = (
-    "#1f77b4",
-    "#ff7f0e",
-    "#2ca02c",
-    "#d62728",
-    "#9467bd",
-    "#8c564b",
-    "#e377c2",
-    "#7f7f7f",
-    "#bcbd22",
-    "#17becf",
-)
-POSITIVE_COLOR = "#2166ac"
-NEGATIVE_COLOR = "#b2182b"
-
-
-def color_for(index: int) -> str:
-    """The palette colour of the ``index``-th series (cycling)."""
-    return PALETTE[index % len(PALETTE)]
 
 
 @dataclass(frozen=True)
@@ -85,12 +64,26 @@ class HeatmapSpec:
     colorbar_title: str
     x_title: str
     y_title: str
+    marks: np.ndarray | None = None  # [rows, cols] bool: cells drawn with a dot
+    mark_label: str = ""  # what a dot means, for the legend
+    spread: float | None = None  # diverging: colours span zmid ± spread (beyond: saturated)
 
 
 @dataclass(frozen=True)
 class CurvesSpec:
     x: list[float] | list[str]
     series: list[Series]  # mean/low/high as float64 arrays of len(x)
+    x_title: str
+    y_title: str
+    hline: float | None
+
+
+@dataclass(frozen=True)
+class PanelsSpec:
+    """Small multiples: one panel of curves per entry, sharing x, y and the legend."""
+
+    x: list[float] | list[str]
+    panels: list[tuple[str, list[Series]]]  # (panel title, its series)
     x_title: str
     y_title: str
     hline: float | None
@@ -123,9 +116,10 @@ class GraphSpec:
     positions: dict[str, tuple[float, float]]
     directed: bool
     curved: bool  # arcs instead of straight edges (line layouts)
+    labelled: frozenset[str] | None = None  # node ids whose label is written (None: all)
 
 
-FigureSpec = HeatmapSpec | CurvesSpec | BarsSpec | ScatterSpec | GraphSpec
+FigureSpec = HeatmapSpec | CurvesSpec | PanelsSpec | BarsSpec | ScatterSpec | GraphSpec
 
 
 @dataclass(frozen=True)
@@ -152,7 +146,8 @@ class Figure:
         return self.to_plotly().to_html(full_html=False, include_plotlyjs="cdn")
 
     def save_static(self, directory: Path | str, stem: str) -> list[Path]:
-        """Write ``<stem>.png`` and ``<stem>.svg`` (matplotlib, Agg) atomically; return paths."""
+        """Write ``<stem>.png``, ``.svg`` and ``.pdf`` (matplotlib, Agg, fonts embedded)
+        atomically; return their paths."""
         from mechscope.report.render_static import save_static
 
         return save_static(self, Path(directory), stem)

@@ -3,7 +3,11 @@
 One file, no network: plotly.js is inlined once from the installed plotly package,
 CSS is inlined, fonts are the reader's system fonts. The report can be mailed,
 archived or opened on an air-gapped machine years later and still work. Every
-figure also gets static PNG and SVG copies in ``figures/``.
+figure also gets static PNG, SVG and PDF copies in ``figures/``.
+
+The page opens with the findings of every section (each links to its section), then the
+sections, each led by its finding and key figure; the run's details (command, environment,
+times) and everything secondary sit behind disclosures.
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ import jinja2
 from markupsafe import Markup
 
 from mechscope.report.registry import load_sections
-from mechscope.report.render_blocks import kv_html, render_block
-from mechscope.report.sections import registered_sections
+from mechscope.report.render_blocks import kv_html, markdown_html, render_block
+from mechscope.report.sections import FindingBlock, registered_sections
 from mechscope.runs.atomic import atomic_write_text
 from mechscope.runs.manifest import now_iso, package_version
 from mechscope.runs.rundir import RunDir
@@ -92,15 +96,35 @@ def part_times(parts: dict[str, Any]) -> dict[str, str]:
     return shown
 
 
+def run_line(manifest: dict[str, Any]) -> str:
+    """The header's one line: model, status, duration, when it ended."""
+    model = (manifest.get("model") or {}).get("spec")
+    duration = _duration(manifest.get("start"), manifest.get("end"))
+    end = (manifest.get("end") or "")[:16].replace("T", " ")
+    parts = [model, manifest.get("status"), duration, end and f"ended {end}"]
+    return " · ".join(str(p) for p in parts if p)
+
+
 def collect_sections(run: RunDir, static_dir: Path | None) -> list[dict[str, Any]]:
-    """Call every registered section; keep those with results, rendered for the template."""
+    """Call every registered section; keep those with results, rendered for the template,
+    each with the HTML of its finding (its first :class:`FindingBlock`) for the summary."""
     out = []
     for section in registered_sections():
         blocks = section.fn(run) or []
         if not blocks:
             continue
-        rendered = [render_block(b, section.key, i, static_dir) for i, b in enumerate(blocks)]
-        out.append({"key": section.key, "title": section.title, "blocks": rendered})
+        rendered = [
+            render_block(b, section.key, f"{i:02d}", static_dir) for i, b in enumerate(blocks)
+        ]
+        finding = next((b.content for b in blocks if isinstance(b, FindingBlock)), None)
+        out.append(
+            {
+                "key": section.key,
+                "title": section.title,
+                "blocks": rendered,
+                "finding": markdown_html(finding) if finding else None,
+            }
+        )
     return out
 
 
@@ -108,7 +132,7 @@ def render_report_html(run: RunDir, sections: list[dict[str, Any]]) -> str:
     """Fill the template; plotly.js is included (once) only when there is a figure."""
     from plotly.offline import get_plotlyjs
 
-    has_figures = any(b["kind"] == "figure" for s in sections for b in s["blocks"])
+    has_figures = any('class="plotly-graph-div"' in b for s in sections for b in s["blocks"])
     jinja = jinja2.Environment(
         autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True
     )
@@ -119,6 +143,7 @@ def render_report_html(run: RunDir, sections: list[dict[str, Any]]) -> str:
         css=Markup(_asset(STYLESHEET)),
         plotly_js=Markup(get_plotlyjs()) if has_figures else None,
         header_tables=manifest_tables(manifest),
+        run_line=run_line(manifest),
         sections=sections,
         version=package_version("mechscope") or "unknown",
         generated=now_iso(),
@@ -130,7 +155,7 @@ def build_report(run: RunDir | Path | str, *, static_figures: bool = True) -> Pa
 
     Sections come from the installed workflows (see :func:`load_sections`) and any
     registered by the caller. With ``static_figures`` every figure is also written to
-    ``figures/<section>-<index>.png`` and ``.svg``.
+    ``figures/<section>-<index>.png``, ``.svg`` and ``.pdf``.
     """
     run = run if isinstance(run, RunDir) else RunDir.open(run)
     load_sections()

@@ -72,3 +72,21 @@ def edge_width(weight: float, largest: float) -> float:
     if largest <= 0:
         return 1.0
     return float(max(1, math.ceil(5 * abs(weight) / largest)))
+
+
+def line_node_sizes(sizes: list[float], width: float, biggest: float = 40.0) -> list[float]:
+    """Diameters (in the unit of ``width``) of nodes spread in a row across ``width``: area
+    grows with size, and the largest is no wider than the gap between neighbours, so a row
+    of 400 sentences is 400 distinct dots rather than overlapping discs."""
+    gap = width / max(len(sizes), 1)
+    high = max(2.0, min(biggest, 0.9 * gap))
+    low = max(1.5, min(12.0, 0.35 * high))
+    largest = max(sizes, default=0.0)
+    return [node_size(s, largest, low, high) for s in sizes]
+
+
+def short_label(text: str, limit: int = 40) -> str:
+    """``text`` cut to ``limit`` characters with an ellipsis: tick labels never push a plot
+    off its figure (the full text stays in the hover label or the table)."""
+    text = str(text)
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"

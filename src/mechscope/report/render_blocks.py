@@ -1,7 +1,12 @@
-"""Turn report blocks into HTML fragments (and static figure files) for the template."""
+"""Turn report blocks into HTML fragments (and static figure files) for the template.
+
+Each block becomes one fragment; a disclosure renders the blocks inside it the same way,
+so sections nest figures, tables and prose behind ``<details>`` as deep as they like.
+"""
 
 from __future__ import annotations
 
+import ast
 import itertools
 import json
 import math
@@ -15,7 +20,15 @@ import plotly.io as pio
 from markupsafe import Markup, escape
 from pandas.api.types import is_numeric_dtype
 
-from mechscope.report.sections import Block, FigureBlock, KeyValueBlock, TableBlock, TextBlock
+from mechscope.report.sections import (
+    Block,
+    DetailsBlock,
+    FigureBlock,
+    FindingBlock,
+    KeyValueBlock,
+    TableBlock,
+    TextBlock,
+)
 from mechscope.runs.rundir import check_name
 
 _TD = re.compile(r"<(td)>")
@@ -23,6 +36,8 @@ _TH = re.compile(r"<(th)>")
 _TEXT = {"td": '<td class="text">', "th": '<th class="text">'}
 _ROW = re.compile(r"<tr\b.*?</tr>", re.S)
 _PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
+SHORT_TEXT = 32  # a text column no longer than this never wraps (ids, names, categories)
+_FIRST_SENTENCE = re.compile(r"^(.+?[.:;])(\s|$)")
 
 
 def markdown_html(text: str) -> Markup:
@@ -32,15 +47,43 @@ def markdown_html(text: str) -> Markup:
     return Markup(MarkdownIt("commonmark", {"html": True}).enable("table").render(text))
 
 
+def inline_markdown_html(text: str) -> Markup:
+    """One line of Markdown (emphasis, code) without a paragraph: a disclosure's title."""
+    from markdown_it import MarkdownIt
+
+    return Markup(MarkdownIt("commonmark").renderInline(text))
+
+
 def format_value(value: Any) -> str:
-    """A compact, human-readable string for a key-value cell."""
+    """A compact, human-readable string for a key-value cell: no Python reprs (``None`` is
+    "–", a tuple or list its items joined, ``True`` "yes"), also when a table stored them as
+    strings."""
+    if isinstance(value, str):
+        value = _literal(value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
         return "–" if math.isnan(value) else f"{value:.6g}"
     if isinstance(value, list | tuple):
-        return ", ".join(format_value(v) for v in value)
+        return ", ".join(format_value(v) for v in value) or "–"
     if isinstance(value, Mapping):
         return json.dumps(value, ensure_ascii=False, default=str)
     return "–" if value is None else str(value)
+
+
+def _literal(text: str) -> Any:
+    """A string that is the repr of None, a bool or a tuple/list of plain values, as that
+    value (settings tables store some as text); any other string as it is."""
+    stripped = text.strip()
+    bracketed = stripped[:1] in ("(", "[") and stripped[-1:] in (")", "]")
+    if stripped in ("None", "True", "False") or bracketed:
+        try:
+            value = ast.literal_eval(stripped)
+        except (ValueError, SyntaxError):
+            return text
+        if value is None or isinstance(value, bool | list | tuple):
+            return value
+    return text
 
 
 def kv_html(items: Mapping[str, Any]) -> Markup:
@@ -55,8 +98,10 @@ def kv_html(items: Mapping[str, Any]) -> Markup:
 def table_html(df: pd.DataFrame, max_rows: int) -> tuple[Markup, str]:
     """The first ``max_rows`` rows as an HTML table, and a note on rows left out.
 
-    Text columns are marked ``class="text"`` (left-aligned, wrapping) so that prompts and
-    names read naturally while numbers stay right-aligned in their columns.
+    Text columns are marked ``class="text"`` (left-aligned) so that prompts and names read
+    naturally while numbers stay right-aligned in their columns; short ones (ids, names,
+    categories) never wrap, long ones (prompts) wrap at a readable width. Headers may break
+    after an underscore, so a wide table stays within the page.
     """
     shown = df.head(max_rows)
     keep_index = not isinstance(df.index, pd.RangeIndex)
@@ -73,14 +118,18 @@ def table_html(df: pd.DataFrame, max_rows: int) -> tuple[Markup, str]:
         escape=True,
     )
     text_cols = [i for i, dtype in enumerate(shown.dtypes) if not is_numeric_dtype(dtype)]
+    long_cols = [i for i in text_cols if shown.iloc[:, i].astype(str).str.len().max() > SHORT_TEXT]
     flat = shown.columns.nlevels == 1
-    body = _mark_text_columns(body, text_cols, len(shown.columns), flat)
+    body = _mark_text_columns(body, text_cols, set(long_cols), len(shown.columns), flat)
+    head, sep, rest = body.partition("</thead>")
+    body = head.replace("_", "_<wbr>") + sep + rest
     note = f"Showing {len(shown)} of {len(df)} rows." if len(df) > len(shown) else ""
     return Markup(body), note
 
 
-def _mark_text_columns(body: str, cols: list[int], n_cols: int, flat: bool) -> str:
-    """Add ``class="text"`` to the cells (and, for flat columns, headers) of ``cols``.
+def _mark_text_columns(body: str, cols: list[int], long: set[int], n_cols: int, flat: bool) -> str:
+    """Add ``class="text"`` (``"text long"`` for the ``long`` ones) to the cells (and, for flat
+    columns, headers) of ``cols``.
 
     In pandas' HTML every data cell is a bare ``<td>`` and index cells are ``<th>``, so the
     k-th ``<td>`` of a body row is column k whatever the index looks like; in the first
@@ -90,9 +139,17 @@ def _mark_text_columns(body: str, cols: list[int], n_cols: int, flat: bool) -> s
         return body
     wanted = set(cols)
 
+    def tag(kind: str, col: int) -> str:
+        return _TEXT[kind].replace('"text"', '"text long"') if col in long else _TEXT[kind]
+
     def mark(row: str, cell: re.Pattern, first: int) -> str:
         position = itertools.count(first)
-        return cell.sub(lambda m: _TEXT[m.group(1)] if next(position) in wanted else m[0], row)
+
+        def one(m: re.Match) -> str:
+            col = next(position)
+            return tag(m.group(1), col) if col in wanted else m[0]
+
+        return cell.sub(one, row)
 
     head, sep, rest = body.partition("<tbody>")
     rest = _ROW.sub(lambda row: mark(row[0], _TD, 0), rest)
@@ -102,8 +159,9 @@ def _mark_text_columns(body: str, cols: list[int], n_cols: int, flat: bool) -> s
     return head + sep + rest
 
 
-def figure_html(block: FigureBlock, div_id: str, static_dir: Path | None, stem: str) -> dict:
-    """The plotly div (no plotly.js in it) and, if asked, its static PNG/SVG copies."""
+def figure_html(block: FigureBlock, div_id: str, static_dir: Path | None, stem: str) -> Markup:
+    """The figure: its plotly div (no plotly.js in it), its caption and, if asked, links to
+    its static PNG/SVG/PDF copies."""
     fig = block.figure.to_plotly()
     height = fig.layout.height or 440
     div = pio.to_html(
@@ -115,28 +173,69 @@ def figure_html(block: FigureBlock, div_id: str, static_dir: Path | None, stem: 
         default_width="100%",
         default_height=f"{height}px",
     )
-    files: list[str] = []
+    links = []
     if static_dir is not None:
         for path in block.figure.save_static(static_dir, stem):
-            files.append(f"{static_dir.name}/{path.name}")
+            href = f"{static_dir.name}/{path.name}"
+            links.append(f'<a href="{escape(href)}">{escape(path.suffix[1:].upper())}</a>')
     caption = block.caption if block.caption is not None else block.figure.caption
-    return {"kind": "figure", "html": Markup(div), "caption": caption, "files": files}
+    files = f' <span class="files">{" · ".join(links)}</span>' if links else ""
+    return Markup(
+        f'<figure class="block">{div}<figcaption>{escape(caption)}{files}</figcaption></figure>'
+    )
 
 
-def render_block(
-    block: Block, section_key: str, index: int, static_dir: Path | None
-) -> dict[str, Any]:
-    """One block as a dict the template understands (``kind`` plus its parts)."""
+def table_block_html(block: TableBlock) -> Markup:
+    """A table behind a disclosure: its title and row count, then caption, rows and note."""
+    body, note = table_html(block.df, block.max_rows)
+    if note and block.source:
+        note += f" All rows: {block.source}."
+    title = block.title or _first_sentence(block.caption) or "Table"
+    rows = f"{len(block.df)} row{'s' if len(block.df) != 1 else ''}"
+    parts = [f'<summary>{escape(title)} <span class="count">({rows})</span></summary>']
+    if block.caption and block.caption != title:
+        parts.append(f'<p class="caption">{escape(block.caption)}</p>')
+    parts.append(f'<div class="table-wrap">{body}</div>')
+    if note:
+        parts.append(f'<p class="note">{escape(note)}</p>')
+    return Markup(f'<details class="block table">{"".join(parts)}</details>')
+
+
+def _first_sentence(text: str, limit: int = 110) -> str:
+    m = _FIRST_SENTENCE.match(text.strip())
+    first = (m.group(1) if m else text.strip()).rstrip(".:;")
+    return first if len(first) <= limit else first[: limit - 1].rstrip() + "…"
+
+
+def render_block(block: Block, section_key: str, index: str, static_dir: Path | None) -> Markup:
+    """One block as an HTML fragment; ``index`` numbers it within its section (``3``, or
+    ``3-1`` inside a disclosure) for its element id and default figure file name."""
     if isinstance(block, FigureBlock):
-        stem = check_name(block.name or f"{section_key}-{index:02d}", field="figure name")
+        stem = check_name(block.name or f"{section_key}-{index}", field="figure name")
         return figure_html(block, f"fig-{section_key}-{index}", static_dir, stem)
     if isinstance(block, TableBlock):
-        body, note = table_html(block.df, block.max_rows)
-        return {"kind": "table", "html": body, "caption": block.caption, "note": note}
+        return table_block_html(block)
+    if isinstance(block, FindingBlock):
+        return Markup(f'<div class="block finding">{markdown_html(block.content)}</div>')
     if isinstance(block, TextBlock):
-        return {"kind": "text", "html": markdown_html(block.content)}
+        return Markup(f'<div class="block text">{markdown_html(block.content)}</div>')
     if isinstance(block, KeyValueBlock):
-        return {"kind": "kv", "html": kv_html(block.items), "caption": block.caption}
+        caption = escape(block.caption or "Settings")
+        return Markup(
+            f'<details class="block kv"><summary>{caption}</summary>{kv_html(block.items)}'
+            "</details>"
+        )
+    if isinstance(block, DetailsBlock):
+        inner = [
+            render_block(b, section_key, f"{index}-{k}", static_dir)
+            for k, b in enumerate(block.blocks)
+        ]
+        grid = " grid" if all(isinstance(b, FigureBlock) for b in block.blocks) else ""
+        state = " open" if block.open else ""
+        return Markup(
+            f'<details class="block more"{state}><summary>{inline_markdown_html(block.summary)}'
+            f'</summary><div class="details-body{grid}">{"".join(inner)}</div></details>'
+        )
     raise TypeError(
         f"section {section_key!r} returned a {type(block).__name__}, expected a report block"
     )

@@ -7,72 +7,74 @@ markup. In hover texts a newline starts a new line.
 
 from __future__ import annotations
 
-import html
 import math
-from collections import defaultdict
+import textwrap
 from functools import singledispatch
 
 import numpy as np
 import plotly.graph_objects as go
 
 from mechscope.report.figure import (
-    NEGATIVE_COLOR,
-    PALETTE,
-    POSITIVE_COLOR,
     BarsSpec,
     CurvesSpec,
     Figure,
     GraphSpec,
     HeatmapSpec,
+    PanelsSpec,
     ScatterSpec,
+)
+from mechscope.report.layout import short_label
+from mechscope.report.plotly_text import esc, esc_hover, rgba
+from mechscope.report.render_graph import graph_plotly
+from mechscope.report.style import (
+    BAND_ALPHA,
+    DIVERGING_PLOTLY,
+    MARK_COLOR,
+    MUTED_COLOR,
+    SEQUENTIAL_PLOTLY,
     color_for,
+    plotly_template,
 )
-from mechscope.report.layout import arrow_anchor, edge_points, edge_width, node_size
 
-_FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
-_AXIS = {"gridcolor": "#ececec", "zerolinecolor": "#c8c8c8", "linecolor": "#9a9a9a"}
-_AXIS |= {"automargin": True, "showline": True}
-TEMPLATE = go.layout.Template(
-    layout={
-        "font": {"family": _FONT, "size": 13, "color": "#222"},
-        "paper_bgcolor": "white",
-        "plot_bgcolor": "white",
-        "colorway": list(PALETTE),
-        "hovermode": "closest",
-        "xaxis": _AXIS,
-        "yaxis": _AXIS,
-        "margin": {"l": 60, "r": 20, "t": 56, "b": 50},
-    }
-)
+TEMPLATE = plotly_template()
 MAX_TICKS = 80
+TITLE_SIZE = 14  # px
+TITLE_CHARS = 62  # about 480 px at TITLE_SIZE: a title line fits a figure half the page wide
+X_TITLE_CHARS = 44  # an x-axis title under a half-width plot beside long category labels
+Y_TITLE_CHARS = 36  # about 280 px: a y-axis title line fits along a short plot
 
 
-def esc(text: str) -> str:
-    """Escape plain text for plotly's pseudo-HTML labels."""
-    return html.escape(str(text), quote=False)
+def axis_title(text: str, limit: int = X_TITLE_CHARS) -> str:
+    """An escaped axis title broken into lines of at most ``limit`` characters: plotly
+    never wraps one, and a long title would run past a half-width figure (a y title, along a
+    plot a few hundred pixels tall, gets a smaller ``limit``)."""
+    return "<br>".join(esc(line) for line in textwrap.wrap(text, limit)) or ""
 
 
-def esc_hover(text: str) -> str:
-    """Escape a hover text; its newlines become line breaks."""
-    return esc(text).replace("\n", "<br>")
-
-
-def _rgba(hex_color: str, alpha: float) -> str:
-    r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
-    return f"rgba({r},{g},{b},{alpha})"
+def _range(spec: HeatmapSpec) -> dict:
+    """A diverging map's colour limits when the spec narrows them (``spread``)."""
+    if not spec.diverging or spec.spread is None:
+        return {}
+    return {"zmin": spec.zmid - spec.spread, "zmax": spec.zmid + spec.spread}
 
 
 def _ticks(labels: list[str]) -> dict:
     """Tick values at every index (thinned beyond ``MAX_TICKS``); labels escaped."""
     step = max(1, math.ceil(len(labels) / MAX_TICKS))
     idx = list(range(0, len(labels), step))
-    return {"tickmode": "array", "tickvals": idx, "ticktext": [esc(labels[i]) for i in idx]}
+    text = [esc(short_label(labels[i])) for i in idx]
+    return {"tickmode": "array", "tickvals": idx, "ticktext": text}
 
 
 def render_plotly(figure: Figure) -> go.Figure:
-    """The plotly figure of ``figure`` (title and shared styling applied)."""
+    """The plotly figure of ``figure`` (title and shared styling applied). A long title is
+    broken into lines that fit half the report's width (figures sit two by two behind a
+    disclosure), since plotly never wraps a title and would draw it past the figure."""
     fig = _render(figure.spec)
-    fig.update_layout(template=TEMPLATE, title={"text": esc(figure.title), "x": 0.0})
+    lines = textwrap.wrap(figure.title, TITLE_CHARS) or [figure.title]
+    title = {"text": "<br>".join(esc(line) for line in lines), "x": 0.0, "xanchor": "left"}
+    fig.update_layout(template=TEMPLATE, title=title | {"font": {"size": TITLE_SIZE}})
+    fig.update_layout(margin={"t": 30 + 20 * len(lines)})
     if figure.height is not None:
         fig.update_layout(height=figure.height)
     return fig
@@ -101,69 +103,142 @@ def _heatmap(spec: HeatmapSpec) -> go.Figure:
         text=text,
         hovertemplate="%{text}<br>value: %{z:.4g}<extra></extra>",
         hoverongaps=False,
-        colorscale="RdBu_r" if spec.diverging else "Viridis",
+        colorscale=DIVERGING_PLOTLY if spec.diverging else SEQUENTIAL_PLOTLY,
         zmid=spec.zmid if spec.diverging else None,
-        colorbar={"title": {"text": esc(spec.colorbar_title)}},
+        **_range(spec),
+        colorbar={"title": {"text": "<br>".join(map(esc, textwrap.wrap(spec.colorbar_title, 18)))}},
     )
     fig = go.Figure(trace)
-    fig.update_xaxes(title_text=esc(spec.x_title), showgrid=False, **_ticks(spec.x_labels))
-    fig.update_yaxes(
-        title_text=esc(spec.y_title), showgrid=False, autorange="reversed", **_ticks(spec.y_labels)
+    if spec.marks is not None and spec.marks.any():
+        r, c = np.nonzero(spec.marks)
+        fig.add_trace(
+            go.Scatter(
+                x=c,
+                y=r,
+                mode="markers",
+                marker={"color": MARK_COLOR, "size": max(3, min(8, 240 // max(rows, cols)))},
+                name=esc(spec.mark_label) or "marked",
+                hoverinfo="skip",
+                showlegend=bool(spec.mark_label),
+            )
+        )
+        top_right = {"yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0}
+        fig.update_layout(legend={"orientation": "h"} | top_right)  # clear of ticks and title
+    # the cells fill the axes exactly: no zero lines through row or column 0, no margin the
+    # dots' trace would add
+    cells = {"showgrid": False, "zeroline": False}
+    fig.update_xaxes(
+        title_text=axis_title(spec.x_title),
+        range=[-0.5, cols - 0.5],
+        **cells,
+        **_ticks(spec.x_labels),
     )
-    fig.update_layout(height=int(min(900, max(320, 160 + 22 * rows))))
+    fig.update_yaxes(
+        title_text=axis_title(spec.y_title, Y_TITLE_CHARS),
+        range=[rows - 0.5, -0.5],  # row 0 at the top
+        **cells,
+        **_ticks(spec.y_labels),
+    )
+    fig.update_layout(height=int(min(760, max(320, 160 + 18 * rows))))
     return fig
 
 
 @_render.register
 def _curves(spec: CurvesSpec) -> go.Figure:
     fig = go.Figure()
-    x = list(spec.x)
     seen_groups: set[str] = set()
     for i, s in enumerate(spec.series):
-        color, group = color_for(i), s.group or s.name
-        mean = np.asarray(s.mean)
-        custom, interval = None, ""
-        if s.low is not None and s.high is not None:
-            low, high = np.asarray(s.low), np.asarray(s.high)
-            keep = np.isfinite(low) & np.isfinite(high)
-            bx = [v for v, k in zip(x, keep, strict=True) if k]
-            fig.add_trace(
-                go.Scatter(
-                    x=bx + bx[::-1],
-                    y=np.concatenate([high[keep], low[keep][::-1]]),
-                    mode="lines",  # plotly's default adds markers to short traces
-                    fill="toself",
-                    fillcolor=_rgba(color, 0.18),
-                    line={"width": 0},
-                    hoverinfo="skip",
-                    showlegend=False,
-                    legendgroup=group,
-                    name=f"{esc(s.name)} interval",
-                )
-            )
-            custom = np.stack([low, high], axis=-1)  # [n, 2]
-            interval = " [%{customdata[0]:.4g}, %{customdata[1]:.4g}]"
+        group = s.group or s.name
         title = esc(s.group) if s.group and s.group not in seen_groups else None
         seen_groups.add(group)
-        fig.add_trace(
+        for trace in _line_traces(list(spec.x), s, color_for(i), group):
+            fig.add_trace(trace)
+        fig.data[-1].legendgrouptitle.text = title
+    if spec.hline is not None:
+        fig.add_hline(y=spec.hline, line_dash="dash", line_color=MUTED_COLOR, line_width=1)
+    fig.update_xaxes(title_text=axis_title(spec.x_title))
+    fig.update_yaxes(title_text=axis_title(spec.y_title, Y_TITLE_CHARS))
+    fig.update_layout(height=440, legend={"groupclick": "togglegroup"})
+    return fig
+
+
+def _line_traces(
+    x: list, s, color: str, group: str, *, legend: bool = True, axes: dict | None = None
+) -> list[go.Scatter]:
+    """A series' band (if any) and its line; ``axes`` places them in a subplot."""
+    where = axes or {}
+    mean = np.asarray(s.mean)
+    out, custom, interval = [], None, ""
+    if s.low is not None and s.high is not None:
+        low, high = np.asarray(s.low), np.asarray(s.high)
+        keep = np.isfinite(low) & np.isfinite(high)
+        bx = [v for v, k in zip(x, keep, strict=True) if k]
+        out.append(
             go.Scatter(
-                x=x,
-                y=mean,
-                mode="lines+markers" if len(x) <= 60 else "lines",
-                name=esc(s.name),
+                x=bx + bx[::-1],
+                y=np.concatenate([high[keep], low[keep][::-1]]),
+                mode="lines",  # plotly's default adds markers to short traces
+                fill="toself",
+                fillcolor=rgba(color, BAND_ALPHA),
+                line={"width": 0},
+                hoverinfo="skip",
+                showlegend=False,
                 legendgroup=group,
-                legendgrouptitle_text=title,
-                line={"color": color, "width": 2},
-                marker={"size": 5},
-                customdata=custom,
-                hovertemplate=f"{esc(s.name)}<br>%{{x}}: %{{y:.4g}}{interval}<extra></extra>",
+                name=f"{esc(s.name)} interval",
+                **where,
             )
         )
-    if spec.hline is not None:
-        fig.add_hline(y=spec.hline, line_dash="dash", line_color="#888", line_width=1)
-    fig.update_xaxes(title_text=esc(spec.x_title))
-    fig.update_yaxes(title_text=esc(spec.y_title))
-    fig.update_layout(height=440, legend={"groupclick": "togglegroup"})
+        custom = np.stack([low, high], axis=-1)  # [n, 2]
+        interval = " [%{customdata[0]:.4g}, %{customdata[1]:.4g}]"
+    out.append(
+        go.Scatter(
+            x=x,
+            y=mean,
+            mode="lines+markers" if len(x) <= 60 else "lines",
+            name=esc(s.name),
+            legendgroup=group,
+            showlegend=legend,
+            line={"color": color, "width": 2},
+            marker={"size": 5},
+            customdata=custom,
+            hovertemplate=f"{esc(s.name)}<br>%{{x}}: %{{y:.4g}}{interval}<extra></extra>",
+            **where,
+        )
+    )
+    return out
+
+
+@_render.register
+def _panels(spec: PanelsSpec) -> go.Figure:
+    from plotly.subplots import make_subplots
+
+    n = len(spec.panels)
+    ncols = min(n, 3)
+    nrows = math.ceil(n / ncols)
+    titles = [esc(short_label(t, 40)) for t, _ in spec.panels]
+    fig = make_subplots(
+        nrows, ncols, shared_xaxes=True, shared_yaxes=True, subplot_titles=titles,
+        horizontal_spacing=0.04, vertical_spacing=0.12,
+    )  # fmt: skip
+    names = list(dict.fromkeys(s.name for _, series in spec.panels for s in series))
+    shown: set[str] = set()
+    for k, (_, series) in enumerate(spec.panels):
+        row, col = k // ncols + 1, k % ncols + 1
+        for s in series:
+            color = color_for(names.index(s.name))
+            traces = _line_traces(list(spec.x), s, color, s.name, legend=s.name not in shown)
+            shown.add(s.name)
+            for trace in traces:
+                fig.add_trace(trace, row=row, col=col)
+        if spec.hline is not None:
+            fig.add_hline(
+                y=spec.hline, line_dash="dash", line_color=MUTED_COLOR, line_width=1,
+                row=row, col=col,
+            )  # fmt: skip
+    fig.update_xaxes(title_text=axis_title(spec.x_title), row=nrows)
+    fig.update_yaxes(title_text=axis_title(spec.y_title, Y_TITLE_CHARS), col=1)
+    legend = {"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0}
+    fig.update_layout(height=300 + 240 * nrows, legend=legend | {"groupclick": "togglegroup"})
     return fig
 
 
@@ -175,11 +250,12 @@ def _bars(spec: BarsSpec) -> go.Figure:
         mean = np.asarray(s.mean)
         error = None
         if s.low is not None and s.high is not None:
+            up, down = np.asarray(s.high) - mean, mean - np.asarray(s.low)
             error = {
                 "type": "data",
                 "symmetric": False,
-                "array": np.asarray(s.high) - mean,
-                "arrayminus": mean - np.asarray(s.low),
+                "array": up,  # NaN (no interval, e.g. one seed): plotly draws no whisker
+                "arrayminus": down,
                 "color": "#444",
             }
         common = {"name": esc(s.name), "marker_color": color_for(i), "legendgroup": s.group}
@@ -187,8 +263,8 @@ def _bars(spec: BarsSpec) -> go.Figure:
             fig.add_trace(go.Bar(x=mean, y=cats, orientation="h", error_x=error, **common))
         else:
             fig.add_trace(go.Bar(x=cats, y=mean, error_y=error, **common))
-    fig.update_xaxes(title_text=esc(spec.x_title))
-    fig.update_yaxes(title_text=esc(spec.y_title))
+    fig.update_xaxes(title_text=axis_title(spec.x_title))
+    fig.update_yaxes(title_text=axis_title(spec.y_title, Y_TITLE_CHARS))
     if spec.horizontal:
         fig.update_yaxes(autorange="reversed")
     n = len(spec.categories)
@@ -228,80 +304,15 @@ def _scatter(spec: ScatterSpec) -> go.Figure:
                     x=[lo, hi],
                     y=[lo, hi],
                     mode="lines",
-                    line={"dash": "dash", "color": "#888", "width": 1},
+                    line={"dash": "dash", "color": MUTED_COLOR, "width": 1},
                     name="y = x",
                     hoverinfo="skip",
                 )
             )
-    fig.update_xaxes(title_text=esc(spec.x_title))
-    fig.update_yaxes(title_text=esc(spec.y_title))
+    fig.update_xaxes(title_text=axis_title(spec.x_title))
+    fig.update_yaxes(title_text=axis_title(spec.y_title, Y_TITLE_CHARS))
     fig.update_layout(height=460, showlegend=len(order) > 1 or spec.diagonal)
     return fig
 
 
-@_render.register
-def _graph(spec: GraphSpec) -> go.Figure:
-    fig = go.Figure()
-    pos = spec.positions
-    largest_w = max((abs(e.weight) for e in spec.edges), default=0.0)
-    lines: dict[tuple[bool, float], tuple[list, list]] = defaultdict(lambda: ([], []))
-    heads: dict[str, list] = defaultdict(list)
-    for e in spec.edges:
-        pts = edge_points(pos[e.src], pos[e.dst], spec.curved)
-        xs, ys = lines[(e.weight >= 0, edge_width(e.weight, largest_w))]
-        xs.extend([p[0] for p in pts] + [None])
-        ys.extend([p[1] for p in pts] + [None])
-        hx, hy, angle = arrow_anchor(pts, 0.8 if spec.directed else 0.5)
-        heads["x"].append(hx)
-        heads["y"].append(hy)
-        heads["angle"].append(angle)
-        heads["color"].append(POSITIVE_COLOR if e.weight >= 0 else NEGATIVE_COLOR)
-        heads["text"].append(f"{esc(e.src)} → {esc(e.dst)}: {e.weight:.4g}")
-    for (positive, width), (xs, ys) in sorted(lines.items()):
-        color = POSITIVE_COLOR if positive else NEGATIVE_COLOR
-        line = {"color": _rgba(color, 0.55), "width": width}
-        fig.add_trace(
-            go.Scatter(x=xs, y=ys, mode="lines", line=line, hoverinfo="skip", showlegend=False)
-        )
-    if spec.edges:
-        marker = {"color": heads["color"], "size": 10 if spec.directed else 6}
-        marker |= {"symbol": "triangle-up" if spec.directed else "circle"}
-        marker |= {"angle": heads["angle"] if spec.directed else 0}
-        fig.add_trace(
-            go.Scatter(
-                x=heads["x"],
-                y=heads["y"],
-                mode="markers",
-                marker=marker,
-                hovertext=heads["text"],
-                hoverinfo="text",
-                showlegend=False,
-                name="edges",
-            )
-        )
-    largest_s = max((n.size for n in spec.nodes), default=0.0)
-    groups = list(dict.fromkeys(n.color_group for n in spec.nodes))
-    for i, g in enumerate(groups):
-        members = [n for n in spec.nodes if n.color_group == g]
-        fig.add_trace(
-            go.Scatter(
-                x=[pos[n.id][0] for n in members],
-                y=[pos[n.id][1] for n in members],
-                mode="markers+text",
-                text=[esc(n.label) for n in members],
-                textposition="top center",
-                hovertext=[esc_hover(n.hover or n.label) for n in members],
-                hoverinfo="text",
-                name=esc(g) or "nodes",
-                marker={
-                    "size": [node_size(n.size, largest_s) for n in members],
-                    "color": color_for(i),
-                    "line": {"color": "white", "width": 1},
-                },
-            )
-        )
-    hidden = {"showgrid": False, "zeroline": False, "showticklabels": False, "showline": False}
-    fig.update_xaxes(**hidden)
-    fig.update_yaxes(scaleanchor="x", scaleratio=1, **hidden)
-    fig.update_layout(height=560, showlegend=len(groups) > 1)
-    return fig
+_render.register(GraphSpec, graph_plotly)

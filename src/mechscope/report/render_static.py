@@ -1,7 +1,8 @@
-"""Render a figure description with matplotlib: PNG and SVG for papers and slides.
+"""Render a figure description with matplotlib: PNG, SVG and PDF for papers and slides.
 
 Uses ``matplotlib.figure.Figure`` with the Agg canvas directly, never pyplot, so no
 global backend or figure state is touched (safe in notebooks, threads and servers).
+Style (palette, colour maps, fonts, embedding) comes from :mod:`mechscope.report.style`.
 Math text is off: a token like ``$x`` is a label, not LaTeX. Output is reproducible:
 no timestamps in the files and a fixed SVG id salt.
 """
@@ -22,21 +23,35 @@ from matplotlib.figure import Figure as MplFigure
 from matplotlib.lines import Line2D
 
 from mechscope.report.figure import (
-    NEGATIVE_COLOR,
-    POSITIVE_COLOR,
     BarsSpec,
     CurvesSpec,
     Figure,
     GraphSpec,
     HeatmapSpec,
+    PanelsSpec,
     ScatterSpec,
-    color_for,
 )
-from mechscope.report.layout import arrow_anchor, edge_points, edge_width, node_size
+from mechscope.report.layout import short_label
+from mechscope.report.render_graph import graph_static
+from mechscope.report.style import (
+    BAND_ALPHA,
+    DIVERGING_MPL,
+    MARK_COLOR,
+    MUTED_COLOR,
+    SEQUENTIAL_MPL,
+    color_for,
+    mpl_rc,
+)
 from mechscope.runs.atomic import atomic_path
 
-_RC = {"text.parse_math": False, "svg.hashsalt": "mechscope", "font.size": 9}
 MAX_TICKS = 40
+#: The files every figure is written as, with their ``savefig`` options and the metadata that
+#: would make two runs' files differ (dates, software versions) left out.
+FORMATS = {
+    "png": ({"dpi": 150}, {"Software": None}),
+    "svg": ({}, {"Date": None}),
+    "pdf": ({}, {"CreationDate": None}),
+}
 LABEL_POINTS_UP_TO = 25  # scatter: write per-point text beside points when this few
 
 
@@ -56,19 +71,22 @@ def wrap_title(title: str, width_in: float, fontsize: float = 11) -> str:
 
 
 def save_static(figure: Figure, directory: Path, stem: str) -> list[Path]:
-    """Draw ``figure`` and write ``<stem>.png`` (150 dpi) and ``<stem>.svg`` atomically."""
-    with mpl.rc_context(_RC), warnings.catch_warnings():
+    """Draw ``figure`` and write ``<stem>.png`` (150 dpi), ``.svg`` and ``.pdf`` atomically."""
+    with mpl.rc_context(mpl_rc()), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"Glyph .* missing from")
         fig = MplFigure(layout="constrained")
         FigureCanvasAgg(fig)
         _draw(figure.spec, fig)
         fig.suptitle(wrap_title(figure.title, fig.get_figwidth()), fontsize=11, x=0.01, ha="left")
         written = []
-        for ext, extra in (("png", {"dpi": 150}), ("svg", {})):
+        for ext, (extra, meta) in FORMATS.items():
             path = directory / f"{stem}.{ext}"
-            meta = {"Software": None} if ext == "png" else {"Date": None}
             with atomic_path(path) as tmp:
-                fig.savefig(tmp, format=ext, metadata=meta, **extra)
+                # the tight box takes in every artist (a legend below the axes, a long
+                # colour-bar title), so no label is cut at the file's edge
+                fig.savefig(
+                    tmp, format=ext, metadata=meta, bbox_inches="tight", pad_inches=0.05, **extra
+                )
             written.append(path)
     return written
 
@@ -86,41 +104,91 @@ def _heatmap(spec: HeatmapSpec, fig: MplFigure) -> None:
     z = np.ma.masked_invalid(spec.z)  # NaN cells stay blank
     if spec.diverging:
         spread = float(np.nanmax(np.abs(spec.z - spec.zmid))) if z.count() else 1.0
-        spread = spread or 1.0
+        spread = spec.spread or spread or 1.0
         norm = TwoSlopeNorm(spec.zmid, spec.zmid - spread, spec.zmid + spread)
-        image = ax.imshow(z, cmap="RdBu_r", norm=norm, aspect="auto", interpolation="nearest")
+        image = ax.imshow(z, cmap=DIVERGING_MPL, norm=norm, aspect="auto", interpolation="nearest")
     else:
-        image = ax.imshow(z, cmap="viridis", aspect="auto", interpolation="nearest")
+        image = ax.imshow(z, cmap=SEQUENTIAL_MPL, aspect="auto", interpolation="nearest")
     xi, yi = _tick_idx(cols), _tick_idx(rows)
-    ax.set_xticks(xi, [spec.x_labels[i] for i in xi], rotation=90 if cols > 8 else 0)
-    ax.set_yticks(yi, [spec.y_labels[i] for i in yi])
+    xt = [short_label(spec.x_labels[i]) for i in xi]
+    ax.set_xticks(xi, xt, rotation=90 if cols > 8 else 0)
+    ax.set_yticks(yi, [short_label(spec.y_labels[i]) for i in yi])
     ax.set_xlabel(spec.x_title)
     ax.set_ylabel(spec.y_title)
-    fig.colorbar(image, ax=ax, label=spec.colorbar_title, shrink=0.9)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(True)
+    extend = "both" if spec.spread is not None else "neither"  # saturated ends drawn as arrows
+    fig.colorbar(image, ax=ax, label=spec.colorbar_title, shrink=0.9, extend=extend)
+    if spec.marks is not None and spec.marks.any():
+        r, c = np.nonzero(spec.marks)
+        dot = max(2.0, min(14.0, 60.0 / max(rows, cols)))
+        ax.scatter(c, r, s=dot, color=MARK_COLOR, marker="o", linewidths=0, label=spec.mark_label)
+        if spec.mark_label:
+            ax.legend(loc="upper left", bbox_to_anchor=(0, -0.12), fontsize=7, handletextpad=0.2)
 
 
 @_draw.register
 def _curves(spec: CurvesSpec, fig: MplFigure) -> None:
     fig.set_size_inches(6.5, 4)
     ax = fig.add_subplot()
-    categorical = bool(spec.x) and isinstance(spec.x[0], str)
-    x = np.arange(len(spec.x)) if categorical else np.asarray(spec.x)
-    for i, s in enumerate(spec.series):
-        color = color_for(i)
-        if s.low is not None and s.high is not None:
-            ax.fill_between(x, s.low, s.high, color=color, alpha=0.18, linewidth=0)
-        marker = "o" if len(spec.x) <= 60 else None
-        ax.plot(x, s.mean, color=color, label=s.name, marker=marker, markersize=3, linewidth=1.6)
-    if categorical:
-        idx = _tick_idx(len(spec.x))
-        ax.set_xticks(idx, [spec.x[i] for i in idx], rotation=45, ha="right")
-    if spec.hline is not None:
-        ax.axhline(spec.hline, color="#888", linestyle="--", linewidth=0.8)
+    _lines(ax, spec.x, [(color_for(i), s) for i, s in enumerate(spec.series)], spec.hline)
     ax.set_xlabel(spec.x_title)
     ax.set_ylabel(spec.y_title)
-    ax.grid(alpha=0.3)
     if len(spec.series) > 1:
-        ax.legend(frameon=False, fontsize=8)
+        ax.legend(fontsize=8)
+
+
+def _lines(ax, xs: list, series: list, hline: float | None) -> None:
+    """Each ``(colour, series)`` as a line with its band; categorical x as ticks."""
+    categorical = bool(xs) and isinstance(xs[0], str)
+    x = np.arange(len(xs)) if categorical else np.asarray(xs)
+    for color, s in series:
+        if s.low is not None and s.high is not None:
+            ax.fill_between(x, s.low, s.high, color=color, alpha=BAND_ALPHA, linewidth=0)
+        marker = "o" if len(xs) <= 60 else None
+        ax.plot(x, s.mean, color=color, label=s.name, marker=marker, markersize=3, linewidth=1.6)
+    if categorical:
+        idx = _tick_idx(len(xs))
+        ax.set_xticks(idx, [short_label(xs[i]) for i in idx], rotation=45, ha="right")
+    if hline is not None:
+        ax.axhline(hline, color=MUTED_COLOR, linestyle="--", linewidth=0.8)
+    ax.grid(alpha=0.3)
+
+
+@_draw.register
+def _panels(spec: PanelsSpec, fig: MplFigure) -> None:
+    n = len(spec.panels)
+    ncols = min(n, 3)
+    nrows = math.ceil(n / ncols)
+    fig.set_size_inches(2.6 * ncols + 0.6, 2.4 * nrows + 0.9)
+    axes = fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False).ravel()
+    colors = _name_colors(spec)
+    for ax, (title, series) in zip(axes, spec.panels, strict=False):
+        _lines(ax, spec.x, [(colors[s.name], s) for s in series], spec.hline)
+        ax.set_title(short_label(title, 40), loc="left")
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    for ax in axes[(nrows - 1) * ncols :]:
+        ax.set_xlabel(spec.x_title)
+    for ax in axes[::ncols]:
+        ax.set_ylabel(spec.y_title)
+    handles = [Line2D([], [], color=c, lw=1.6, label=name) for name, c in colors.items()]
+    ncols = legend_columns(list(colors), fig.get_figwidth())
+    fig.legend(handles=handles, loc="outside lower center", ncols=ncols)
+
+
+def legend_columns(labels: list[str], width_in: float, fontsize: float = 10) -> int:
+    """How many legend entries fit side by side in ``width_in`` inches (at most 4): an entry
+    is its handle (about 3 font sizes) and its text (a character about 0.55 of the font
+    size), so a one-panel figure stacks long names instead of running past its edges."""
+    entry_in = max((3 + 0.55 * len(label)) * fontsize / 72 for label in labels)
+    return max(1, min(len(labels), 4, int(width_in / entry_in)))
+
+
+def _name_colors(spec: PanelsSpec) -> dict[str, str]:
+    """One colour per series name, in order of first appearance over the panels."""
+    names = dict.fromkeys(s.name for _, series in spec.panels for s in series)
+    return {name: color_for(i) for i, name in enumerate(names)}
 
 
 @_draw.register
@@ -134,27 +202,31 @@ def _bars(spec: BarsSpec, fig: MplFigure) -> None:
     for i, s in enumerate(spec.series):
         offset = pos - 0.4 + width * (i + 0.5)
         mean = np.asarray(s.mean)
-        err = None
-        if s.low is not None and s.high is not None:
-            err = np.stack([mean - np.asarray(s.low), np.asarray(s.high) - mean])  # [2, n]
-        style = {"color": color_for(i), "label": s.name, "ecolor": "#444", "capsize": 2}
         if spec.horizontal:
-            ax.barh(offset, mean, height=width, xerr=err, **style)
+            ax.barh(offset, mean, height=width, color=color_for(i), label=s.name)
         else:
-            ax.bar(offset, mean, width=width, yerr=err, **style)
+            ax.bar(offset, mean, width=width, color=color_for(i), label=s.name)
+        if s.low is not None and s.high is not None:
+            low, high = np.asarray(s.low), np.asarray(s.high)
+            ok = np.isfinite(low) & np.isfinite(high) & np.isfinite(mean)  # no interval: none
+            err = np.stack([mean[ok] - low[ok], high[ok] - mean[ok]])  # [2, finite]
+            style = {"fmt": "none", "ecolor": "#444", "capsize": 2, "elinewidth": 0.9}
+            if spec.horizontal:
+                ax.errorbar(mean[ok], offset[ok], xerr=err, **style)
+            else:
+                ax.errorbar(offset[ok], mean[ok], yerr=err, **style)
+    labels = [short_label(c) for c in spec.categories]
     if spec.horizontal:
-        ax.set_yticks(pos, spec.categories)
+        ax.set_yticks(pos, labels)
         ax.invert_yaxis()
-        ax.axvline(0, color="#888", linewidth=0.6)
+        ax.axvline(0, color=MUTED_COLOR, linewidth=0.6)
     else:
-        ax.set_xticks(
-            pos, spec.categories, rotation=45 if n > 6 else 0, ha="right" if n > 6 else "center"
-        )
-        ax.axhline(0, color="#888", linewidth=0.6)
+        ax.set_xticks(pos, labels, rotation=45 if n > 6 else 0, ha="right" if n > 6 else "center")
+        ax.axhline(0, color=MUTED_COLOR, linewidth=0.6)
     ax.set_xlabel(spec.x_title)
     ax.set_ylabel(spec.y_title)
     if k > 1:
-        ax.legend(frameon=False, fontsize=8)
+        ax.legend(fontsize=8)
 
 
 @_draw.register
@@ -178,65 +250,13 @@ def _scatter(spec: ScatterSpec, fig: MplFigure) -> None:
         both = np.concatenate([spec.x, spec.y])
         both = both[np.isfinite(both)]
         if both.size:
-            ax.plot([both.min(), both.max()], [both.min(), both.max()], "--", color="#888", lw=0.8)
+            lims = [both.min(), both.max()]
+            ax.plot(lims, lims, "--", color=MUTED_COLOR, lw=0.8)
     ax.set_xlabel(spec.x_title)
     ax.set_ylabel(spec.y_title)
     ax.grid(alpha=0.3)
     if spec.groups is not None:
-        ax.legend(frameon=False, fontsize=8)
+        ax.legend(fontsize=8)
 
 
-@_draw.register
-def _graph(spec: GraphSpec, fig: MplFigure) -> None:
-    fig.set_size_inches(6.5, 6.5 if not spec.curved else 4)
-    ax = fig.add_subplot()
-    pos = spec.positions
-    largest_w = max((abs(e.weight) for e in spec.edges), default=0.0)
-    coords = np.array(list(pos.values()) or [(0.0, 0.0)])  # [nodes, 2]
-    head_len = 0.04 * max(1.0, float(np.ptp(coords, axis=0).max()))
-    for e in spec.edges:
-        pts = edge_points(pos[e.src], pos[e.dst], spec.curved)
-        color = POSITIVE_COLOR if e.weight >= 0 else NEGATIVE_COLOR
-        width = edge_width(e.weight, largest_w) * 0.6  # px → pt-ish, as in the report
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], color=color, alpha=0.55, lw=width)
-        if spec.directed and e.src != e.dst:
-            hx, hy, angle = arrow_anchor(pts, 0.8)
-            rad = math.radians(angle)
-            tail = (hx - head_len * math.sin(rad), hy - head_len * math.cos(rad))
-            ax.annotate(
-                "",
-                xy=(hx, hy),
-                xytext=tail,
-                arrowprops={
-                    "arrowstyle": "-|>",
-                    "color": color,
-                    "lw": 0,
-                    "mutation_scale": 16,
-                    "shrinkA": 0,
-                    "shrinkB": 0,
-                },
-            )
-    largest_s = max((n.size for n in spec.nodes), default=0.0)
-    handles = []
-    for i, g in enumerate(dict.fromkeys(n.color_group for n in spec.nodes)):
-        members = [n for n in spec.nodes if n.color_group == g]
-        diam = [0.75 * node_size(n.size, largest_s) for n in members]  # px → pt
-        xy = np.array([pos[n.id] for n in members])  # [members, 2]
-        style = {"color": color_for(i), "edgecolors": "white", "linewidths": 0.8, "zorder": 3}
-        ax.scatter(xy[:, 0], xy[:, 1], s=[d**2 for d in diam], **style)
-        for n, d in zip(members, diam, strict=True):
-            ax.annotate(
-                n.label,
-                pos[n.id],
-                fontsize=7,
-                ha="center",
-                va="bottom",
-                zorder=4,
-                xytext=(0, d / 2 + 1),
-                textcoords="offset points",
-            )
-        handles.append(Line2D([], [], marker="o", ls="", color=color_for(i), label=g or "nodes"))
-    ax.set_aspect("equal", adjustable="datalim")
-    ax.axis("off")
-    if len(handles) > 1:
-        ax.legend(handles=handles, frameon=False, fontsize=8, loc="upper right")
+_draw.register(GraphSpec, graph_static)

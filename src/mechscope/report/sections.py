@@ -4,17 +4,27 @@ A section function reads the run directory (tables, arrays, shards) and returns 
 list of blocks, or ``None`` / ``[]`` when its results are not in this run, so the
 report shows exactly the workflows that ran. Sections never see a model.
 
+A section reads like a paper's result: it opens with its :class:`FindingBlock` (one or two
+sentences with the number and its interval; the report's summary at the top lists every
+section's finding), then its key figure; what supports it (more figures, the method, tables,
+settings) follows behind disclosures (:class:`DetailsBlock`; tables and settings are always
+behind one), so the page stays short and every key figure is on the section's first screen.
+
 >>> @register_section("lens", "Logit lens")  # doctest: +SKIP
 ... def lens_section(run):
 ...     if not has_table(run, "lens"):
 ...         return None
-...     return [FigureBlock(heatmap(...)), TableBlock(read_table(run, "lens"), "per layer")]
+...     return [
+...         FindingBlock("The answer appears at layer 9 (median; range 7-11)."),
+...         FigureBlock(heatmap(...)),
+...         TableBlock(read_table(run, "lens"), "per layer"),
+...     ]
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,11 +50,15 @@ class FigureBlock:
 
 @dataclass
 class TableBlock:
-    """A table, shown up to ``max_rows`` rows (the report says how many were left out)."""
+    """A table behind a disclosure titled ``title`` (default: the caption's first sentence),
+    shown up to ``max_rows`` rows; the report says how many were left out and where the
+    whole table is (``source``, e.g. ``tables/heads_pruning.parquet``)."""
 
     df: pd.DataFrame
     caption: str = ""
-    max_rows: int = 50
+    max_rows: int = 20
+    title: str = ""
+    source: str = ""
 
 
 @dataclass
@@ -56,13 +70,42 @@ class TextBlock:
 
 @dataclass
 class KeyValueBlock:
-    """What was run: model, data, parameters, timings — as a two-column table."""
+    """What was run: model, data, parameters, timings — a two-column table behind a
+    disclosure titled by the caption (default "Settings")."""
 
     items: Mapping[str, Any]
     caption: str = ""
 
 
-Block = FigureBlock | TableBlock | TextBlock | KeyValueBlock
+@dataclass
+class FindingBlock:
+    """The section's finding in Markdown: one or two sentences with the number and its
+    interval. It opens the section, and the report's summary lists it."""
+
+    content: str
+
+
+@dataclass
+class DetailsBlock:
+    """Blocks behind a disclosure (closed until the reader opens it), e.g. the section's
+    other figures (laid out two by two) or how the numbers were computed."""
+
+    summary: str
+    blocks: list[Block]
+    open: bool = False
+
+
+Block = FigureBlock | TableBlock | TextBlock | KeyValueBlock | FindingBlock | DetailsBlock
+
+
+def walk(blocks: Iterable[Block]) -> Iterator[Block]:
+    """Every block in page order, those inside disclosures too (after their disclosure)."""
+    for block in blocks:
+        yield block
+        if isinstance(block, DetailsBlock):
+            yield from walk(block.blocks)
+
+
 SectionFn = Callable[[RunDir], list[Block] | None]
 
 

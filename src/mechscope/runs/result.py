@@ -43,6 +43,8 @@ RESULT_TYPES = (
     "mechscope.lens.result:CandidateResult",
     "mechscope.studies.humaneval.result:StudyResult",
     "mechscope.patching.result:PatchingResult",
+    "mechscope.patching.path_result:PathResult",
+    "mechscope.steering.result:SteeringResult",
     "mechscope.heads.result:HeadsResult",
     "mechscope.anchors.result:ResamplingResult",
     "mechscope.anchors.adaptive_result:AdaptiveResult",

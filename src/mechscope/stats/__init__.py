@@ -16,9 +16,11 @@ from mechscope.stats.binning import (
 )
 from mechscope.stats.bootstrap import (
     CurveCI,
+    cell_ci,
     curve_ci,
     group_curve_cis,
     group_difference_ci,
+    mean_ci,
     stratified_curve_ci,
 )
 from mechscope.stats.correlation import (
@@ -53,6 +55,7 @@ __all__ = [
     "anchor_align",
     "bh_adjust",
     "bh_reject",
+    "cell_ci",
     "cosine",
     "curve_ci",
     "difference_intervals",
@@ -64,6 +67,7 @@ __all__ = [
     "kl_from_logp",
     "kurtosis_across",
     "mcnemar_exact",
+    "mean_ci",
     "nanmean_stack",
     "nll_of_targets",
     "pairwise_pearson_matrix",

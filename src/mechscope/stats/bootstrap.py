@@ -87,6 +87,32 @@ def curve_ci(
     return CurveCI(_nanmean(x, axis=0), low, high, x.shape[0], confidence, method)
 
 
+def cell_ci(values: np.ndarray, *, n_resamples: int = 2000, seed: Seed = 0) -> CurveCI:
+    """:func:`curve_ci` over ``values`` ``[n_samples, *cells]`` (a heatmap's cells), except
+    that one sample gives NaN bounds instead of an error: a figure then draws no interval."""
+    x = as_float_array(values, field="values")  # [n_samples, *cells]
+    if x.shape[0] < 2:
+        nan = np.full(x.shape[1:], np.nan)
+        return CurveCI(_nanmean(x, axis=0), nan, nan.copy(), x.shape[0])
+    return curve_ci(x, n_resamples=n_resamples, seed=seed)
+
+
+def mean_ci(
+    values: np.ndarray, *, confidence: float = 0.95, n_resamples: int = 2000, seed: Seed = 0
+) -> tuple[float, float, float, int]:
+    """``(mean, low, high, n)`` of the finite ``values``: their mean and its percentile
+    bootstrap CI (:func:`curve_ci` of one point). The bounds are NaN when there is nothing to
+    resample: fewer than two values, or all equal; a report then says "no interval"."""
+    x = np.asarray(values, dtype=np.float64).ravel()
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return np.nan, np.nan, np.nan, 0
+    if x.size < 2 or np.all(x == x[0]):
+        return float(x.mean()), np.nan, np.nan, int(x.size)
+    ci = curve_ci(x[:, None], confidence=confidence, n_resamples=n_resamples, seed=seed)
+    return float(x.mean()), float(ci.low[0]), float(ci.high[0]), int(x.size)
+
+
 def stratified_curve_ci(
     values: np.ndarray,
     strata: Sequence[str],

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pandas as pd
 
-from mechscope.report import FigureBlock, TableBlock, TextBlock, register_section
+from mechscope.report import (
+    DetailsBlock,
+    FigureBlock,
+    FindingBlock,
+    TableBlock,
+    TextBlock,
+    register_section,
+)
+from mechscope.report.findings import ci_words, number, with_interval
 from mechscope.runs import RunDir
 from mechscope.studies.humaneval.conditions import TOOL
 from mechscope.studies.humaneval.figures import (
@@ -113,6 +121,8 @@ def _quadrant_blocks(result: StudyResult, mode: str) -> list:
             fig = group_heatmap(result, "dnll", g, mode)
             blocks.append(FigureBlock(fig, name=f"lens-study-heat-{tag}-{g}"))
     for metric in ("dnll", "js"):
+        if (mode, metric) == ("as_run", "dnll"):
+            continue  # the section's key figure
         blocks.append(
             FigureBlock(group_curves(result, metric, mode), name=f"lens-study-curve-{tag}-{metric}")
         )
@@ -172,27 +182,85 @@ def _control_blocks(result: StudyResult) -> list:
     return blocks
 
 
+def task_summary(tasks: pd.DataFrame) -> pd.DataFrame:
+    """The per-task columns a reader scans; the others stay in the table's file."""
+    cols = ["task", "n_tokens", "n_semantic", "prompt_tokens_assisted", "prompt_tokens_tests"]
+    cols += ["tool_tokens_tests"]
+    out = tasks[[c for c in cols if c in tasks]].copy()
+    seconds = [c for c in tasks if c.startswith("seconds")]
+    if seconds:
+        out["seconds"] = tasks[seconds].sum(axis=1)
+    return out
+
+
+def study_finding(result: StudyResult) -> str:
+    """Pass rates of the two arms with their Wilson intervals and the McNemar test, and ΔNLL
+    at the output over all tasks (real tool response, as run)."""
+    rates = result.table("pass_rates").set_index("arm")
+    quad = result.table("quadrants").set_index("variant")
+
+    def rate(arm: str) -> str:
+        r = rates.loc[arm]
+        return f"{int(r['passed'])}/{int(r['n'])} = {with_interval(r['rate'], r['low'], r['high'])}"
+
+    text = f"Pass rate with the tool response {rate('tests')}, without {rate('assisted')}"
+    if "tests" in quad.index:
+        p = number(quad.loc["tests", "mcnemar_p"], 3)
+        text += f" (95% Wilson intervals; exact McNemar p = {p})"
+    curves = real_rows(result, "curves", "as_run")
+    part = curves[
+        (curves["metric"] == "dnll") & (curves["kind"] == "curve") & (curves["group"] == "all")
+    ]
+    if not part.empty:
+        d = part.loc[part["layer"].idxmax()]
+        text += (
+            f". At the output the tool response changes the canonical solution's NLL by "
+            f"**{with_interval(d['mean'], d['low'], d['high'], missing='')} nats** "
+            f"({ci_words(int(d['n']), 'tasks')})"
+        )
+    return text + "."
+
+
 @register_section("lens_study", "Lens study: reading the tool response (HumanEval)")
 def study_section(run: RunDir) -> list:
     result = StudyResult.from_run(run)
     if result.table("quadrants").empty:
         return []
-    blocks: list = [_intro(run, result)]
-    blocks += _outcome_blocks(result)
+    blocks: list = [FindingBlock(study_finding(result))]
+    blocks.append(
+        FigureBlock(group_curves(result, "dnll", "as_run"), name="lens-study-curve-as-run-dnll")
+    )
+    blocks.append(
+        DetailsBlock(
+            "Outcomes: pass rates, quadrants, how completions ended", _outcome_blocks(result)
+        )
+    )
     for mode in MODES:
-        blocks += _quadrant_blocks(result, mode)
+        part = _quadrant_blocks(result, mode)
+        blocks.append(DetailsBlock(f"Real tool response, {MODE_LABEL[mode]}", part[1:]))
+    extra = []
     if not result.table("example").empty:
-        blocks.append(FigureBlock(example_figure(result), name="lens-study-example"))
-    blocks.append(FigureBlock(segment_figure(result), name="lens-study-segments"))
+        extra.append(FigureBlock(example_figure(result), name="lens-study-example"))
+    extra.append(FigureBlock(segment_figure(result), name="lens-study-segments"))
     heads = result.table("heads")
     if not heads.empty and (heads["variant"] == "tests").any():
-        blocks.append(FigureBlock(head_mass_figure(result), name="lens-study-heads"))
-    blocks += _control_blocks(result)
+        extra.append(FigureBlock(head_mass_figure(result), name="lens-study-heads"))
+    blocks.append(DetailsBlock("An example, attention by segment and by head", extra))
+    controls = _control_blocks(result)
+    blocks.append(
+        DetailsBlock(
+            "Content controls: what if the tool response says something else?", controls[1:]
+        )
+    )
+    blocks.append(DetailsBlock("How this was computed", [_intro(run, result)]))
     blocks.append(
         TableBlock(
-            result.table("tasks"),
-            caption="Per task: continuation tokens, generation prompt and tool-response "
-            "token counts per arm, and seconds spent per step.",
+            task_summary(result.table("tasks")),
+            caption="Per task: continuation tokens (all, semantic), prompt tokens without and "
+            "with the real tool response, the tool response's tokens, and seconds in all; per "
+            "arm and per step in tables/lens_study_tasks.parquet.",
+            title="Tasks",
+            source="tables/lens_study_tasks.parquet",
         )
     )
     return blocks

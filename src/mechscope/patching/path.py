@@ -1,0 +1,247 @@
+"""Path patching of contrastive pairs: the IOI paper's sender → receiver method.
+
+:func:`path_patch` takes pairs (clean / corrupt prompts of one token length, a correct and
+a wrong answer) and heads, and returns a :class:`PathResult`: the clean run's logit
+difference after each sender group's path into each receiver group was patched from the
+corrupt run (:mod:`mechscope.patching.path_core` says how). Pairs of one length share
+forwards, in groups of up to :data:`GROUP_PAIRS`. :func:`run_path_patching` does the same
+into a run directory, one shard per pair, resumable, and writes the tables the report
+reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import pandas as pd
+import torch
+
+from mechscope.data.pairs import ContrastivePair, TokenizedPair, tokenize_pair
+from mechscope.engine import Engine
+from mechscope.engine.unembed import logit_diff
+from mechscope.errors import InputError
+from mechscope.models.loaded import LoadedModel
+from mechscope.patching.config import PathSpec, head_label
+from mechscope.patching.path_core import path_patch_ids
+from mechscope.patching.path_plan import RECEIVER_INPUTS, check_path
+from mechscope.patching.path_result import PathResult
+from mechscope.patching.run import check_pair_ids
+from mechscope.runs import RunDir, ShardStore, write_table
+from mechscope.runs.content_key import content_key
+from mechscope.runs.executor import shared_work_done
+from mechscope.runs.shards import report_reuse
+from mechscope.runs.shared_work import claimed_loop
+
+PART = "path_patching"
+#: Pairs of one length swept together (their rows share forwards).
+GROUP_PAIRS = 16
+Metric = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""``metric(logits [rows, vocab] fp32, pair [rows]) -> [rows]``; ``pair`` indexes the
+pairs given to :func:`path_patch`."""
+
+
+def as_groups(heads: str | Sequence, lm: LoadedModel, *, kv: bool = False):
+    """``"all"`` (every head on its own), a list of ``(layer, head)`` (each on its own) or a
+    list of lists of them (groups patched together) as a tuple of groups."""
+    if isinstance(heads, str):
+        if heads != "all":
+            raise InputError(f"expected 'all' or a list of (layer, head), got {heads!r}")
+        n = lm.n_kv_heads if kv else lm.n_heads
+        return tuple(((layer, h),) for layer in range(lm.n_layers) for h in range(n))
+    out = []
+    for item in heads:
+        if len(item) == 2 and all(isinstance(x, int) for x in item):
+            out.append((tuple(item),))
+        else:
+            out.append(tuple(tuple(h) for h in item))
+    return tuple(out)
+
+
+def tokenize_path_pair(lm: LoadedModel, pair: ContrastivePair, policy: str) -> TokenizedPair:
+    """One pair's ids; refused in one line unless clean and corrupt have one token length
+    and differ somewhere."""
+    tp = tokenize_pair(pair, lm.tokenizer, policy=policy)  # type: ignore[arg-type]
+    if not tp.same_length:
+        raise InputError(
+            f"expected clean and corrupt of the same token length for path patching, got "
+            f"{len(tp.clean_ids)} and {len(tp.corrupt_ids)}",
+            sample=pair.id,
+            field="corrupt",
+        )
+    if tp.clean_ids == tp.corrupt_ids:
+        raise InputError("expected clean and corrupt prompts that differ", sample=pair.id)
+    return tp
+
+
+def check_inputs(lm: LoadedModel, pairs: Sequence[ContrastivePair], spec: PathSpec) -> None:
+    """Every refusal before any forward: pair ids, heads, lengths, answers."""
+    check_pair_ids(pairs)
+    check_path(lm, spec.senders, spec.receivers, spec.receiver_input)
+    for p in pairs:
+        tokenize_path_pair(lm, p, spec.policy)
+
+
+def _by_length(tokens: list[TokenizedPair]) -> list[list[int]]:
+    """Indices of pairs of one length, in groups of up to :data:`GROUP_PAIRS`."""
+    by_len: dict[int, list[int]] = {}
+    for i, t in enumerate(tokens):
+        by_len.setdefault(len(t.clean_ids), []).append(i)
+    return [
+        idx[i : i + GROUP_PAIRS] for idx in by_len.values() for i in range(0, len(idx), GROUP_PAIRS)
+    ]
+
+
+def _sweep(
+    lm: LoadedModel,
+    pairs: Sequence[ContrastivePair],
+    tokens: Sequence[TokenizedPair],
+    spec: PathSpec,
+    metric: Metric | None,
+    where: Sequence[int],
+) -> PathResult:
+    """One group of pairs of one length (``where``: their indices for ``metric``)."""
+    correct = torch.tensor([t.correct_id for t in tokens])
+    wrong = torch.tensor([t.wrong_id for t in tokens])
+    where_t = torch.tensor(list(where))
+
+    def score(logits: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:  # -> [rows, 1|2]
+        ld = logit_diff(logits, correct[rows].to(logits.device), wrong[rows].to(logits.device))
+        if metric is None:
+            return ld[:, None]
+        return torch.stack([ld, metric(logits, where_t[rows]).float()], dim=1)
+
+    out = path_patch_ids(
+        Engine.of(lm),
+        torch.tensor([t.clean_ids for t in tokens]),
+        torch.tensor([t.corrupt_ids for t in tokens]),
+        spec.senders,
+        spec.receivers,
+        spec.receiver_input,
+        score,
+        freeze_mlps=spec.freeze_mlps,
+        budget_bytes=spec.budget_bytes,
+        description=f"path patching → {spec.receiver_input}",
+    )
+    kv = spec.receiver_input in ("k", "v")
+    receivers = ["logits"] if spec.receiver_input == "resid_final" else [
+        head_label(g).replace(".", ".kv") if kv else head_label(g) for g in spec.receivers
+    ]  # fmt: skip
+    custom = metric is not None
+    return PathResult(
+        pair_ids=[p.id for p in pairs],
+        senders=[head_label(g) for g in spec.senders],
+        receivers=receivers,
+        receiver_input=spec.receiver_input,
+        freeze_mlps=spec.freeze_mlps,
+        logit_diff=out.patched[..., 0].numpy(),
+        clean_logit_diff=out.clean[:, 0].numpy(),
+        corrupt_logit_diff=out.corrupt[:, 0].numpy(),
+        metric=out.patched[..., 1].numpy() if custom else None,
+        clean_metric=out.clean[:, 1].numpy() if custom else None,
+        corrupt_metric=out.corrupt[:, 1].numpy() if custom else None,
+        forward_rows=out.forward_rows.numpy(),
+    )
+
+
+def path_patch(
+    lm: LoadedModel,
+    pairs: Sequence[ContrastivePair],
+    senders: str | Sequence = "all",
+    receivers: str | Sequence = "all",
+    receiver_input: str = "q",
+    *,
+    freeze_mlps: bool = False,
+    metric: Metric | None = None,
+    policy: str = "error",
+    budget_bytes: int | None = None,
+) -> PathResult:
+    """Path patching of every sender group into every receiver group, in memory.
+
+    ``senders`` / ``receivers``: ``"all"`` (each head alone), a list of ``(layer, head)``
+    (each alone) or a list of lists (groups patched together, e.g. the name movers as one
+    receiver). ``receiver_input``: ``q``, ``k``, ``v`` (receivers are then key/value
+    heads) or ``resid_final`` (the logits; ``receivers`` is ignored). ``metric``: a
+    further score of the readout logits, kept beside the logit difference.
+    """
+    if receiver_input not in RECEIVER_INPUTS:
+        expected = ", ".join(RECEIVER_INPUTS)
+        raise InputError(
+            f"expected one of {expected}, got {receiver_input!r}", field="receiver_input"
+        )
+    kv = receiver_input in ("k", "v")
+    spec = PathSpec(
+        senders=as_groups(senders, lm),
+        receivers=() if receiver_input == "resid_final" else as_groups(receivers, lm, kv=kv),
+        receiver_input=receiver_input,  # type: ignore[arg-type]
+        freeze_mlps=freeze_mlps,
+        policy=policy,  # type: ignore[arg-type]
+        budget_bytes=budget_bytes,
+    )
+    check_inputs(lm, pairs, spec)
+    tokens = [tokenize_path_pair(lm, p, spec.policy) for p in pairs]
+    parts = {}
+    for idx in _by_length(tokens):
+        res = _sweep(lm, [pairs[i] for i in idx], [tokens[i] for i in idx], spec, metric, idx)
+        parts.update({i: res.pair(k) for k, i in enumerate(idx)})
+    return PathResult.concat([parts[i] for i in range(len(pairs))])
+
+
+def run_path_patching(
+    run: RunDir,
+    lm: LoadedModel,
+    pairs: Sequence[ContrastivePair],
+    spec: PathSpec,
+    *,
+    name: str = PART,
+) -> PathResult:
+    """Sharded (resumable) path patching writing ``tables/<name>.parquet`` (the long
+    table), ``<name>_baselines`` and ``<name>_spec``."""
+    check_inputs(lm, pairs, spec)
+    tokens = [tokenize_path_pair(lm, p, spec.policy) for p in pairs]
+    store = ShardStore(run, name)
+    keys = {p.id: content_key(p) for p in pairs}
+
+    def missing(i: int) -> bool:
+        return not store.done(pairs[i].id, keys[pairs[i].id])
+
+    report_reuse(
+        store, "path patching", list(keys), [p.id for i, p in enumerate(pairs) if missing(i)]
+    )
+
+    def one(group: list[int]) -> None:  # a group runs whole; only its missing pairs are written
+        todo = [missing(i) for i in group]
+        res = _sweep(lm, [pairs[i] for i in group], [tokens[i] for i in group], spec, None, group)
+        for k, (i, write) in enumerate(zip(group, todo, strict=True)):
+            if write:
+                store.write(pairs[i].id, res.pair(k).to_payload(), keys[pairs[i].id])
+
+    groups = _by_length(tokens)
+    with run.timed(name):
+        claimed_loop(
+            store,
+            groups,
+            lambda g: f"group-{pairs[g[0]].id}",
+            lambda g: not any(map(missing, g)),
+            one,
+        )
+    shared_work_done()  # a worker ends here: this command writes the tables
+    result = PathResult.concat([PathResult.from_payload(store.read(p.id)) for p in pairs])
+    write_table(run, name, result.to_frame())
+    write_table(run, f"{name}_baselines", result.baselines())
+    write_table(run, f"{name}_spec", spec_frame(spec, lm))
+    return result
+
+
+def spec_frame(spec: PathSpec, lm: LoadedModel) -> pd.DataFrame:
+    """The sweep's settings as one table row (what the report shows)."""
+    row = {
+        "model": lm.spec,
+        "receiver_input": spec.receiver_input,
+        "freeze_mlps": spec.freeze_mlps,
+        "sender_groups": len(spec.senders),
+        "receiver_groups": len(spec.receivers) if spec.receivers else 1,
+        "n_layers": lm.n_layers,
+        "n_heads": lm.n_heads,
+        "n_kv_heads": lm.n_kv_heads,
+    }
+    return pd.DataFrame([row])

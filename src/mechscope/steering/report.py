@@ -1,0 +1,93 @@
+"""The report section of steering: reads the run directory, never the model.
+
+The section opens with the sweep's largest change of the metric (with its interval over
+prompts) and the α curve; how steering works, the settings and the continuations sit behind
+disclosures.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mechscope.report import (
+    Block,
+    DetailsBlock,
+    FigureBlock,
+    FindingBlock,
+    KeyValueBlock,
+    TableBlock,
+    TextBlock,
+    register_section,
+)
+from mechscope.report.findings import ci_words, with_interval
+from mechscope.runs import RunDir
+from mechscope.runs.result import has_result
+from mechscope.stats import cell_ci
+from mechscope.steering.figures import alpha_curve
+from mechscope.steering.result import PART, SteeringResult
+
+INTRO = (
+    "Steering adds a direction to one site's activation at every position (α v), or removes "
+    "its component (directional ablation), and measures what changes: the next-token metric "
+    "of each prompt and its greedy continuation. The direction is the mean activation "
+    "difference of contrastive pairs (contrastive activation addition) unless a vector was "
+    "given."
+)
+
+
+def largest_change(result: SteeringResult, metric: str) -> str:
+    """The α whose mean change of ``metric`` from the unsteered run is largest in size, with
+    its interval over prompts, in words."""
+    change = result.change(metric)  # [prompts, alphas]
+    ci = cell_ci(change)  # [alphas]
+    if not np.isfinite(ci.mean).any():
+        return f"no finite change of {metric}"
+    a = int(np.nanargmax(np.abs(ci.mean)))
+    value = with_interval(ci.mean[a], ci.low[a], ci.high[a], missing="")
+    where = f"{result.site} at layer {result.layer}"
+    return (
+        f"{result.mode} at {where}: α = {result.alphas[a]:g} changes the {metric} by "
+        f"**{value}** from the unsteered run ({ci_words(change.shape[0], 'prompts')})"
+    )
+
+
+@register_section("steering", "Steering")
+def steering_section(run: RunDir) -> list[Block] | None:
+    if not has_result(run, PART):
+        return None
+    result = SteeringResult.from_run(run)
+    metrics = [m for m in ("logit_diff", "target_prob") if not np.isnan(result.metrics[m]).all()]
+    finding = largest_change(result, metrics[0]) + "." if metrics else "No metric was measured."
+    figures = [FigureBlock(alpha_curve(result, m), name=f"steering-{m}") for m in metrics]
+    blocks: list[Block] = [FindingBlock(finding), *figures[:1]]
+    if figures[1:]:
+        blocks.append(DetailsBlock(f"{len(figures) - 1} more figure(s)", figures[1:]))
+    norm = float(np.linalg.norm(result.vector)) if result.vector is not None else float("nan")
+    settings = {
+        "site": result.site,
+        "layer": result.layer,
+        "head": "-" if result.head is None else result.head,
+        "mode": result.mode,
+        "alphas": ", ".join(f"{a:g}" for a in result.alphas),
+        "vector norm": f"{norm:.4g}",
+        "prompts": len(result.prompt_ids),
+    }
+    blocks.append(
+        DetailsBlock(
+            "How steering is computed, and what was steered",
+            [TextBlock(INTRO), KeyValueBlock(settings, caption="what was steered")],
+        )
+    )
+    if result.generations:
+        blocks.append(
+            DetailsBlock(
+                "Greedy continuations at each α",
+                [
+                    TableBlock(
+                        result.generations_frame(),
+                        "greedy continuations at each α (α = 0: unsteered)",
+                    )
+                ],
+            )
+        )
+    return blocks
