@@ -98,3 +98,43 @@ def test_kept_mapping_needs_layer_subset_students(tiny_cfg, tmp_path, no_trainin
     with pytest.raises(InputError) as err:
         run_study(cfg, tmp_path)
     assert "layer_subset" in _one_line(err) and "nar" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("methods", "train", "expected"),
+    [
+        ([{"method": "rcid", "lambda_method": -1}], {}, "greater than or equal to 0"),
+        ([{"method": "telepathy", "lambda_method": 1}], {}, "telepathy"),
+        ([{"method": "rcid", "lamda": 1}], {}, "lamda"),
+        (["rcid", {"method": "rcid", "name": "rcid"}], {}, "distinct method names"),
+        ([{"method": "standard_kd", "lambda_method": 1}], {}, "no lambda_method"),
+        ([{"method": "untrained", "lambda_kl": 2}], {}, "not trained"),
+        ([{"method": "rcid", "lambda_kl": 0, "lambda_method": 0}], {}, "learns nothing"),
+        (["rcid"], {"grad_log_every": -1}, "grad_log_every"),
+    ],
+)
+def test_bad_loss_weights_refused_by_check_and_run(
+    tiny_raw, tmp_path, capsys, methods, train, expected
+):
+    """One line, exit 2, from ``distill check`` and ``distill run`` alike (one validation
+    path), before any study folder exists."""
+    import yaml
+
+    from mechscope.cli.errors import run_app
+    from mechscope.distill.cli import app
+
+    raw = tiny_raw(methods=methods)
+    raw["train"].update(train)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(InputError) as err:
+        load_study_config(path)
+    assert expected in _one_line(err) and "bad.yaml" in str(err.value)
+    capsys.readouterr()
+    for command in (["check", str(path)], ["run", str(path), "--root", str(tmp_path / "r")]):
+        with pytest.raises(SystemExit) as code:
+            run_app(app, command)
+        assert code.value.code == 2
+        output = capsys.readouterr().err.strip()
+        assert expected in output and output.count("\n") == 0, output
+    assert not (tmp_path / "r").exists()

@@ -71,6 +71,44 @@ def test_information_purity_selectivity_is_task_minus_control():
     for row in (h, d):
         np.testing.assert_allclose(row.selectivity, row.task_acc - row.control_acc, atol=1e-12)
     assert d.selectivity > h.selectivity  # the difference cancels the shared control signal
+    assert d.d_minus_h_ci_low > 0  # and the paired interval says so
+
+
+def test_purity_intervals_against_a_manual_cross_validation():
+    """Out-of-fold correctness by an explicit loop over the folds, and the interval by the
+    t formula mean ± t_{0.975, n-1} · sd / sqrt(n) (1e-12)."""
+    from scipy import stats
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold
+    from sklearn.preprocessing import StandardScaler
+
+    from mechscope.distill.purity import FOLDS, selectivity
+
+    g = np.random.default_rng(3)
+    n = 60
+    task = np.repeat([0, 1], n // 2)
+    control = g.integers(0, 2, size=n)
+    x = g.normal(size=(n, 4))
+    x[:, 0] += 1.2 * task
+
+    def oof(y):
+        right = np.zeros(n, dtype=bool)
+        for tr, te in StratifiedKFold(FOLDS, shuffle=True, random_state=0).split(x, y):
+            sc = StandardScaler().fit(x[tr])
+            m = LogisticRegression(max_iter=2000).fit(sc.transform(x[tr]), y[tr])
+            right[te] = m.predict(sc.transform(x[te])) == y[te]
+        return right
+
+    row, per = selectivity(x, task, control)
+    ct, cc = oof(task), oof(control)
+    np.testing.assert_array_equal(per, ct.astype(float) - cc.astype(float))
+    assert row["task_acc"] == ct.mean() and row["control_acc"] == cc.mean()
+    half = stats.t.ppf(0.975, n - 1) * per.std(ddof=1) / np.sqrt(n)
+    np.testing.assert_allclose(
+        [row["ci_low"], row["ci_high"]], per.mean() + np.array([-1, 1]) * half, atol=1e-12
+    )
+    few = np.array([0] * 57 + [1] * 3)  # 3 of one class < 5 folds: no probe
+    assert selectivity(x, few, control)[1] is None
 
 
 def test_purity_labels_ioi(ioi_task):

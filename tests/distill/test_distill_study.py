@@ -123,7 +123,27 @@ def test_shipped_configs_present():
         "exp3_robustness_correlation",
         "exp4_information_purity",
         "exp5_cross_architecture",
+        "cpu_sweep",
+        "cpu_tasks",
+        "cpu_gemma",
+        "gpu_study",
     } <= stems
+
+
+def test_cpu_parts_and_gpu_study_grids():
+    """The CPU study's three parts and the GPU study have the grids docs/distill.md sizes."""
+    from mechscope.distill.config import builtin_config_path
+
+    sizes = {
+        "cpu_sweep": (30, 27),
+        "cpu_tasks": (15, 12),
+        "cpu_gemma": (9, 6),
+        "gpu_study": (63, 54),
+    }
+    for name, (n, trained) in sizes.items():
+        trials = expand_trials(load_study_config(builtin_config_path(name)))
+        assert len(trials) == n, name
+        assert sum(t.kind != "untrained" for t in trials) == trained, name
 
 
 def test_cli_check_reports_one_line_error(tmp_path, capsys):

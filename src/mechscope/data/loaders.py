@@ -55,7 +55,7 @@ def lone_surrogate(value: Any, field: str = "") -> str | None:
         except UnicodeEncodeError:
             return field or "text"
         return None
-    if isinstance(value, dict | list | tuple):
+    if isinstance(value, dict | list | tuple):  # numbers, booleans, None hold no text
         items = value.items() if isinstance(value, dict) else enumerate(value)
         for key, item in items:
             found = lone_surrogate(item, f"{field}.{key}" if field else str(key))

@@ -8,11 +8,19 @@ multi-line report into an :class:`InputError` naming the file and the field.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from mechscope.data.loaders import read_text
 from mechscope.errors import InputError
@@ -97,6 +105,51 @@ class LossSpec(_Strict):
     lambda_method: float = Field(1.0, ge=0)
 
 
+class MethodSpec(_Strict):
+    """A method with its own loss weights, for sweeps: ``{method: rcid, lambda_method: 0.1}``.
+
+    Unset weights are the study's ``loss``. ``name`` (default: the method and the weights it
+    sets, ``rcid-lm0.1``, ``rcid-kl10-lm1``) names the trials and the summary rows.
+    """
+
+    method: str
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    temperature: float | None = Field(None, gt=0)
+    lambda_kl: float | None = Field(None, ge=0)
+    lambda_method: float | None = Field(None, ge=0)
+
+    @field_validator("method")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in METHODS:
+            raise ValueError(f"unknown method {value!r}; expected one of {', '.join(METHODS)}")
+        return value
+
+    def overrides(self) -> dict[str, float]:
+        return {k: v for k, v in self.model_dump(include=set(LOSS_ABBREV)).items() if v is not None}
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        parts = [f"{LOSS_ABBREV[k]}{v:g}" for k, v in self.overrides().items()]
+        return "-".join([self.method, *parts])
+
+
+#: How a loss weight shows in a method variant's default name.
+LOSS_ABBREV = {"temperature": "t", "lambda_kl": "kl", "lambda_method": "lm"}
+
+
+@dataclass(frozen=True)
+class MethodVariant:
+    """A method as trained: its ``label`` (trial and summary name), base ``method`` and the
+    ``loss`` it uses (the study's, with the variant's weights)."""
+
+    label: str
+    method: str
+    loss: LossSpec
+
+
 class TrainSpec(_Strict):
     steps: int = Field(60, ge=1)
     batch_size: int = Field(8, ge=1)
@@ -106,6 +159,10 @@ class TrainSpec(_Strict):
     grad_clip: float = Field(1.0, gt=0)
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     checkpoint_every: int = Field(20, ge=1)
+    # every n steps (and at the last), the gradients of the KL and the method term on the
+    # student's parameters separately: norms and cosine (0: never). Costs one more backward
+    # pass on those steps.
+    grad_log_every: int = Field(0, ge=0)
     keep_checkpoint: bool = False  # keep the last checkpoint after the trial finished
     save_student: bool = False
     device: str | None = None
@@ -127,7 +184,7 @@ class StudyConfig(_Strict):
     teacher_dtype: str | None = None
     students: list[StudentSpec] = Field(min_length=1)
     tasks: list[TaskSpec] = Field(min_length=1)
-    methods: list[str] = Field(min_length=1)
+    methods: list[str | MethodSpec] = Field(min_length=1)
     seeds: list[int] = Field(min_length=1)
     checkpoints: CheckpointSpec = CheckpointSpec()
     loss: LossSpec = LossSpec()
@@ -135,13 +192,62 @@ class StudyConfig(_Strict):
     eval: EvalSpec = EvalSpec()
     teacher_only: bool = False  # only the teacher's side (checkpoints, purity): no training
 
+    @field_validator("methods", mode="before")
+    @classmethod
+    def _method_specs(cls, value: Any) -> Any:
+        """Mappings become :class:`MethodSpec` here, so a mistake in one is reported as its
+        own first error rather than as a failed match against every type of the union."""
+        if not isinstance(value, list):
+            return value
+        out = []
+        for i, m in enumerate(value):
+            if isinstance(m, dict):
+                try:
+                    m = MethodSpec.model_validate(m)
+                except ValidationError as exc:
+                    where, msg = _first_error(exc)
+                    raise ValueError(f"methods[{i}].{where}: {msg}") from None
+            out.append(m)
+        return out
+
     @field_validator("methods")
     @classmethod
-    def _known_methods(cls, value: list[str]) -> list[str]:
+    def _known_methods(cls, value: list[str | MethodSpec]) -> list[str | MethodSpec]:
+        labels = []
         for m in value:
-            if m not in METHODS:
+            if isinstance(m, str) and m not in METHODS:
                 raise ValueError(f"unknown method {m!r}; expected one of {', '.join(METHODS)}")
+            spec = MethodSpec(method=m) if isinstance(m, str) else m
+            if spec.method == "untrained" and spec.overrides():
+                raise ValueError("expected no loss weights for 'untrained' (it is not trained)")
+            if spec.method == "standard_kd" and spec.lambda_method is not None:
+                raise ValueError(
+                    "expected no lambda_method for standard_kd (it has no method term)"
+                )
+            labels.append(spec.label)
+        dup = sorted({x for x in labels if labels.count(x) > 1})
+        if dup:
+            raise ValueError(f"expected distinct method names, got {', '.join(dup)} twice")
         return value
+
+    @model_validator(mode="after")
+    def _something_to_learn(self) -> StudyConfig:
+        for v in self.variants():
+            no_method = v.method == "standard_kd" or v.loss.lambda_method == 0
+            if v.method != "untrained" and v.loss.lambda_kl == 0 and no_method:
+                raise ValueError(
+                    f"expected a nonzero loss weight for {v.label!r}: it learns nothing"
+                )
+        return self
+
+    def variants(self) -> list[MethodVariant]:
+        """Every entry of ``methods`` as trained: label, base method, effective loss."""
+        out = []
+        for m in self.methods:
+            spec = MethodSpec(method=m) if isinstance(m, str) else m
+            loss = self.loss.model_copy(update=spec.overrides())
+            out.append(MethodVariant(spec.label, spec.method, loss))
+        return out
 
 
 #: Fields of older configs that are command-line options now

@@ -11,6 +11,7 @@ import pandas as pd
 
 from mechscope.distill.config import METHODS
 from mechscope.distill.result import DistillResult
+from mechscope.distill.robustness import MEASURES, distilled, robustness_table
 from mechscope.distill.summarize import summary_table
 from mechscope.report import Figure, Series, bars, scatter
 
@@ -91,18 +92,36 @@ def summary_figures(result: DistillResult) -> dict[str, Figure]:
             "Students high but left reach the answer by another mechanism.",
         ),
     }
-    ok = trials["ood_degradation"].notna()
-    if ok.sum() >= 1:
-        sub = trials[ok]
-        figs["consistency-vs-ood"] = scatter(
-            sub["consistency"],
-            sub["ood_degradation"],
-            "Causal consistency vs OOD degradation (one point per trial)",
-            "causal consistency",
-            "OOD degradation (test − OOD accuracy)",
-            text=sub["trial"].astype(str).tolist(),
-            groups=sub["method"].astype(str).tolist(),
-            caption="How to read this: if keeping the teacher's mechanism makes a student robust, "
-            "points fall from left to right (more consistency, less accuracy lost OOD).",
-        )
+    robust = robustness_figure(trials)
+    if robust is not None:
+        figs["consistency-vs-ood"] = robust
     return figs
+
+
+def robustness_figure(trials: pd.DataFrame) -> Figure | None:
+    """Experiment 3: per-checkpoint consistency against OOD degradation, one point per
+    distilled student, with Pearson's r and its intervals per task in the caption."""
+    sub = distilled(trials)
+    sub = sub[sub["consistency_mean"].notna()]
+    if sub.empty:
+        return None
+    table = robustness_table(trials)
+    table = table[table["measure"] == MEASURES["consistency_mean"]]
+    stats = "; ".join(
+        f"{r.task}: r = {r.r:+.2f}, 95 % CI [{r.fisher_low:+.2f}, {r.fisher_high:+.2f}] "
+        f"(Fisher z), [{r.boot_low:+.2f}, {r.boot_high:+.2f}] (bootstrap), n = {r.n}"
+        for r in table.itertuples()
+        if np.isfinite(r.r)
+    )
+    return scatter(
+        sub["consistency_mean"],
+        sub["ood_degradation"],
+        "Causal consistency vs OOD degradation (one point per distilled student)",
+        "causal consistency (mean over checkpoints)",
+        "OOD degradation (test − OOD accuracy)",
+        text=sub["trial"].astype(str).tolist(),
+        groups=sub["method"].astype(str).tolist(),
+        caption="How to read this: if keeping the teacher's mechanism makes a student robust, "
+        "points fall from left to right (more consistency, less accuracy lost OOD). "
+        + (f"Pearson {stats}." if stats else "Too few students for a correlation."),
+    )

@@ -78,10 +78,19 @@ def paired_difference(a: pd.Series, b: pd.Series, level: float = LEVEL) -> dict[
 def method_contrasts(
     trials: pd.DataFrame,
     metrics: Sequence[str] = ("consistency", "consistency_mean", "accuracy"),
-    contrasts: Sequence[tuple[str, str]] = CONTRASTS,
+    contrasts: Sequence[tuple[str, str]] | None = None,
 ) -> pd.DataFrame:
     """One row per student × task × metric × (method, reference) present in ``trials``:
-    the seed-paired mean difference, its 95 % interval and the paired t-test p-value."""
+    the seed-paired mean difference, its 95 % interval and the paired t-test p-value.
+
+    ``contrasts`` default: :data:`CONTRASTS`, and every weight variant of a method
+    (``rcid-lm0.1``, base method in ``base_method``) against ``standard_kd``.
+    """
+    if contrasts is None:
+        contrasts = list(CONTRASTS)
+        if "base_method" in trials:
+            variants = trials.loc[trials["method"] != trials["base_method"], "method"]
+            contrasts += [(v, "standard_kd") for v in dict.fromkeys(variants)]
     rows = []
     for (student, task), g in trials.groupby(["student", "task"], sort=True):
         by_method = {m: s.set_index("seed") for m, s in g.groupby("method")}

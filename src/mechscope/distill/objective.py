@@ -75,7 +75,11 @@ class Objective(nn.Module):
             return sorted({self.last, *(self.ckpt_map[t] for t, _ in self.sites)})
         return [self.last]
 
-    def forward(self, idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    def terms(self, idx: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        """The loss's two weighted terms for the training pairs ``idx``:
+        ``({"kl": lambda_kl * KD, "method": lambda_method * L_method}, unweighted values)``.
+        The trainer adds them (:meth:`forward`) or differentiates them apart
+        (:func:`mechscope.distill.gradients.backward_terms`)."""
         eng, t = self.engine, self.teacher
         b = t.train.subset(idx)
         device = self.student.device
@@ -90,12 +94,13 @@ class Objective(nn.Module):
         t_logits = torch.cat([t_logits[:, 0], t_logits[:, 1]]).to(device)  # [2b, V]
         kl = kd_loss(s_logits, t_logits, self.spec.temperature)
         method = self._method_loss(b, idx, hc, hk)
-        total = self.spec.lambda_kl * kl + self.spec.lambda_method * method
-        return total, {
-            "loss": float(total.detach()),
-            "kl": float(kl.detach()),
-            "method": float(method.detach()),
-        }
+        terms = {"kl": self.spec.lambda_kl * kl, "method": self.spec.lambda_method * method}
+        return terms, {"kl": float(kl.detach()), "method": float(method.detach())}
+
+    def forward(self, idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        terms, parts = self.terms(idx)
+        total = terms["kl"] + terms["method"]
+        return total, {"loss": float(total.detach()), **parts}
 
     def _method_loss(self, b, idx: torch.Tensor, hc: dict, hk: dict) -> torch.Tensor:
         t, device = self.teacher, self.student.device

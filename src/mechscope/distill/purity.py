@@ -2,9 +2,10 @@
 
 At *unmodified* key positions (same token in clean and corrupt), logistic-regression probes
 read a task label and a control label from either the clean representation ``h`` or the
-difference ``d = h_clean - h_corrupt``. Selectivity (Hewitt & Liang, 2019) is task accuracy
-minus control accuracy: a representation that encodes the task but not incidental facts
-(which template was used) has high selectivity. Labels: IOI task = name order (ABBA = 1),
+difference ``d = h_clean - h_corrupt``; accuracies are cross-validated (5 folds, each pair
+held out once). Selectivity (Hewitt & Liang, 2019) is task accuracy minus control
+accuracy: a representation that encodes the task but not incidental facts (which template
+was used) has high selectivity. Labels: IOI task = name order (ABBA = 1),
 facts task = the most frequent relation vs the rest, WinoGrande task = which option is the
 answer, math task = the operation; control = template parity (IOI, math), a hash of the
 subject (facts), or of the pair id (otherwise).
@@ -19,12 +20,16 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 from sklearn.linear_model import LogisticRegression
-from sklearn.model_selection import train_test_split
+from sklearn.model_selection import StratifiedKFold, cross_val_predict
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from mechscope.data.pairs import ContrastivePair
+from mechscope.distill.intervals import mean_ci
 from mechscope.errors import InputError
+
+#: Cross-validation folds of every probe: each sample is held out once.
+FOLDS = 5
 
 
 def _hash_bit(text: str) -> int:
@@ -56,32 +61,50 @@ def purity_labels(task: str, pairs: Sequence[ContrastivePair]) -> dict[str, np.n
     return {"task": np.asarray(t, dtype=np.int64), "control": np.asarray(c, dtype=np.int64)}
 
 
-def probe_accuracy(x: np.ndarray, y: np.ndarray, *, seed: int = 0, test_size: float = 0.2) -> float:
-    """Held-out accuracy of a standardised logistic-regression probe (80/20 split).
+def probe_correct(x: np.ndarray, y: np.ndarray, *, seed: int = 0) -> np.ndarray | None:
+    """Whether a standardised logistic-regression probe gets each sample right when it is
+    held out: ``[N]`` bool, from ``FOLDS``-fold stratified cross-validation (every sample
+    is predicted once, by a probe fitted on the other folds).
 
-    NaN when the label has a single class (nothing to learn) or too few samples per class
-    for a stratified split.
+    ``None`` when the label has a single class (nothing to learn) or a class has fewer
+    samples than folds.
     """
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y)
     if x.ndim != 2 or y.shape != (x.shape[0],):
         raise InputError(f"expected x [N, d] and y [N], got {x.shape} and {y.shape}", field="y")
     counts = np.bincount(y) if y.size else np.array([])
-    if (counts > 0).sum() < 2 or counts[counts > 0].min() < 2:
-        return float("nan")
-    xtr, xte, ytr, yte = train_test_split(x, y, test_size=test_size, random_state=seed, stratify=y)
+    if (counts > 0).sum() < 2 or counts[counts > 0].min() < FOLDS:
+        return None
     probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
-    probe.fit(xtr, ytr)
-    return float(np.mean(probe.predict(xte) == yte))
+    folds = StratifiedKFold(FOLDS, shuffle=True, random_state=seed)
+    return cross_val_predict(probe, x, y, cv=folds) == y
+
+
+def probe_accuracy(x: np.ndarray, y: np.ndarray, *, seed: int = 0) -> float:
+    """Held-out accuracy of the probe (:func:`probe_correct`); NaN where it is ``None``."""
+    correct = probe_correct(x, y, seed=seed)
+    return float("nan") if correct is None else float(correct.mean())
 
 
 def selectivity(
     x: np.ndarray, task: np.ndarray, control: np.ndarray, *, seed: int = 0
-) -> dict[str, float]:
-    """Task accuracy, control accuracy and their difference for one representation."""
-    acc_t = probe_accuracy(x, task, seed=seed)
-    acc_c = probe_accuracy(x, control, seed=seed)
-    return {"task_acc": acc_t, "control_acc": acc_c, "selectivity": acc_t - acc_c}
+) -> tuple[dict[str, float], np.ndarray | None]:
+    """Task accuracy, control accuracy, their difference and its 95 % interval for one
+    representation, and the per-sample difference ``[N]`` (task right − control right).
+
+    The interval is Student-t over samples of that per-sample difference
+    (:func:`~mechscope.distill.intervals.mean_ci`): how the selectivity would move with
+    other pairs of the task, the probes' fits held fixed.
+    """
+    ct, cc = probe_correct(x, task, seed=seed), probe_correct(x, control, seed=seed)
+    nan = float("nan")
+    acc_t = nan if ct is None else float(ct.mean())
+    acc_c = nan if cc is None else float(cc.mean())
+    per = None if ct is None or cc is None else ct.astype(float) - cc.astype(float)
+    low, high = mean_ci(per) if per is not None else (nan, nan)
+    row = {"task_acc": acc_t, "control_acc": acc_c, "selectivity": acc_t - acc_c}
+    return {**row, "ci_low": low, "ci_high": high}, per
 
 
 def information_purity(
@@ -96,20 +119,27 @@ def information_purity(
     """Probe ``h`` and ``d`` at each (layer, position).
 
     ``h_clean``/``h_corrupt``: ``[N, L, P, d]`` for the chosen ``layers`` and ``positions``
-    (in that order). One row per (layer, position, representation).
+    (in that order). One row per (layer, position, representation); the ``d`` row also
+    holds ``d_minus_h``, selectivity(d) − selectivity(h), with its 95 % interval paired over
+    samples (the plan's expectation is that it is positive).
     """
     rows = []
     for li, layer in enumerate(layers):
         for pi, pos in enumerate(positions):
             h = h_clean[:, li, pi]  # [N, d]
             d = h - h_corrupt[:, li, pi]
+            per: dict[str, np.ndarray | None] = {}
             for rep, x in (("h", h), ("d", d)):
-                rows.append(
-                    {
-                        "layer": int(layer),
-                        "position": pos,
-                        "representation": rep,
-                        **selectivity(x, labels["task"], labels["control"], seed=seed),
-                    }
-                )
+                stats, per[rep] = selectivity(x, labels["task"], labels["control"], seed=seed)
+                row = {"layer": int(layer), "position": pos, "representation": rep, **stats}
+                row["n"] = int(x.shape[0])
+                rows.append(row)
+            both = per["h"] is not None and per["d"] is not None
+            diff = per["d"] - per["h"] if both else None
+            low, high = mean_ci(diff) if diff is not None else (float("nan"),) * 2
+            rows[-1].update(
+                d_minus_h=float(diff.mean()) if diff is not None else float("nan"),
+                d_minus_h_ci_low=low,
+                d_minus_h_ci_high=high,
+            )
     return pd.DataFrame(rows)

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import pandas as pd
 
+from mechscope.distill.experiments import format_purity
 from mechscope.distill.figures import summary_figures
+from mechscope.distill.gradients import gradient_figures
 from mechscope.distill.intervals import format_contrasts
 from mechscope.distill.result import DistillResult
+from mechscope.distill.robustness import format_robustness
 from mechscope.distill.summarize import format_summary
+from mechscope.distill.sweep import format_sweep, sweep_figure
 from mechscope.report import (
     DetailsBlock,
     FigureBlock,
@@ -38,6 +42,24 @@ CONTRASTS = (
 KEY_FIGURE = "consistency-by-method"
 
 
+SWEEP = (
+    "Loss weights: each variant of a method against output-only KD with the same seeds. "
+    "'learns' = mean accuracy within 0.05 of KD's; 'more mechanism' = the seed-paired "
+    "difference in per-checkpoint consistency has its 95 % interval above 0. grad cos and "
+    "the norm ratio compare the weighted KL and method terms' gradients on the student."
+)
+ROBUSTNESS = (
+    "Experiment 3: Pearson correlation between a distilled student's consistency and its "
+    "OOD degradation, over every distilled student of a task, with Fisher-z and bootstrap "
+    "(BCa, over students) 95 % intervals, Spearman's rho, and the partial correlation given "
+    "test accuracy."
+)
+PURITY = (
+    "Experiment 4: probe selectivity (task − control accuracy, 5-fold cross-validated) of the "
+    "teacher's clean state h and contrastive difference d at unmodified positions of the "
+    "checkpoint layers; intervals are 95 % Student-t over pairs, d − h paired by pair."
+)
+
 #: The teacher-side and per-checkpoint tables, in report order, with how to read them.
 TABLE_CAPTIONS = {
     "distill_checkpoints": (
@@ -59,6 +81,29 @@ TABLE_CAPTIONS = {
         "contrastive difference d; selectivity = task − control."
     ),
 }
+
+
+def experiment_blocks(run: RunDir) -> list:
+    """The loss-weight sweep (table and figures), experiment 3's correlation and experiment
+    4's purity with intervals, from the tables ``distill summarize`` wrote."""
+    blocks: list = []
+    if has_table(run, "distill_sweep"):
+        sweep = read_table(run, "distill_sweep")
+        blocks += [TextBlock(SWEEP), TextBlock(format_sweep(sweep))]
+        fig = sweep_figure(sweep)
+        if fig is not None:
+            blocks.append(FigureBlock(fig, name="distill-lambda-sweep"))
+    if has_table(run, "distill_gradients"):
+        for stem, fig in gradient_figures(read_table(run, "distill_gradients")).items():
+            blocks.append(FigureBlock(fig, name=f"distill-{stem}"))
+    if has_table(run, "distill_robustness"):
+        blocks += [TextBlock(ROBUSTNESS)]
+        blocks.append(TextBlock(format_robustness(read_table(run, "distill_robustness"))))
+    if has_table(run, "distill_purity"):
+        purity = read_table(run, "distill_purity")
+        if "ci_low" in purity:
+            blocks += [TextBlock(PURITY), TextBlock(format_purity(purity))]
+    return blocks
 
 
 def distill_finding(summary: pd.DataFrame) -> str:
@@ -115,6 +160,7 @@ def distill_section(run: RunDir) -> list:
         ]
     if tables:
         blocks.append(DetailsBlock("Summary per method, and method differences", tables))
+    blocks += experiment_blocks(run)
     blocks.append(DetailsBlock("How this was computed", [TextBlock(INTRO)]))
     for name, caption in TABLE_CAPTIONS.items():
         if has_table(run, name):

@@ -32,7 +32,7 @@ from mechscope.distill.result import DistillResult
 from mechscope.distill.samples import check_task
 from mechscope.distill.students import check_model_spec, check_student_fits, check_student_spec
 from mechscope.distill.teacher_cache import prepare_teacher_task
-from mechscope.distill.trial import Trial, is_finished_dir, read_trial, run_trial
+from mechscope.distill.trial import NOT_IDENTITY, Trial, is_finished_dir, read_trial, run_trial
 from mechscope.errors import InputError
 from mechscope.models import LoadedModel, load_model
 from mechscope.runs import RunDir, ShardStore
@@ -45,13 +45,15 @@ PART = "trials"
 
 
 def expand_trials(cfg: StudyConfig) -> list[Trial]:
-    """Every trial of the grid, tasks and students outermost (teacher caches stay warm)."""
+    """Every trial of the grid, tasks and students outermost (teacher caches stay warm), then
+    seeds, then methods in the config's order: a study stopped part-way has every method
+    at its first seeds rather than every seed of its first methods."""
     return [
-        Trial(s, t, m, seed)
+        Trial(s, t, v.label, seed, base=v.method, loss=v.loss)
         for t in cfg.tasks
         for s in cfg.students
-        for m in cfg.methods
         for seed in cfg.seeds
+        for v in cfg.variants()
     ]
 
 
@@ -91,7 +93,7 @@ def load_teacher(cfg: StudyConfig) -> LoadedModel:
 
 def open_study(cfg: StudyConfig, root: Path | str) -> RunDir:
     """Create (or resume) the study's run directory under ``root``."""
-    identity = cfg.model_dump(mode="json", exclude={"train": {"device", "wandb_project"}})
+    identity = cfg.model_dump(mode="json", exclude={"train": NOT_IDENTITY})
     return RunDir.create(Path(root), cfg.name, config=identity, model_spec=cfg.teacher)
 
 

@@ -23,6 +23,7 @@ import pandas as pd
 
 from mechscope.distill.config import METHODS
 from mechscope.distill.intervals import format_contrasts, mean_ci, method_contrasts
+from mechscope.distill.sweep import with_loss_columns
 from mechscope.errors import DamagedFileError, InputError
 from mechscope.runs import RunDir, has_table, read_table, write_table
 from mechscope.runs.integrity import REBUILD, Damaged, json_object, read_parquet
@@ -50,10 +51,20 @@ def collect_trials(study: Path) -> pd.DataFrame:
 
 
 def _method_order(df: pd.DataFrame) -> pd.DataFrame:
+    """Methods in the note's order; a method's weight variants after it, by the weight ratio
+    λ_method / λ_KL (the variant with the study's own weights first)."""
     order = {m: i for i, m in enumerate(METHODS)}
-    return df.sort_values(
-        ["student", "task", "method"], key=lambda c: c.map(order) if c.name == "method" else c
+    base = df["base_method"] if "base_method" in df else df["method"]
+    key = pd.DataFrame(
+        {
+            "student": df["student"],
+            "task": df["task"],
+            "base": base.map(order).fillna(len(order)),
+            "variant": (df["method"] != base).astype(int),
+            "ratio": (df["lambda_method"] / df["lambda_kl"]) if "lambda_kl" in df else 0.0,
+        }
     )
+    return df.loc[key.sort_values(list(key.columns), kind="stable").index]
 
 
 def summary_table(trials: pd.DataFrame) -> pd.DataFrame:
@@ -62,8 +73,10 @@ def summary_table(trials: pd.DataFrame) -> pd.DataFrame:
     consistency of a checkpoint whose effects are constant) is left out of that metric's
     numbers, and ``<metric>_n`` says how many seeds they are computed from."""
     rows = []
+    trials = with_loss_columns(trials)
     for key, g in trials.groupby(GROUP, sort=False):
         row = dict(zip(GROUP, key, strict=True))
+        row.update({c: g[c].iloc[0] for c in ("base_method", "lambda_kl", "lambda_method")})
         for m in METRICS:
             x = g[m].to_numpy(np.float64) if m in g else np.full(len(g), np.nan)
             low, high = mean_ci(x)
@@ -192,12 +205,32 @@ def checkpoint_consistency(study: Path) -> pd.DataFrame:
     return _method_order(out).reset_index(drop=True)
 
 
+#: Headings of the Markdown sections :func:`summarize_study` returns, in order.
+SECTIONS = {
+    "summary": "Summary (mean over seeds [95 % interval])",
+    "contrasts": "Method differences, paired by seed",
+    "sweep": "Loss weights against KD",
+    "robustness": "Consistency against OOD degradation (experiment 3)",
+    "purity": "Information purity of the teacher's states (experiment 4)",
+}
+
+
 def summarize_study(study: Path | str, out: RunDir | None = None) -> tuple[pd.DataFrame, str]:
     """Write the summary tables and figures into ``out`` (default: the study's own run dir).
 
-    Returns the summary table and its Markdown rendering (the summary with the teacher's
-    rows, then the seed-paired method differences).
+    Returns the summary table and its Markdown rendering: one ``###`` section per
+    :data:`SECTIONS` entry the study has (:func:`summary_sections`).
     """
+    summary, sections = summary_sections(study, out)
+    text = "\n\n".join(f"### {SECTIONS[k]}\n\n{v}" for k, v in sections.items())
+    return summary, text
+
+
+def summary_sections(
+    study: Path | str, out: RunDir | None = None
+) -> tuple[pd.DataFrame, dict[str, str]]:
+    """:func:`summarize_study`'s work: the tables and figures, and the Markdown per section."""
+    from mechscope.distill.experiments import experiment_tables
     from mechscope.distill.figures import summary_figures
     from mechscope.distill.result import DistillResult
 
@@ -214,7 +247,8 @@ def summarize_study(study: Path | str, out: RunDir | None = None) -> tuple[pd.Da
         if not table.empty:
             write_table(out, name, table)
     if not (study / "trials").is_dir() and not ckpts.empty:  # a teacher-only study
-        return pd.DataFrame(), "(teacher-only study: see the checkpoint and purity tables)"
+        text, _ = experiment_tables(study, None, purity, out)
+        return pd.DataFrame(), text
     trials = collect_trials(study)
     summary = summary_table(trials)
     contrasts = method_contrasts(trials)
@@ -225,9 +259,11 @@ def summarize_study(study: Path | str, out: RunDir | None = None) -> tuple[pd.Da
     per_ckpt = checkpoint_consistency(study)
     if not per_ckpt.empty:
         write_table(out, "distill_checkpoint_consistency", per_ckpt)
-    for stem, fig in summary_figures(DistillResult(trials, study)).items():
+    figs = summary_figures(DistillResult(trials, study))
+    more, exp_figs = experiment_tables(study, trials, purity, out)
+    for stem, fig in {**figs, **exp_figs}.items():
         fig.save_static(out.figures_dir, f"distill-{stem}")
-    text = format_summary(summary, teacher if not teacher.empty else None)
+    sections = {"summary": format_summary(summary, teacher if not teacher.empty else None)}
     if not contrasts.empty:
-        text += "\n\n" + format_contrasts(contrasts)
-    return summary, text
+        sections["contrasts"] = format_contrasts(contrasts)
+    return summary, {**sections, **more}

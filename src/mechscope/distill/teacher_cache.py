@@ -194,7 +194,15 @@ def _purity(task: TeacherTask, modified: list[bool]) -> pd.DataFrame | None:
         return None
     hc = task.key_clean[:, layers][:, :, pos].numpy()
     hk = task.key_corrupt[:, layers][:, :, pos].numpy()
-    return information_purity(hc, hk, task.train.labels, layers, [task.names[i] for i in pos])
+    df = information_purity(hc, hk, task.train.labels, layers, [task.names[i] for i in pos])
+    sites = {(c.layer, c.position) for c in task.checkpoints}
+    df["checkpoint"] = [(r.layer, r.position) in sites for r in df.itertuples()]
+    return df
+
+
+def _stale_purity(task: TeacherTask) -> bool:
+    """A purity table of an older version (a single 80/20 split, no intervals)."""
+    return task.purity is None or "ci_low" not in task.purity
 
 
 def save_teacher_task(task: TeacherTask, folder: Path) -> None:
@@ -270,6 +278,12 @@ def prepare_teacher_task(
     if task is None and on_disk:
         task = _load_intact(folder, _pad(teacher))
         on_disk = task is not None
+        if task is not None and ev.purity and _stale_purity(task):  # from the cached states
+            modified = [task.info["modified"][n] for n in task.names]
+            task.purity = _purity(task, modified)
+            if task.purity is not None:
+                with atomic_path(folder / "purity.parquet") as tmp:
+                    task.purity.to_parquet(tmp)
     if task is None:
         task = build_teacher_task(teacher, spec, ckpt, ev)
     if folder is not None and not on_disk:

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from mechscope.distill.config import TrainSpec
+from mechscope.distill.gradients import backward_terms
 from mechscope.errors import NonFiniteError
 from mechscope.models import LoadedModel
 from mechscope.progress import track
@@ -40,6 +41,7 @@ class TrainResult:
     resumed_from: int
     seconds: float
     log: list[dict[str, Any]] = field(default_factory=list)
+    cpu_seconds: float = 0.0  # this process's CPU time: what an idle single core would take
 
 
 def lr_multiplier(step: int, total: int, warmup: int) -> float:
@@ -54,6 +56,13 @@ def batch_indices(n_items: int, batch_size: int, seed: int, step: int) -> torch.
     """The training rows of ``step``: a seeded random draw without replacement, ``[b]``."""
     gen = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(step))
     return torch.randperm(n_items, generator=gen)[: min(batch_size, n_items)]
+
+
+def logs_gradients(spec: TrainSpec, step: int) -> bool:
+    """Whether step ``step`` (0-based) logs the two loss terms' gradients apart: every
+    ``grad_log_every`` steps from the first, and the last step."""
+    every = spec.grad_log_every
+    return every > 0 and (step % every == 0 or step == spec.steps - 1)
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
@@ -141,13 +150,16 @@ def train(
 ) -> TrainResult:
     """Train ``student`` (and the objective's own parameters) for ``spec.steps`` steps.
 
-    ``objective(idx) -> (loss, parts)``. With ``checkpoint``, state is saved there every
+    ``objective(idx) -> (loss, parts)``; with ``spec.grad_log_every``, on those steps
+    ``objective.terms(idx)`` and the gradients of its terms apart (:mod:`.gradients`). With
+    ``checkpoint``, state is saved there every
     ``spec.checkpoint_every`` steps and at the end, and a run finding a checkpoint resumes
     from it. ``on_step(step, parts)`` is called after each step (and its checkpoint).
     """
     model = student.model
     torch.manual_seed(seed)
     params = [p for p in model.parameters() if p.requires_grad]
+    n_student = len(params)  # the parameters both loss terms move (gradients.py)
     params += [p for p in objective.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(
         params, lr=spec.lr, weight_decay=spec.weight_decay, fused=can_fuse(params)
@@ -164,22 +176,25 @@ def train(
         sched.load_state_dict(state["scheduler"])
         scaler.load_state_dict(state["scaler"])
         start, log = int(state["step"]), list(state["log"])
-    resumed_from, t0 = start, time.perf_counter()
+    resumed_from, t0, cpu0 = start, time.perf_counter(), time.process_time()
     model.train()
     try:
         for step in track(range(start, spec.steps), description, total=spec.steps - start):
             idx = batch_indices(n_items, spec.batch_size, seed, step)
             ctx = torch.autocast("cuda", dtype=amp) if amp is not None else contextlib.nullcontext()
-            with ctx:
-                loss, parts = objective(idx)
-            if not all(math.isfinite(v) for v in parts.values()):  # floats: no extra sync
-                raise NonFiniteError(
-                    f"the training loss is not finite at step {step + 1} ({_shown(parts)}); "
-                    f"{NonFiniteError.HINT}",
-                    sample=description,
-                )
             opt.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
+            if logs_gradients(spec, step) and hasattr(objective, "terms"):
+                with ctx:
+                    terms, parts = objective.terms(idx)
+                _check_finite(parts, step, description)
+                scale = float(scaler.get_scale()) if scaler.is_enabled() else 1.0
+                grads = backward_terms(terms, params, n_student, scale)
+                parts = {"loss": sum(float(v.detach()) for v in terms.values()), **parts, **grads}
+            else:
+                with ctx:
+                    loss, parts = objective(idx)
+                _check_finite(parts, step, description)
+                scaler.scale(loss).backward()
             scaler.unscale_(opt)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, spec.grad_clip))
             scaler.step(opt)
@@ -201,7 +216,18 @@ def train(
                 on_step(done, parts)
     finally:
         model.eval()
-    return TrainResult(spec.steps, resumed_from, time.perf_counter() - t0, log)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    return TrainResult(spec.steps, resumed_from, wall, log, cpu)
+
+
+def _check_finite(parts: dict[str, float], step: int, description: str) -> None:
+    """Refuse a step whose loss terms are not finite (``parts`` are floats: no extra sync)."""
+    if not all(math.isfinite(v) for v in parts.values()):
+        raise NonFiniteError(
+            f"the training loss is not finite at step {step + 1} ({_shown(parts)}); "
+            f"{NonFiniteError.HINT}",
+            sample=description,
+        )
 
 
 def _shown(parts: dict[str, float]) -> str:

@@ -20,9 +20,10 @@ import numpy as np
 import pandas as pd
 
 from mechscope.distill.alignment import layer_maps, student_alignments
-from mechscope.distill.config import StudentSpec, StudyConfig, TaskSpec, TrainSpec
+from mechscope.distill.config import LossSpec, StudentSpec, StudyConfig, TaskSpec, TrainSpec
 from mechscope.distill.consistency import causal_consistency, causal_effects
 from mechscope.distill.evaluate import accuracy, ood_degradation, perplexity, task_accuracy
+from mechscope.distill.gradients import train_summary
 from mechscope.distill.heldout import load_passages
 from mechscope.distill.objective import Objective
 from mechscope.distill.students import build_student, subset_layers
@@ -33,18 +34,35 @@ from mechscope.models import LoadedModel, load_model
 from mechscope.runs import RunDir, read_table, table_intact, write_table
 
 TeacherLoader = Callable[[], LoadedModel]
+#: Training settings that change where or what is logged, never a result: a study resumes
+#: across a change of them.
+NOT_IDENTITY = {"wandb_project", "device", "grad_log_every"}
 
 
 @dataclass(frozen=True)
 class Trial:
+    """One cell of the grid. ``method`` is the method's label (``rcid-lm0.1`` for a variant
+    with its own loss weights); ``base`` the method it trains with and ``loss`` its weights
+    (default: ``method`` itself and the study's ``loss``)."""
+
     student: StudentSpec
     task: TaskSpec
     method: str
     seed: int
+    base: str | None = None
+    loss: LossSpec | None = None
 
     @property
     def name(self) -> str:
         return f"{self.student.name}-{self.task.name}-{self.method}-s{self.seed}"
+
+    @property
+    def kind(self) -> str:
+        """The method trained (``rcid`` for the variant ``rcid-lm0.1``)."""
+        return self.base or self.method
+
+    def loss_spec(self, cfg: StudyConfig) -> LossSpec:
+        return self.loss if self.loss is not None else cfg.loss
 
 
 def trial_config(cfg: StudyConfig, trial: Trial) -> dict[str, Any]:
@@ -55,10 +73,11 @@ def trial_config(cfg: StudyConfig, trial: Trial) -> dict[str, Any]:
         "student": trial.student.model_dump(),
         "task": trial.task.model_dump(),
         "method": trial.method,
+        **({"base_method": trial.kind} if trial.kind != trial.method else {}),
         "seed": trial.seed,
         "checkpoints": cfg.checkpoints.model_dump(),
-        "loss": cfg.loss.model_dump(),
-        "train": cfg.train.model_dump(exclude={"wandb_project", "device"}),
+        "loss": trial.loss_spec(cfg).model_dump(),
+        "train": cfg.train.model_dump(exclude=NOT_IDENTITY),
         "eval": cfg.eval.model_dump(),
     }
 
@@ -171,10 +190,11 @@ def _train(
     bs = cfg.eval.batch_size
     alignments = (
         student_alignments(tt, student, ckpt_map, batch_size=bs)
-        if trial.method in ("rcid", "informed_fitnets")
+        if trial.kind in ("rcid", "informed_fitnets")
         else None
     )
-    objective = Objective(trial.method, tt, student, ckpt_map, fit_map, alignments, cfg.loss)
+    loss = trial.loss_spec(cfg)
+    objective = Objective(trial.kind, tt, student, ckpt_map, fit_map, alignments, loss)
     ckpt_dir = run.path / "checkpoints"
     ckpt_dir.mkdir(exist_ok=True)
     logger = WandbLogger(
@@ -229,7 +249,7 @@ def run_trial(
     ckpt_map, fit_map, cka = layer_maps(
         cfg.checkpoints.mapping, tt, student, kept=kept, batch_size=bs
     )
-    if trial.method == "untrained":
+    if trial.kind == "untrained":
         result = TrainResult(0, 0, 0.0)
     else:
         with run.timed("train"):
@@ -242,8 +262,12 @@ def run_trial(
         "student": trial.student.name,
         "task": trial.task.name,
         "method": trial.method,
+        "base_method": trial.kind,
+        "lambda_kl": trial.loss_spec(cfg).lambda_kl,
+        "lambda_method": trial.loss_spec(cfg).lambda_method,
         "seed": trial.seed,
         **metrics,
+        **train_summary(result.log),
         "teacher_accuracy_raw": tt.info["counts"]["test"]["teacher_accuracy_raw"],
         "teacher_perplexity": tt.info["teacher_perplexity"],
         "n_train": len(tt.train),
@@ -253,6 +277,7 @@ def run_trial(
         "steps": result.steps,
         "resumed_from": result.resumed_from,
         "train_seconds": result.seconds,
+        "train_cpu_seconds": result.cpu_seconds,
         "cpu_seconds": time.process_time() - cpu0,
     }
     write_table(run, "train_log", pd.DataFrame(result.log))

@@ -1,0 +1,168 @@
+"""The two losses' gradients on the student, logged apart: why a method weight stops learning.
+
+Every method trains ``lambda_kl * KL + lambda_method * L_method``. When the method term's
+gradient on the student's parameters is much larger than the KL term's, or points against
+it, the step that clipping and AdamW take follows the method term and the output barely
+moves. :func:`backward_terms` measures both on the steps it is asked to: one backward
+pass per term (``torch.autograd.grad`` with the graph kept) instead of one for the sum,
+their gradients added into ``.grad`` so the optimizer takes exactly the step it would have
+taken, and it returns
+
+- ``grad_norm_kl``, ``grad_norm_method``: the L2 norm of each *weighted* term's gradient
+  over the student's trainable parameters (what the optimizer sees, before clipping);
+- ``grad_cos``: the cosine between the two gradients over those parameters (NaN when a
+  term has no gradient there, e.g. ``standard_kd``'s method term).
+
+The objective's own parameters (FitNets projections) are left out: only the KL-free
+method term moves them, so they say nothing about the two losses pulling one student.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from mechscope.distill.intervals import mean_ci
+from mechscope.report import Figure, Series, curves
+from mechscope.runs import has_table, read_table
+
+#: The share of the last steps whose training losses :func:`train_summary` averages.
+END_WINDOW = 0.1
+
+
+def backward_terms(
+    terms: Mapping[str, torch.Tensor],
+    params: Sequence[torch.nn.Parameter],
+    n_shared: int,
+    scale: float = 1.0,
+) -> dict[str, float]:
+    """Accumulate ``d(scale * sum(terms)) / d params`` into ``.grad``, one term at a time.
+
+    ``terms``: ``{"kl": weighted KL, "method": weighted method loss}`` (scalars);
+    ``params[:n_shared]`` are the student's trainable parameters, the rest the objective's.
+    ``scale`` is the loss scaler's factor (the returned norms are unscaled). Returns the
+    norms and cosine of the module docstring.
+    """
+    names = list(terms)
+    grads: dict[str, list[torch.Tensor | None]] = {}
+    live = [n for n in names if terms[n].requires_grad]
+    for i, name in enumerate(live):
+        keep = i < len(live) - 1
+        grads[name] = list(
+            torch.autograd.grad(terms[name] * scale, params, retain_graph=keep, allow_unused=True)
+        )
+    for k, p in enumerate(params):
+        parts = [grads[n][k] for n in live if grads[n][k] is not None]
+        if parts:
+            total = torch.stack(parts).sum(0) if len(parts) > 1 else parts[0]
+            p.grad = total if p.grad is None else p.grad + total
+    flat = {n: _flat(grads[n][:n_shared], params[:n_shared]) / scale for n in live}
+    out = {f"grad_norm_{n}": float(flat[n].norm()) if n in flat else 0.0 for n in names}
+    out["grad_cos"] = float("nan")
+    if len(flat) == 2:
+        a, b = (flat[n] for n in live)
+        na, nb = a.norm(), b.norm()
+        if na > 0 and nb > 0:
+            out["grad_cos"] = float(torch.dot(a, b) / (na * nb))
+    return out
+
+
+def _flat(
+    grads: Sequence[torch.Tensor | None], params: Sequence[torch.nn.Parameter]
+) -> torch.Tensor:
+    """One fp64 vector of ``grads`` (zeros where a parameter got no gradient): ``[n_params]``."""
+    return torch.cat(
+        [
+            (g if g is not None else torch.zeros_like(p)).detach().double().reshape(-1)
+            for g, p in zip(grads, params, strict=True)
+        ]
+    )
+
+
+def train_summary(log: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Per trial, from its training log: the mean KL and method loss over the last
+    ``END_WINDOW`` of the steps (on training batches), and over the steps whose gradients
+    were logged, the mean cosine and the median ratio of the method term's gradient norm to
+    the KL term's. NaN where the log has none (``untrained``, or no gradient logging)."""
+    nan = float("nan")
+    out = {"train_kl_end": nan, "train_method_end": nan, "grad_cos_mean": nan}
+    out["grad_ratio_median"] = nan
+    if not log:
+        return out
+    tail = log[-max(1, math.ceil(END_WINDOW * len(log))) :]
+    out["train_kl_end"] = float(np.mean([r["kl"] for r in tail]))
+    out["train_method_end"] = float(np.mean([r["method"] for r in tail]))
+    logged = [r for r in log if "grad_norm_kl" in r and np.isfinite(r["grad_norm_kl"])]
+    cos = [r["grad_cos"] for r in logged if np.isfinite(r["grad_cos"])]
+    if cos:
+        out["grad_cos_mean"] = float(np.mean(cos))
+    ratio = [r["grad_norm_method"] / r["grad_norm_kl"] for r in logged if r["grad_norm_kl"] > 0]
+    if ratio:
+        out["grad_ratio_median"] = float(np.median(ratio))
+    return out
+
+
+#: Columns of a train log that :func:`gradient_table` keeps.
+GRAD_COLUMNS = ("step", "kl", "method", "grad_norm", "grad_norm_kl", "grad_norm_method", "grad_cos")
+
+
+def gradient_table(study: Path) -> pd.DataFrame:
+    """The logged steps of every finished trial's training log, with its student, task,
+    method and seed: one row per (trial, logged step). Empty when nothing was logged."""
+    frames = []
+    for d in sorted((Path(study) / "trials").glob("*")):
+        if not (has_table(d, "metrics") and has_table(d, "train_log")):
+            continue
+        log = read_table(d, "train_log")
+        if "grad_cos" not in log:
+            continue
+        m = read_table(d, "metrics").iloc[0]
+        log = log[log["grad_norm_kl"].notna()][[c for c in GRAD_COLUMNS if c in log]]
+        frames.append(log.assign(**{k: m[k] for k in ("student", "task", "method", "seed")}))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def gradient_figures(table: pd.DataFrame) -> dict[str, Figure]:
+    """Over training, per method (first student × task): the cosine between the KL term's
+    and the method term's gradients, and log10 of their norm ratio; means over seeds with
+    95 % intervals."""
+    table = table[table["grad_norm_method"] > 0]
+    if table.empty:
+        return {}
+    first = table[["student", "task"]].iloc[0]
+    t = table[(table["student"] == first["student"]) & (table["task"] == first["task"])].copy()
+    t["log_ratio"] = np.log10(t["grad_norm_method"] / t["grad_norm_kl"])
+    steps = sorted(t["step"].unique())
+    figs = {}
+    for col, stem, y_title, hline in (
+        ("grad_cos", "gradient-cosine", "cos(∇ λ_KL·KL, ∇ λ_method·L_method)", 0.0),
+        ("log_ratio", "gradient-ratio", "log10 ‖∇ λ_method·L_method‖ / ‖∇ λ_KL·KL‖", 0.0),
+    ):
+        series = []
+        for method, g in t.groupby("method", sort=False):
+            by = g.groupby("step")[col]
+            mean = by.mean().reindex(steps).to_numpy(float)
+            cis = [mean_ci(x) for _, x in by] if len(g) else []
+            ci = pd.DataFrame(cis, index=list(by.groups), columns=["lo", "hi"]).reindex(steps)
+            lo, hi = ci["lo"].to_numpy(float), ci["hi"].to_numpy(float)
+            series.append(Series(method, mean, np.where(np.isnan(lo), mean, lo),
+                                 np.where(np.isnan(hi), mean, hi)))  # fmt: skip
+        figs[stem] = curves(
+            [float(s) for s in steps],
+            series,
+            f"{first['student']} · {first['task']}: the two loss terms' gradients on the student",
+            "training step",
+            y_title,
+            hline=hline,
+            caption="How to read this: gradients of the weighted KL and method terms on the "
+            "student's parameters, logged every few steps; lines are means over seeds, bands "
+            "95 % intervals. A cosine below 0 means the method term pulls against the KL "
+            "term; a norm ratio above 0 means the method term dominates the clipped step.",
+        )
+    return figs

@@ -1,0 +1,101 @@
+"""A tiny study with loss-weight variants and gradient logging, end to end: trial names and
+weights, the logged steps, the sweep, gradient and robustness tables, figures, report."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mechscope.distill.config import parse_study_config
+from mechscope.distill.report import distill_section
+from mechscope.distill.run import expand_trials, run_study
+from mechscope.distill.summarize import summarize_study
+from mechscope.runs import RunDir, has_table, read_table
+
+VARIANT = {"method": "rcid", "lambda_method": 0.1}
+
+
+@pytest.fixture(scope="module")
+def sweep_study(tmp_path_factory, teacher, tiny_raw):
+    raw = tiny_raw(
+        seeds=[0, 1],
+        methods=["standard_kd", "rcid", VARIANT],
+        students=[tiny_raw()["students"][1]],
+        train={"steps": 4, "batch_size": 4, "checkpoint_every": 2, "grad_log_every": 2},
+    )
+    cfg = parse_study_config(raw)
+    return cfg, run_study(cfg, tmp_path_factory.mktemp("sweep"), teacher=teacher)
+
+
+def test_variants_are_trials_of_their_own(sweep_study):
+    cfg, study = sweep_study
+    names = [t.name for t in expand_trials(cfg)]
+    assert names[:3] == ["nar-ioi-standard_kd-s0", "nar-ioi-rcid-s0", "nar-ioi-rcid-lm0.1-s0"]
+    rows = study.trials.set_index("trial")
+    assert rows.loc["nar-ioi-rcid-lm0.1-s1", "lambda_method"] == 0.1
+    assert rows.loc["nar-ioi-rcid-lm0.1-s1", "base_method"] == "rcid"
+    assert rows.loc["nar-ioi-rcid-s1", "lambda_method"] == 1.0
+    folder = study.path / "trials" / "nar-ioi-rcid-lm0.1-s0"
+    assert RunDir.open(folder).config["loss"]["lambda_method"] == 0.1
+
+
+def test_gradients_logged_on_the_scheduled_steps(sweep_study):
+    _, study = sweep_study
+    log = read_table(study.path / "trials" / "nar-ioi-rcid-lm0.1-s0", "train_log")
+    logged = log[log["grad_norm_kl"].notna()]
+    assert list(logged["step"]) == [1, 3, 4]  # steps 0 and 2 (0-based) and the last
+    # the method term's gradient scales with its weight: λ 0.1 vs 1 on one batch and weights
+    full = read_table(study.path / "trials" / "nar-ioi-rcid-s0", "train_log")
+    np.testing.assert_allclose(
+        logged["grad_norm_method"].iloc[0], 0.1 * full["grad_norm_method"].iloc[0], rtol=1e-4
+    )
+    row = study.trials.set_index("trial").loc["nar-ioi-rcid-s0"]
+    assert np.isfinite(row["grad_cos_mean"]) and row["grad_ratio_median"] > 0
+
+
+def test_summary_has_the_sweep_gradients_and_robustness(sweep_study):
+    _, study = sweep_study
+    _, md = summarize_study(study.path)
+    run = RunDir.open(study.path)
+    for name in ("distill_sweep", "distill_gradients", "distill_robustness"):
+        assert has_table(run, name), name
+    sweep = read_table(run, "distill_sweep")
+    assert list(sweep["method"]) == ["standard_kd", "rcid-lm0.1", "rcid"]
+    contrasts = read_table(run, "distill_contrasts")
+    assert ((contrasts["method"] == "rcid-lm0.1") & (contrasts["reference"] == "standard_kd")).any()
+    assert "### Loss weights against KD" in md and "rcid-lm0.1" in md
+    assert "Fisher" in md  # experiment 3's table
+    for stem in ("lambda-sweep", "gradient-cosine", "gradient-ratio", "consistency-vs-ood"):
+        assert (run.figures_dir / f"distill-{stem}.png").is_file(), stem
+    texts = " ".join(getattr(b, "content", "") for b in distill_section(run))
+    assert "Loss weights" in texts and "Experiment 3" in texts
+
+
+def test_docs_script_fills_the_study_block(sweep_study, tmp_path):
+    """scripts/distill_docs.py replaces only its study's block, copies the figures, and
+    --check then reports no difference."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "distill_docs.py"
+    spec = importlib.util.spec_from_file_location("distill_docs", path)
+    docs_script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(docs_script)
+    _, study = sweep_study
+    name = study.path.name
+    page = tmp_path / "page.md"
+    page.write_text(
+        f"before\n<!-- distill: {name}: begin -->\nold\n<!-- distill: {name}: end -->\nafter\n"
+    )
+    img = tmp_path / "img"
+    img.mkdir()
+    args = [str(study.path), "--docs", str(page), "--img", str(img)]
+    assert docs_script.main(args) == 0
+    text = page.read_text()
+    assert text.startswith("before\n") and text.endswith("\nafter\n") and "\nold\n" not in text
+    n = len(expand_trials(sweep_study[0]))
+    assert f"*{n} of {n} trials finished" in text and "rcid-lm0.1" in text
+    assert (img / f"distill-{name}-lambda-sweep.png").is_file()
+    assert docs_script.main([*args, "--check"]) == 0
+    page.write_text("no block here\n")
+    assert docs_script.main(args) == 2
