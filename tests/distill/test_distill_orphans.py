@@ -71,12 +71,13 @@ def test_kill_9_leaves_no_worker(tmp_path, tiny_raw):
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:  # two processes inside their trials
             started |= descendants(proc.pid)
-            if trials.is_dir() and len(list(trials.iterdir())) >= 2:
+            if trials.is_dir() and len(list(trials.iterdir())) >= 2:  # both in a trial
                 break
             assert proc.poll() is None, "the study ended before its trials started"
             time.sleep(0.2)
         started |= descendants(proc.pid)
-        assert len(started) >= 2, f"expected two workers, saw {started}"
+        # --workers is capped at one fewer than the trials (the command trains one too)
+        assert started, "no worker process started"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         time.sleep(5)
