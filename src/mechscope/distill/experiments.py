@@ -17,23 +17,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from mechscope.distill.gradients import gradient_figures, gradient_table
 from mechscope.distill.robustness import format_robustness, robustness_table
+from mechscope.distill.sweep import fmt_interval as _ci
 from mechscope.distill.sweep import format_sweep, sweep_figure, sweep_table
 from mechscope.report import Figure
 from mechscope.runs import RunDir, write_table
-
-
-def _ci(mean: float, low: float, high: float, signed: bool = False) -> str:
-    if not np.isfinite(mean):
-        return "–"
-    f = "{:+.3f}" if signed else "{:.3f}"
-    if not np.isfinite(low):
-        return f.format(mean)
-    return f"{f.format(mean)} [{f.format(low)}, {f.format(high)}]"
 
 
 def format_purity(purity: pd.DataFrame) -> str:

@@ -107,7 +107,9 @@ def sweep_table(trials: pd.DataFrame) -> pd.DataFrame:
     return df.drop(columns="_ref").reset_index(drop=True)
 
 
-def _fmt(mean: float, low: float, high: float, signed: bool = False) -> str:
+def fmt_interval(mean: float, low: float, high: float, signed: bool = False) -> str:
+    """``mean [low, high]`` to three decimals (``–`` without a mean, the mean alone
+    without an interval)."""
     if not np.isfinite(mean):
         return "–"
     f = "{:+.3f}" if signed else "{:.3f}"
@@ -132,12 +134,12 @@ def format_sweep(table: pd.DataFrame) -> str:
             r.method,
             f"{r.lambda_kl:g}",
             "–" if ref else f"{r.lambda_method:g}",
-            _fmt(r.accuracy, r.accuracy_ci_low, r.accuracy_ci_high) + _pairs_mark(r),
-            _fmt(r.consistency_mean, r.consistency_mean_ci_low, r.consistency_mean_ci_high),
-            "–" if ref else _fmt(r.d_acc, r.d_acc_ci_low, r.d_acc_ci_high, signed=True),
-            "–" if ref else _fmt(r.d_cons, r.d_cons_ci_low, r.d_cons_ci_high, signed=True),
-            _fmt(getattr(r, "grad_cos_mean", np.nan), np.nan, np.nan, signed=True),
-            "–" if ref else _fmt(getattr(r, "grad_ratio_median", np.nan), np.nan, np.nan),
+            fmt_interval(r.accuracy, r.accuracy_ci_low, r.accuracy_ci_high) + _pairs_mark(r),
+            fmt_interval(r.consistency_mean, r.consistency_mean_ci_low, r.consistency_mean_ci_high),
+            "–" if ref else fmt_interval(r.d_acc, r.d_acc_ci_low, r.d_acc_ci_high, signed=True),
+            "–" if ref else fmt_interval(r.d_cons, r.d_cons_ci_low, r.d_cons_ci_high, signed=True),
+            fmt_interval(getattr(r, "grad_cos_mean", np.nan), np.nan, np.nan, signed=True),
+            "–" if ref else fmt_interval(getattr(r, "grad_ratio_median", np.nan), np.nan, np.nan),
             "–" if ref else ("yes" if r.learns else "no"),
             "–" if ref else ("yes" if r.more_mechanism else "no"),
             str(r.n_seeds),
