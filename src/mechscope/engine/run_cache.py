@@ -118,9 +118,9 @@ def check_memory(
     explicit = any(s.name in SCORE_SITES for s in sites)
     kept = lambda s: seq if s.positions is None else len(s.positions)  # noqa: E731
     cache = sum(site_bytes(dims, s.name, rows, kept(s), seq) for s in sites if s.name != "module")
-    run = pass_bytes(
-        dims, Pass(rows=rows, tokens=seq, logits=seq if logits else 0, explicit=explicit)
-    )
+    if logits:  # the final norm's input the logits are read out from on access
+        cache += site_bytes(dims, "resid_post", rows, seq, seq)
+    run = pass_bytes(dims, Pass(rows=rows, tokens=seq, logits=0, explicit=explicit))
     model_dev = lm.device
     cache_dev = model_dev if device is None else torch.device(device)
     plan = {"pass": run, "cache": cache}
@@ -144,7 +144,7 @@ def check_memory(
                 f"run_with_cache would hold {human_bytes(nbytes)} on {dev} for {what} "
                 f"(cache {human_bytes(cache)}, pass {human_bytes(run)}), over the "
                 f"{human_bytes(limit)} it may use: cache fewer sites (names_filter), fewer "
-                "positions (positions=), stop_at_layer, logits=False, device='cpu', or "
+                "positions (positions=), stop_at_layer, device='cpu', or "
                 "give memory="
             )
     return plan
