@@ -46,9 +46,14 @@ def test_ioi_effect_moves_from_the_name_to_the_final_position(smollm):
 def test_demo_part_quick(smollm, tmp_path):
     from mechscope.patching.demo import demo
     from mechscope.patching.report import patching_section, saved_parts
+    from mechscope.report.sections import walk
     from mechscope.runs import RunDir
 
     run = RunDir.create(tmp_path, "demo", {"quick": True})
     demo(run, smollm, quick=True)
     assert saved_parts(run) == ["patching", "patching_heads", "patching_spans"]
-    assert len(patching_section(run)) > 10
+    blocks = patching_section(run)
+    figures = [b.name for b in walk(blocks) if type(b).__name__ == "FigureBlock"]
+    assert type(blocks[0]).__name__ == "FindingBlock" and "**" in blocks[0].content
+    for part in ("patching", "patching-heads", "patching-spans"):  # every sweep drawn
+        assert any(name.startswith(f"{part}-") for name in figures), (part, figures)
