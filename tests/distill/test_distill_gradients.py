@@ -107,6 +107,38 @@ def test_backward_terms_on_a_linear_model():
     torch.testing.assert_close(w.grad, 2 * x - 3 * y)
 
 
+def test_adam_scaled_terms_on_a_linear_model():
+    """After one AdamW step with gradient ``g0`` the bias-corrected second moment is
+    ``g0²``, so each term's scaled gradient is its gradient over ``|g0| + eps``."""
+    w = torch.nn.Parameter(torch.zeros(3))
+    opt = torch.optim.AdamW([w], lr=1e-3, eps=1e-8)
+    g0 = torch.tensor([0.5, -2.0, 4.0])
+    (w @ g0).backward()
+    opt.step()
+    x, y = torch.tensor([1.0, 2.0, 0.0]), torch.tensor([0.0, 1.0, -1.0])
+    opt.zero_grad(set_to_none=True)
+    stats = backward_terms({"kl": 2 * (w @ x), "method": -3 * (w @ y)}, [w], 1, opt=opt)
+    d = g0.double().abs() + 1e-8
+    a, b = 2 * x.double() / d, -3 * y.double() / d
+    # fp32 second moment: 1e-6 relative
+    np.testing.assert_allclose(stats["adam_norm_kl"], float(a.norm()), rtol=1e-6)
+    np.testing.assert_allclose(stats["adam_norm_method"], float(b.norm()), rtol=1e-6)
+    np.testing.assert_allclose(stats["adam_cos"], float(a @ b / (a.norm() * b.norm())), rtol=1e-6)
+    fresh = torch.optim.AdamW([w], lr=1e-3)  # no step yet: nothing to scale by
+    stats = backward_terms({"kl": w @ x, "method": w @ y}, [w], 1, opt=fresh)
+    assert math.isnan(stats["adam_cos"]) and math.isnan(stats["adam_norm_kl"])
+
+
+def test_trainer_logs_adam_scaled_terms_after_the_first_step(teacher, ioi_task, tiny_cfg):
+    student, obj = _objective(teacher, ioi_task, tiny_cfg)
+    spec = TrainSpec(steps=3, batch_size=4, grad_log_every=1)
+    log = train(student, obj, len(ioi_task.train), spec, seed=0).log
+    assert math.isnan(log[0]["adam_cos"])
+    assert all(np.isfinite(r["adam_cos"]) and r["adam_norm_method"] > 0 for r in log[1:])
+    out = train_summary(log)
+    assert np.isfinite(out["adam_cos_mean"]) and out["adam_ratio_median"] > 0
+
+
 def test_schedule_and_summary():
     spec = TrainSpec(steps=10, grad_log_every=4)
     assert [s for s in range(10) if logs_gradients(spec, s)] == [0, 4, 8, 9]
@@ -119,3 +151,8 @@ def test_schedule_and_summary():
     assert out["grad_cos_mean"] == pytest.approx(-0.2)
     assert out["grad_ratio_median"] == pytest.approx(2.5)
     assert math.isnan(train_summary([])["grad_cos_mean"])
+    assert math.isnan(out["adam_cos_mean"])  # a log from before the scaled columns
+    log[10].update(adam_norm_kl=1.0, adam_norm_method=3.0, adam_cos=0.4)
+    out = train_summary(log)
+    assert out["adam_cos_mean"] == pytest.approx(0.4)
+    assert out["adam_ratio_median"] == pytest.approx(3.0)

@@ -11,7 +11,12 @@ taken, and it returns
 - ``grad_norm_kl``, ``grad_norm_method``: the L2 norm of each *weighted* term's gradient
   over the student's trainable parameters (what the optimizer sees, before clipping);
 - ``grad_cos``: the cosine between the two gradients over those parameters (NaN when a
-  term has no gradient there, e.g. ``standard_kd``'s method term).
+  term has no gradient there, e.g. ``standard_kd``'s method term);
+- ``adam_norm_kl``, ``adam_norm_method``, ``adam_cos``: the same after AdamW's per-parameter
+  scaling, each term's gradient divided by ``sqrt(v̂) + eps`` with the optimizer's second
+  moment ``v̂`` before the step (NaN on the first step, which has none). The global norms
+  above can hide a term that is small overall but large where the other term's gradient
+  history is small: AdamW's step follows these scaled gradients, not the raw ones.
 
 The objective's own parameters (FitNets projections) are left out: only the KL-free
 method term moves them, so they say nothing about the two losses pulling one student.
@@ -41,13 +46,15 @@ def backward_terms(
     params: Sequence[torch.nn.Parameter],
     n_shared: int,
     scale: float = 1.0,
+    opt: torch.optim.Optimizer | None = None,
 ) -> dict[str, float]:
     """Accumulate ``d(scale * sum(terms)) / d params`` into ``.grad``, one term at a time.
 
     ``terms``: ``{"kl": weighted KL, "method": weighted method loss}`` (scalars);
     ``params[:n_shared]`` are the student's trainable parameters, the rest the objective's.
-    ``scale`` is the loss scaler's factor (the returned norms are unscaled). Returns the
-    norms and cosine of the module docstring.
+    ``scale`` is the loss scaler's factor (the returned norms are unscaled); ``opt`` the
+    Adam-family optimizer whose second moments give the ``adam_*`` columns. Returns the
+    norms and cosines of the module docstring.
     """
     names = list(terms)
     grads: dict[str, list[torch.Tensor | None]] = {}
@@ -64,13 +71,39 @@ def backward_terms(
             p.grad = total if p.grad is None else p.grad + total
     flat = {n: _flat(grads[n][:n_shared], params[:n_shared]) / scale for n in live}
     out = {f"grad_norm_{n}": float(flat[n].norm()) if n in flat else 0.0 for n in names}
-    out["grad_cos"] = float("nan")
-    if len(flat) == 2:
-        a, b = (flat[n] for n in live)
-        na, nb = a.norm(), b.norm()
-        if na > 0 and nb > 0:
-            out["grad_cos"] = float(torch.dot(a, b) / (na * nb))
+    out["grad_cos"] = _cosine(flat, live)
+    precond = _adam_scale(opt, params[:n_shared]) if opt is not None else None
+    nan = float("nan")
+    adam = {n: flat[n] / precond for n in live} if precond is not None else {}
+    out |= {f"adam_norm_{n}": float(adam[n].norm()) if n in adam else nan for n in names}
+    out["adam_cos"] = _cosine(adam, live) if adam else nan
     return out
+
+
+def _cosine(flat: Mapping[str, torch.Tensor], live: Sequence[str]) -> float:
+    """The cosine of the two terms' vectors; NaN unless both exist and are non-zero."""
+    if len(flat) != 2:
+        return float("nan")
+    a, b = (flat[n] for n in live)
+    na, nb = a.norm(), b.norm()
+    return float(torch.dot(a, b) / (na * nb)) if na > 0 and nb > 0 else float("nan")
+
+
+def _adam_scale(
+    opt: torch.optim.Optimizer, params: Sequence[torch.nn.Parameter]
+) -> torch.Tensor | None:
+    """AdamW's per-parameter divisor ``sqrt(v / (1 - beta2^t)) + eps`` before this step, as
+    one fp64 vector over ``params`` (``[n_params]``); None before the first step."""
+    parts = []
+    for p in params:
+        state = opt.state.get(p, {})
+        if "exp_avg_sq" not in state:
+            return None
+        group = next(g for g in opt.param_groups if any(q is p for q in g["params"]))
+        beta2, eps, t = group["betas"][1], group["eps"], float(state["step"])
+        v = state["exp_avg_sq"].detach().double().reshape(-1) / (1 - beta2**t)
+        parts.append(v.sqrt() + eps)
+    return torch.cat(parts)
 
 
 def _flat(
@@ -89,10 +122,11 @@ def train_summary(log: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """Per trial, from its training log: the mean KL and method loss over the last
     ``END_WINDOW`` of the steps (on training batches), and over the steps whose gradients
     were logged, the mean cosine and the median ratio of the method term's gradient norm to
-    the KL term's. NaN where the log has none (``untrained``, or no gradient logging)."""
+    the KL term's, raw and after AdamW's scaling (``adam_*``). NaN where the log has none
+    (``untrained``, no gradient logging, or a log from before the scaled columns)."""
     nan = float("nan")
     out = {"train_kl_end": nan, "train_method_end": nan, "grad_cos_mean": nan}
-    out["grad_ratio_median"] = nan
+    out |= {"grad_ratio_median": nan, "adam_cos_mean": nan, "adam_ratio_median": nan}
     if not log:
         return out
     tail = log[-max(1, math.ceil(END_WINDOW * len(log))) :]
@@ -105,11 +139,20 @@ def train_summary(log: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     ratio = [r["grad_norm_method"] / r["grad_norm_kl"] for r in logged if r["grad_norm_kl"] > 0]
     if ratio:
         out["grad_ratio_median"] = float(np.median(ratio))
+    scaled = [r for r in logged if np.isfinite(r.get("adam_cos", np.nan))]
+    if scaled:
+        out["adam_cos_mean"] = float(np.mean([r["adam_cos"] for r in scaled]))
+        out["adam_ratio_median"] = float(
+            np.median([r["adam_norm_method"] / r["adam_norm_kl"] for r in scaled])
+        )
     return out
 
 
 #: Columns of a train log that :func:`gradient_table` keeps.
-GRAD_COLUMNS = ("step", "kl", "method", "grad_norm", "grad_norm_kl", "grad_norm_method", "grad_cos")
+GRAD_COLUMNS = (
+    "step", "kl", "method", "grad_norm", "grad_norm_kl", "grad_norm_method", "grad_cos",
+    "adam_norm_kl", "adam_norm_method", "adam_cos",
+)  # fmt: skip
 
 
 def gradient_table(study: Path) -> pd.DataFrame:

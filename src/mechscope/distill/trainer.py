@@ -188,7 +188,7 @@ def train(
                     terms, parts = objective.terms(idx)
                 _check_finite(parts, step, description)
                 scale = float(scaler.get_scale()) if scaler.is_enabled() else 1.0
-                grads = backward_terms(terms, params, n_student, scale)
+                grads = backward_terms(terms, params, n_student, scale, opt)
                 parts = {"loss": sum(float(v.detach()) for v in terms.values()), **parts, **grads}
             else:
                 with ctx:
