@@ -93,6 +93,8 @@ def _trials() -> pd.DataFrame:
                     "ood_degradation": 0.2 - 0.5 * cons + 0.02 * g.normal(),
                     "grad_cos_mean": -0.1,
                     "grad_ratio_median": 10 * lm,
+                    "adam_cos_mean": 0.25,
+                    "adam_ratio_median": 3 * lm,
                     "train_kl_end": 0.1,
                 }
             )
@@ -136,6 +138,13 @@ def test_sweep_differences_and_verdicts():
     assert v.loc["rcid-lm0.1", "ratio"] == pytest.approx(0.1)
     text = format_sweep(table)
     assert "rcid-lm0.1" in text and "| yes |" in text
+    lines = text.splitlines()  # the gradient columns, raw and Adam-scaled, in every row
+    assert "Adam cos" in lines[0] and {line.count("|") for line in lines} == {lines[0].count("|")}
+    rcid = next(line for line in lines if "| rcid |" in line).split(" | ")
+    head = lines[0].split(" | ")
+    assert rcid[head.index("Adam ratio")] == "3.000" and rcid[head.index("Adam cos")] == "+0.250"
+    old = format_sweep(sweep_table(trials.drop(columns=["adam_cos_mean", "adam_ratio_median"])))
+    assert next(line for line in old.splitlines() if "| rcid |" in line).count("| – |") >= 2
     fig = sweep_figure(table)
     assert fig is not None and fig.spec.x == ["0.1", "1"]
 

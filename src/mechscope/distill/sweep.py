@@ -32,6 +32,9 @@ LEARN_MARGIN = 0.05
 REFERENCE = "standard_kd"
 #: Methods whose weight a sweep varies (those with a method term).
 SWEPT = ("rcid", "informed_fitnets", "fitnets")
+#: Per-trial gradient summaries (:func:`mechscope.distill.gradients.train_summary`) that
+#: the table averages over seeds.
+GRADIENT_METRICS = ("grad_cos_mean", "grad_ratio_median", "adam_cos_mean", "adam_ratio_median")
 
 
 def with_loss_columns(trials: pd.DataFrame) -> pd.DataFrame:
@@ -84,7 +87,7 @@ def sweep_table(trials: pd.DataFrame) -> pd.DataFrame:
             mean, low, high, over = _accuracy_cells(v)
             row.update(accuracy=mean, accuracy_ci_low=low, accuracy_ci_high=high)
             row["accuracy_ci_over"] = over
-            for metric in ("consistency_mean", "grad_cos_mean", "grad_ratio_median"):
+            for metric in ("consistency_mean", *GRADIENT_METRICS):
                 if metric in v:
                     mean, low, high = _ci_cells(v[metric])
                     row.update({metric: mean, f"{metric}_ci_low": low, f"{metric}_ci_high": high})
@@ -124,7 +127,7 @@ def format_sweep(table: pd.DataFrame) -> str:
     head = [
         "student · task", "method", "λ_KL", "λ_method", "accuracy", "consistency (per-ckpt)",
         "Δ accuracy vs KD", "Δ consistency vs KD", "grad cos", "‖g_method‖/‖g_KL‖",
-        "learns", "more mechanism", "seeds",
+        "Adam cos", "Adam ratio", "learns", "more mechanism", "seeds",
     ]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in table.itertuples():
@@ -138,8 +141,7 @@ def format_sweep(table: pd.DataFrame) -> str:
             fmt_interval(r.consistency_mean, r.consistency_mean_ci_low, r.consistency_mean_ci_high),
             "–" if ref else fmt_interval(r.d_acc, r.d_acc_ci_low, r.d_acc_ci_high, signed=True),
             "–" if ref else fmt_interval(r.d_cons, r.d_cons_ci_low, r.d_cons_ci_high, signed=True),
-            fmt_interval(getattr(r, "grad_cos_mean", np.nan), np.nan, np.nan, signed=True),
-            "–" if ref else fmt_interval(getattr(r, "grad_ratio_median", np.nan), np.nan, np.nan),
+            *_gradient_cells(r, ref),
             "–" if ref else ("yes" if r.learns else "no"),
             "–" if ref else ("yes" if r.more_mechanism else "no"),
             str(r.n_seeds),
@@ -152,6 +154,19 @@ def format_sweep(table: pd.DataFrame) -> str:
             "consistency and the differences from KD have no interval with one seed."
         )
     return "\n".join(lines)
+
+
+def _gradient_cells(r: object, ref: bool) -> list[str]:
+    """Mean cosine and median norm ratio of the two terms' gradients, raw and after AdamW's
+    scaling (KD has no method term: no ratio)."""
+    cells = []
+    for cos, ratio in (
+        ("grad_cos_mean", "grad_ratio_median"),
+        ("adam_cos_mean", "adam_ratio_median"),
+    ):
+        cells.append(fmt_interval(getattr(r, cos, np.nan), np.nan, np.nan, signed=True))
+        cells.append("–" if ref else fmt_interval(getattr(r, ratio, np.nan), np.nan, np.nan))
+    return cells
 
 
 def _pairs_mark(r: object) -> str:
