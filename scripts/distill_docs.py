@@ -28,7 +28,13 @@ from mechscope.runs import RunDir
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "distill.md"
 IMG = ROOT / "docs" / "img"
-FIGURES = ("lambda-sweep", "gradient-cosine", "gradient-ratio", "consistency-vs-ood")
+FIGURES = (
+    "lambda-sweep",
+    "gradient-cosine",
+    "gradient-ratio",
+    "gradient-adam-ratio",
+    "consistency-vs-ood",
+)
 
 
 def timing_line(study: Path) -> str:

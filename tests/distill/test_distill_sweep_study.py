@@ -65,7 +65,8 @@ def test_summary_has_the_sweep_gradients_and_robustness(sweep_study):
     assert ((contrasts["method"] == "rcid-lm0.1") & (contrasts["reference"] == "standard_kd")).any()
     assert "### Loss weights against KD" in md and "rcid-lm0.1" in md
     assert "Fisher" in md  # experiment 3's table
-    for stem in ("lambda-sweep", "gradient-cosine", "gradient-ratio", "consistency-vs-ood"):
+    figures = ("lambda-sweep", "gradient-cosine", "gradient-ratio", "gradient-adam-ratio")
+    for stem in (*figures, "consistency-vs-ood"):
         assert (run.figures_dir / f"distill-{stem}.png").is_file(), stem
     texts = " ".join(getattr(b, "content", "") for b in distill_section(run))
     assert "Loss weights" in texts and "Experiment 3" in texts

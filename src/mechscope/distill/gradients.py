@@ -173,22 +173,27 @@ def gradient_table(study: Path) -> pd.DataFrame:
 
 def gradient_figures(table: pd.DataFrame) -> dict[str, Figure]:
     """Over training, per method (first student × task): the cosine between the KL term's
-    and the method term's gradients, and log10 of their norm ratio; means over seeds with
-    95 % intervals."""
+    and the method term's gradients, log10 of their norm ratio and, where the log has it, the
+    same ratio after AdamW's per-parameter scaling; means over seeds with 95 % intervals."""
     table = table[table["grad_norm_method"] > 0]
     if table.empty:
         return {}
     first = table[["student", "task"]].iloc[0]
     t = table[(table["student"] == first["student"]) & (table["task"] == first["task"])].copy()
     t["log_ratio"] = np.log10(t["grad_norm_method"] / t["grad_norm_kl"])
-    steps = sorted(t["step"].unique())
-    figs = {}
-    for col, stem, y_title, hline in (
+    panels = [
         ("grad_cos", "gradient-cosine", "cos(∇ λ_KL·KL, ∇ λ_method·L_method)", 0.0),
         ("log_ratio", "gradient-ratio", "log10 ‖∇ λ_method·L_method‖ / ‖∇ λ_KL·KL‖", 0.0),
-    ):
+    ]
+    if "adam_norm_kl" in t and t["adam_norm_kl"].notna().any():
+        t["adam_log_ratio"] = np.log10(t["adam_norm_method"] / t["adam_norm_kl"])
+        y_title = "log10 of the same ratio after AdamW's per-parameter scaling"
+        panels.append(("adam_log_ratio", "gradient-adam-ratio", y_title, 0.0))
+    steps = sorted(t["step"].unique())
+    figs = {}
+    for col, stem, y_title, hline in panels:
         series = []
-        for method, g in t.groupby("method", sort=False):
+        for method, g in t[t[col].notna()].groupby("method", sort=False):
             by = g.groupby("step")[col]
             mean = by.mean().reindex(steps).to_numpy(float)
             cis = [mean_ci(x) for _, x in by] if len(g) else []
@@ -206,6 +211,8 @@ def gradient_figures(table: pd.DataFrame) -> dict[str, Figure]:
             caption="How to read this: gradients of the weighted KL and method terms on the "
             "student's parameters, logged every few steps; lines are means over seeds, bands "
             "95 % intervals. A cosine below 0 means the method term pulls against the KL "
-            "term; a norm ratio above 0 means the method term dominates the clipped step.",
+            "term; a norm ratio above 0 means the method term dominates the clipped step. "
+            "After AdamW's scaling, each gradient is divided by the optimizer's √v̂, as AdamW "
+            "divides the step: the share of the step each term sets.",
         )
     return figs
