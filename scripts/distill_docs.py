@@ -1,8 +1,8 @@
 """Regenerate the CPU study's tables and figures in docs/distill.md from its study folders.
 
 Each study ``runs/<name>`` fills the block between ``<!-- distill: <name>: begin -->`` and
-``<!-- distill: <name>: end -->``: how many trials finished, the study's wall times, the
-CPU time its trials took, then the Markdown of ``mechscope distill summarize`` (summary,
+``<!-- distill: <name>: end -->``: how many trials finished, the wall and CPU time its
+trials took, then the Markdown of ``mechscope distill summarize`` (summary,
 method differences, loss weights, experiments 3 and 4); its figures go to
 ``docs/img/distill-<name>-<figure>.png``. A study with no finished trial keeps its block.
 
@@ -16,7 +16,6 @@ import argparse
 import shutil
 import sys
 import warnings
-from datetime import datetime
 from pathlib import Path
 
 from mechscope.distill.config import load_study_config
@@ -38,19 +37,19 @@ FIGURES = (
 
 
 def timing_line(study: Path) -> str:
-    """Trials finished of the grid, the wall time from the first trial's start to the last
-    one's end (the processes ran side by side), and the CPU time the trials took."""
+    """Trials finished of the grid, the wall time the trials took one after another (each
+    trial's teacher, training and evaluation steps; a study stopped and resumed adds no
+    idle gap) and their CPU time."""
     cfg = load_study_config(study / "config.yaml")
     total = len(expand_trials(cfg))
     trials = collect_trials(study)
     cpu = float(trials["cpu_seconds"].sum())
     runs = [RunDir.open(study / "trials" / t) for t in trials["trial"]]
-    start = min(datetime.fromisoformat(r.manifest["start"]) for r in runs)
-    end = max(datetime.fromisoformat(r.manifest["end"]) for r in runs)
+    wall = sum(sum(r.manifest.get("timings", {}).values()) for r in runs)
     return (
-        f"*{len(trials)} of {total} trials finished, in {(end - start).total_seconds() / 60:.0f} "
-        f"min of wall time on the shared 2-core machine; their CPU time {cpu / 60:.1f} min "
-        f"(≈ {cpu / 120:.1f} min on 2 idle cores with two processes).*"
+        f"*{len(trials)} of {total} trials finished; their wall time, trial after trial, "
+        f"{wall / 60:.0f} min, their CPU time "
+        f"{cpu / 60:.1f} min.*"
     )
 
 
