@@ -7,11 +7,13 @@ import pandas as pd
 from scipy import stats
 
 from mechscope.distill.intervals import (
+    RANGES,
     format_contrasts,
     mean_ci,
     method_contrasts,
     paired_difference,
 )
+from mechscope.distill.summarize import summary_table
 
 TOL = 1e-12
 
@@ -27,6 +29,21 @@ def test_mean_ci_is_the_student_t_interval():
     np.testing.assert_allclose(mean_ci([*x, np.nan]), _t_interval(x), atol=TOL)  # NaN dropped
     np.testing.assert_allclose(mean_ci([0.7, 0.7, 0.7]), (0.7, 0.7), atol=TOL)  # no spread
     assert all(np.isnan(mean_ci([0.7])))
+
+
+def test_mean_ci_is_cut_to_the_metrics_range():
+    """Three seeds of accuracies near 1: the t-interval reaches past 1, the reported one stops
+    at 1 and keeps the lower end; the summary and sweep tables cut accuracy the same way."""
+    x = np.array([0.797, 0.875, 0.922])
+    low, high = _t_interval(x)
+    assert high > 1
+    np.testing.assert_allclose(mean_ci(x, bounds=RANGES["accuracy"]), (low, 1.0), atol=TOL)
+    trials = pd.DataFrame(
+        {"student": "s", "task": "ioi", "method": "standard_kd", "seed": [0, 1, 2], "accuracy": x}
+    )
+    row = summary_table(trials).iloc[0]
+    np.testing.assert_allclose([row["accuracy_ci_low"], row["accuracy_ci_high"]], [low, 1.0],
+                               atol=TOL)  # fmt: skip
 
 
 def test_paired_difference_pairs_by_seed():

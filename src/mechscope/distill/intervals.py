@@ -35,14 +35,31 @@ CONTRASTS: tuple[tuple[str, str], ...] = (
 )
 
 
+#: The values a metric can take: a mean's interval is cut to them (a t-interval over three
+#: seeds of accuracies near 1 otherwise reaches past 1, a value no student can have).
+RANGES: dict[str, tuple[float, float]] = {
+    "accuracy": (0.0, 1.0),
+    "ood_accuracy": (0.0, 1.0),
+    "consistency": (-1.0, 1.0),  # Pearson correlations
+    "consistency_mean": (-1.0, 1.0),
+    "ood_degradation": (-1.0, 1.0),  # a difference of two accuracies
+    "perplexity": (1.0, float("inf")),
+}
+
+
 def _no_spread(x: np.ndarray) -> bool:
     """All values equal up to rounding (``1e-12`` relative): a t-interval would be built from
     floating-point noise (scipy warns of catastrophic cancellation), so report the value."""
     return bool(np.ptp(x) <= 1e-12 * max(1.0, float(np.abs(x).max())))
 
 
-def mean_ci(values: Sequence[float] | np.ndarray, level: float = LEVEL) -> tuple[float, float]:
-    """Student-t interval of the mean of ``values`` (NaNs dropped).
+def mean_ci(
+    values: Sequence[float] | np.ndarray,
+    level: float = LEVEL,
+    bounds: tuple[float, float] | None = None,
+) -> tuple[float, float]:
+    """Student-t interval of the mean of ``values`` (NaNs dropped), cut to ``bounds`` (the
+    values the metric can take, :data:`RANGES`) when given.
 
     NaN for fewer than two values; ``(x, x)`` when all values equal ``x`` (no spread: a
     deterministic result, e.g. an untrained layer-subset student).
@@ -54,7 +71,10 @@ def mean_ci(values: Sequence[float] | np.ndarray, level: float = LEVEL) -> tuple
     if _no_spread(x):
         return float(x.mean()), float(x.mean())
     ci = stats.ttest_1samp(x, 0.0).confidence_interval(level)
-    return float(ci.low), float(ci.high)
+    low, high = float(ci.low), float(ci.high)
+    if bounds is not None:
+        low, high = max(low, bounds[0]), min(high, bounds[1])
+    return low, high
 
 
 def paired_difference(a: pd.Series, b: pd.Series, level: float = LEVEL) -> dict[str, float | int]:

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from mechscope.distill.config import METHODS
-from mechscope.distill.intervals import format_contrasts, mean_ci, method_contrasts
+from mechscope.distill.intervals import RANGES, format_contrasts, mean_ci, method_contrasts
 from mechscope.distill.sweep import with_loss_columns
 from mechscope.errors import DamagedFileError, InputError
 from mechscope.runs import RunDir, has_table, read_table, write_table
@@ -79,7 +79,7 @@ def summary_table(trials: pd.DataFrame) -> pd.DataFrame:
         row.update({c: g[c].iloc[0] for c in ("base_method", "lambda_kl", "lambda_method")})
         for m in METRICS:
             x = g[m].to_numpy(np.float64) if m in g else np.full(len(g), np.nan)
-            low, high = mean_ci(x)
+            low, high = mean_ci(x, bounds=RANGES.get(m))
             finite = x[np.isfinite(x)]
             row[f"{m}_mean"] = float(finite.mean()) if finite.size else float("nan")
             row[f"{m}_std"] = float(finite.std(ddof=1)) if finite.size > 1 else float("nan")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from mechscope.distill.intervals import mean_ci, paired_difference
+from mechscope.distill.intervals import RANGES, mean_ci, paired_difference
 from mechscope.report import Figure, Series, curves
 from mechscope.stats.proportions import pass_rate
 
@@ -50,9 +50,10 @@ def with_loss_columns(trials: pd.DataFrame) -> pd.DataFrame:
 
 
 def _ci_cells(x: pd.Series) -> tuple[float, float, float]:
+    """Mean over seeds and its interval, cut to the metric's range (``x.name``)."""
     arr = x.to_numpy(np.float64)
     finite = arr[np.isfinite(arr)]
-    low, high = mean_ci(arr)
+    low, high = mean_ci(arr, bounds=RANGES.get(str(x.name)))
     return (float(finite.mean()) if finite.size else float("nan")), low, high
 
 
