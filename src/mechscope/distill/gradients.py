@@ -187,7 +187,7 @@ def gradient_figures(table: pd.DataFrame) -> dict[str, Figure]:
     ]
     if "adam_norm_kl" in t and t["adam_norm_kl"].notna().any():
         t["adam_log_ratio"] = np.log10(t["adam_norm_method"] / t["adam_norm_kl"])
-        y_title = "log10 of the same ratio after AdamW's per-parameter scaling"
+        y_title = "log10 of that ratio after AdamW scaling"
         panels.append(("adam_log_ratio", "gradient-adam-ratio", y_title, 0.0))
     steps = sorted(t["step"].unique())
     figs = {}
