@@ -3,8 +3,8 @@
 Each study ``runs/<name>`` fills the block between ``<!-- distill: <name>: begin -->`` and
 ``<!-- distill: <name>: end -->``: how many trials finished, the wall and CPU time its
 trials took, then the Markdown of ``mechscope distill summarize`` (summary,
-method differences, loss weights, experiments 3 and 4); its figures go to
-``docs/img/distill-<name>-<figure>.png``. A study with no finished trial keeps its block.
+method differences, loss weights, experiments 3 and 4); the figures the page shows are
+copied to ``docs/img/distill-<name>-<figure>.png``. A study with no finished trial keeps its block.
 
 Run: ``python scripts/distill_docs.py runs/cpu-sweep runs/cpu-tasks runs/cpu-gemma``
 (``--check`` exits 1 if the docs differ; ``--docs``/``--img`` write elsewhere).
@@ -53,16 +53,22 @@ def timing_line(study: Path) -> str:
     )
 
 
-def block(study: Path, img: Path) -> str:
-    """The study's Markdown block; its figures copied into ``img``."""
+def block(study: Path) -> str:
+    """The study's Markdown block."""
     _, sections = summary_sections(study)
     text = "\n\n".join(f"#### {SECTIONS[k]}\n\n{v}" for k, v in sections.items())
+    return f"{timing_line(study)}\n\n{text}"
+
+
+def copy_figures(study: Path, img: Path, page: str) -> None:
+    """Copy the study's figures that ``page`` shows (``img/distill-<name>-<figure>.png``)
+    into ``img``; the others stay in the study folder."""
     figures = RunDir.open(study).figures_dir
     for stem in FIGURES:
+        name = f"distill-{study.name}-{stem}.png"
         src = figures / f"distill-{stem}.png"
-        if src.is_file():
-            shutil.copyfile(src, img / f"distill-{study.name}-{stem}.png")
-    return f"{timing_line(study)}\n\n{text}"
+        if src.is_file() and f"img/{name}" in page:
+            shutil.copyfile(src, img / name)
 
 
 def fill(text: str, name: str, body: str) -> str:
@@ -87,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     new = text
     for study in args.studies:
         try:
-            body = block(study, args.img)
+            body = block(study)
         except InputError as exc:  # no finished trial yet: keep the block
             print(f"{study.name}: {exc}", file=sys.stderr)
             continue
@@ -99,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         return int(new != text)
     args.docs.write_text(new, encoding="utf-8")
+    for study in args.studies:
+        copy_figures(study, args.img, new)
     return 0
 
 

@@ -73,8 +73,8 @@ def test_summary_has_the_sweep_gradients_and_robustness(sweep_study):
 
 
 def test_docs_script_fills_the_study_block(sweep_study, tmp_path):
-    """scripts/distill_docs.py replaces only its study's block, copies the figures, and
-    --check then reports no difference."""
+    """scripts/distill_docs.py replaces only its study's block, copies the figures the page
+    shows (only those), and --check then reports no difference."""
     import importlib.util
     from pathlib import Path
 
@@ -85,18 +85,20 @@ def test_docs_script_fills_the_study_block(sweep_study, tmp_path):
     _, study = sweep_study
     name = study.path.name
     page = tmp_path / "page.md"
+    shown = f"![sweep](img/distill-{name}-lambda-sweep.png)\n"
     page.write_text(
-        f"before\n<!-- distill: {name}: begin -->\nold\n<!-- distill: {name}: end -->\nafter\n"
+        f"before\n<!-- distill: {name}: begin -->\nold\n<!-- distill: {name}: end -->\n{shown}"
     )
     img = tmp_path / "img"
     img.mkdir()
     args = [str(study.path), "--docs", str(page), "--img", str(img)]
     assert docs_script.main(args) == 0
     text = page.read_text()
-    assert text.startswith("before\n") and text.endswith("\nafter\n") and "\nold\n" not in text
+    assert text.startswith("before\n") and text.endswith(f"\n{shown}") and "\nold\n" not in text
     n = len(expand_trials(sweep_study[0]))
     assert f"*{n} of {n} trials finished" in text and "rcid-lm0.1" in text
     assert (img / f"distill-{name}-lambda-sweep.png").is_file()
+    assert not (img / f"distill-{name}-gradient-cosine.png").exists()  # the page does not show it
     assert docs_script.main([*args, "--check"]) == 0
     page.write_text("no block here\n")
     assert docs_script.main(args) == 2
