@@ -48,8 +48,7 @@ def timing_line(study: Path) -> str:
     wall = sum(sum(r.manifest.get("timings", {}).values()) for r in runs)
     return (
         f"*{len(trials)} of {total} trials finished; their wall time, trial after trial, "
-        f"{wall / 60:.0f} min, their CPU time "
-        f"{cpu / 60:.1f} min.*"
+        f"{wall / 60:.0f} min, their CPU time {cpu / 60:.1f} min.*"
     )
 
 
