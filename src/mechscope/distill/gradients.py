@@ -3,10 +3,11 @@
 Every method trains ``lambda_kl * KL + lambda_method * L_method``. When the method term's
 gradient on the student's parameters is much larger than the KL term's, or points against
 it, the step that clipping and AdamW take follows the method term and the output barely
-moves. :func:`backward_terms` measures both on the steps it is asked to: one backward
-pass per term (``torch.autograd.grad`` with the graph kept) instead of one for the sum,
-their gradients added into ``.grad`` so the optimizer takes exactly the step it would have
-taken, and it returns
+moves. :func:`term_gradients` measures both on the steps it is asked to: one backward pass
+per term (``torch.autograd.grad`` with the graph kept), beside the sum's own backward that
+the trainer runs as on every other step, so logging leaves the step bit for bit as it was
+(adding the two terms' gradients at the end instead would round differently, and AdamW turns
+a rounding difference in a near-zero gradient into a step of ±lr). It returns
 
 - ``grad_norm_kl``, ``grad_norm_method``: the L2 norm of each *weighted* term's gradient
   over the student's trainable parameters (what the optimizer sees, before clipping);
@@ -41,35 +42,30 @@ from mechscope.runs import has_table, read_table
 END_WINDOW = 0.1
 
 
-def backward_terms(
+def term_gradients(
     terms: Mapping[str, torch.Tensor],
     params: Sequence[torch.nn.Parameter],
     n_shared: int,
     scale: float = 1.0,
     opt: torch.optim.Optimizer | None = None,
 ) -> dict[str, float]:
-    """Accumulate ``d(scale * sum(terms)) / d params`` into ``.grad``, one term at a time.
+    """The norms and cosines of the module docstring for ``d(scale * term) / d params``, term
+    by term; ``.grad`` is left alone and the graph kept for the sum's backward.
 
     ``terms``: ``{"kl": weighted KL, "method": weighted method loss}`` (scalars);
     ``params[:n_shared]`` are the student's trainable parameters, the rest the objective's.
     ``scale`` is the loss scaler's factor (the returned norms are unscaled); ``opt`` the
-    Adam-family optimizer whose second moments give the ``adam_*`` columns. Returns the
-    norms and cosines of the module docstring.
+    Adam-family optimizer whose second moments give the ``adam_*`` columns.
     """
     names = list(terms)
-    grads: dict[str, list[torch.Tensor | None]] = {}
     live = [n for n in names if terms[n].requires_grad]
-    for i, name in enumerate(live):
-        keep = i < len(live) - 1
-        grads[name] = list(
-            torch.autograd.grad(terms[name] * scale, params, retain_graph=keep, allow_unused=True)
+    grads = {
+        n: torch.autograd.grad(
+            terms[n] * scale, params[:n_shared], retain_graph=True, allow_unused=True
         )
-    for k, p in enumerate(params):
-        parts = [grads[n][k] for n in live if grads[n][k] is not None]
-        if parts:
-            total = torch.stack(parts).sum(0) if len(parts) > 1 else parts[0]
-            p.grad = total if p.grad is None else p.grad + total
-    flat = {n: _flat(grads[n][:n_shared], params[:n_shared]) / scale for n in live}
+        for n in live
+    }
+    flat = {n: _flat(grads[n], params[:n_shared]) / scale for n in live}
     out = {f"grad_norm_{n}": float(flat[n].norm()) if n in flat else 0.0 for n in names}
     out["grad_cos"] = _cosine(flat, live)
     precond = _adam_scale(opt, params[:n_shared]) if opt is not None else None

@@ -78,8 +78,8 @@ class Objective(nn.Module):
     def terms(self, idx: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         """The loss's two weighted terms for the training pairs ``idx``:
         ``({"kl": lambda_kl * KD, "method": lambda_method * L_method}, unweighted values)``.
-        The trainer adds them (:meth:`forward`) or differentiates them apart
-        (:func:`mechscope.distill.gradients.backward_terms`)."""
+        The trainer adds them (:meth:`total`) and, on the steps that log them, also
+        differentiates them apart (:func:`mechscope.distill.gradients.term_gradients`)."""
         eng, t = self.engine, self.teacher
         b = t.train.subset(idx)
         device = self.student.device
@@ -99,8 +99,14 @@ class Objective(nn.Module):
 
     def forward(self, idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         terms, parts = self.terms(idx)
-        total = terms["kl"] + terms["method"]
+        total = self.total(terms)
         return total, {"loss": float(total.detach()), **parts}
+
+    @staticmethod
+    def total(terms: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The loss the optimizer steps on: the two weighted terms added (one expression for
+        every step, so a step that logs its terms computes the same graph)."""
+        return terms["kl"] + terms["method"]
 
     def _method_loss(self, b, idx: torch.Tensor, hc: dict, hk: dict) -> torch.Tensor:
         t, device = self.teacher, self.student.device

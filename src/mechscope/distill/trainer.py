@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from mechscope.distill.config import TrainSpec
-from mechscope.distill.gradients import backward_terms
+from mechscope.distill.gradients import term_gradients
 from mechscope.errors import NonFiniteError
 from mechscope.models import LoadedModel
 from mechscope.progress import track
@@ -186,15 +186,16 @@ def train(
             if logs_gradients(spec, step) and hasattr(objective, "terms"):
                 with ctx:
                     terms, parts = objective.terms(idx)
+                    loss = objective.total(terms)
                 _check_finite(parts, step, description)
                 scale = float(scaler.get_scale()) if scaler.is_enabled() else 1.0
-                grads = backward_terms(terms, params, n_student, scale, opt)
-                parts = {"loss": sum(float(v.detach()) for v in terms.values()), **parts, **grads}
+                grads = term_gradients(terms, params, n_student, scale, opt)
+                parts = {"loss": float(loss.detach()), **parts, **grads}
             else:
                 with ctx:
                     loss, parts = objective(idx)
                 _check_finite(parts, step, description)
-                scaler.scale(loss).backward()
+            scaler.scale(loss).backward()
             scaler.unscale_(opt)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, spec.grad_clip))
             scaler.step(opt)
