@@ -105,7 +105,7 @@ def assert_within(got: Any, ref: Any, bound: Any, *, msg: str = "") -> float:
     if ratio.size:
         err = 0.0 if same[i] else float(abs(g[i] - r[i]))
         _log(msg, err, float(b[i]) if np.isfinite(b[i]) else 0.0)
-    assert worst <= 1, f"{msg}: off by {worst:.3g} times the rounding bound at {i}"
+    assert worst <= 1, f"{msg}: off by {worst:.3g} times the bound at {i}"
     return worst
 
 
@@ -160,3 +160,51 @@ def assert_beyond_rounding(
     vacuous."""
     err, tol = rounding_margin(a, b, depth, scale=scale, dtype=dtype)
     assert err > FACTOR * tol, f"{msg}: differ by {err:.3g}, not {FACTOR:g} × {tol:.3g}"
+
+
+def assert_fp64_close(
+    got: Any, ref: Any, *, terms: int = 1, scale: float | None = None, msg: str = ""
+) -> float:
+    """Two float64 computations of the same formula (a statistic and its textbook or library
+    form, a vectorised sum and a loop): equal up to float64 rounding of sums of ``terms``
+    terms at ``scale`` (default: the compared values' largest magnitude; the operands' where
+    the value is a difference of larger terms). No processor's kernels reach float64
+    rounding, so a failure here is a wrong formula."""
+    return assert_rounding_close(got, ref, depth=terms, scale=scale, dtype=torch.float64, msg=msg)
+
+
+def decimal_bound(written: str) -> float:
+    """Half a unit in the last written digit of a decimal: ``"0.3729"`` → ``5e-5``."""
+    mantissa = written.strip().lower().split("e")[0]
+    exponent = int(written.lower().split("e")[1]) if "e" in written.lower() else 0
+    places = len(mantissa.split(".")[1]) if "." in mantissa else 0
+    return 0.5 * 10.0 ** (exponent - places)
+
+
+def assert_decimal(got: Any, written: str | list[str], *, msg: str = "") -> float:
+    """``got`` equals a value written out as a decimal (by hand, or as a paper prints it)
+    to the digits written: within half a unit of the last one."""
+    texts = [written] if isinstance(written, str) else list(written)
+    ref = np.array([float(t) for t in texts]).reshape(np.shape(got) if len(texts) > 1 else ())
+    bound = np.array([decimal_bound(t) for t in texts]).reshape(ref.shape)
+    return assert_within(got, ref, bound, msg=msg or f"against {written}")
+
+
+#: Standard errors a Monte-Carlo estimate may stray: a normal deviate beyond 6 has
+#: probability 2e-9, so a seeded test that fails is a wrong estimate, not bad luck.
+Z_SAMPLING = 6.0
+
+
+def assert_sampling_close(got: Any, ref: Any, *, se: Any, msg: str = "") -> float:
+    """A sampled estimate (bootstrap, Monte Carlo, a fitted model) equals its exact value
+    up to its own sampling error: within ``Z_SAMPLING`` standard errors ``se``."""
+    return assert_within(got, ref, Z_SAMPLING * np.asarray(se, dtype=np.float64), msg=msg)
+
+
+def assert_exact(got: Any, ref: Any, *, msg: str = "") -> None:
+    """Equal bit for bit (NaN equal to NaN): for what must not change at all (a resumed
+    run, a read that must leave the pass alone, a value stored and read back)."""
+    g = got.detach().cpu().numpy() if isinstance(got, torch.Tensor) else np.asarray(got)
+    r = ref.detach().cpu().numpy() if isinstance(ref, torch.Tensor) else np.asarray(ref)
+    assert g.shape == r.shape or r.shape == (), f"{msg}: shape {g.shape} vs {r.shape}"
+    np.testing.assert_array_equal(g, r, err_msg=msg)
