@@ -14,13 +14,15 @@ nothing is imported or run) and lists what does neither:
 - a comparison of an absolute difference against a float literal
   (``abs(a - b) < 1e-6``, ``np.abs(x - y).max() <= 0.05 * w``).
 
-Each finding is ``path:line: function: what``. ``tests/tolerance_allowed.py`` names the
+The Python blocks of ``README.md`` and ``docs/*.md`` count too: the tests run them, and a
+reader copies them. Each finding is ``path:line: function: what``. ``tests/tolerance_allowed.py`` names the
 deliberate exceptions, each with its reason.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,13 +115,13 @@ def _abs_difference(node: ast.expr) -> bool:
 
 
 class _Visitor(ast.NodeVisitor):
-    def __init__(self, path: str, source: str) -> None:
-        self.path, self.source, self.stack = path, source, ["<module>"]
+    def __init__(self, path: str, source: str, offset: int = 0) -> None:
+        self.path, self.source, self.offset, self.stack = path, source, offset, ["<module>"]
         self.found: list[Finding] = []
 
     def _add(self, node: ast.AST) -> None:
         text = " ".join((ast.get_source_segment(self.source, node) or "").split())[:80]
-        self.found.append(Finding(self.path, node.lineno, self.stack[-1], text))
+        self.found.append(Finding(self.path, node.lineno + self.offset, self.stack[-1], text))
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self.stack.append(node.name if len(self.stack) == 1 else f"{self.stack[-1]}.{node.name}")
@@ -141,15 +143,35 @@ class _Visitor(ast.NodeVisitor):
         self.generic_visit(node)
 
 
+def _scan_source(source: str, rel: str, first_line: int = 1) -> list[Finding]:
+    visitor = _Visitor(rel, source, first_line - 1)
+    visitor.visit(ast.parse(source, filename=rel))
+    return visitor.found
+
+
 def scan_file(path: Path, root: Path) -> list[Finding]:
     """The findings of one Python file."""
     rel = path.relative_to(root).as_posix()
     if rel in EXEMPT:
         return []
-    source = path.read_text(encoding="utf-8")
-    visitor = _Visitor(rel, source)
-    visitor.visit(ast.parse(source, filename=rel))
-    return visitor.found
+    return _scan_source(path.read_text(encoding="utf-8"), rel)
+
+
+#: A fenced Python block of a markdown page (```python, ```python mechscope, ...).
+BLOCK = re.compile(r"^```python[^\n]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
+
+
+def scan_markdown(path: Path, root: Path) -> list[Finding]:
+    """The findings of a page's Python blocks (the function is ``<page>``)."""
+    rel, text = path.relative_to(root).as_posix(), path.read_text(encoding="utf-8")
+    found = []
+    for block in BLOCK.finditer(text):
+        line = text.count("\n", 0, block.start(1)) + 1
+        try:
+            found += _scan_source(block.group(1), rel, line)
+        except SyntaxError:  # a fragment shown, not run
+            continue
+    return [Finding(f.path, f.line, "<page>", f.what) for f in found]
 
 
 def python_files(root: Path, folders: tuple[str, ...]) -> Iterator[Path]:
@@ -157,6 +179,9 @@ def python_files(root: Path, folders: tuple[str, ...]) -> Iterator[Path]:
         yield from sorted((root / folder).rglob("*.py"))
 
 
-def scan(root: Path, folders: tuple[str, ...] = ("tests", "benchmarks", "src")) -> list[Finding]:
-    """Every finding under ``folders`` of the repository at ``root``."""
-    return [f for p in python_files(root, folders) for f in scan_file(p, root)]
+def scan(root: Path, folders: tuple[str, ...] = ("tests", "benchmarks")) -> list[Finding]:
+    """Every finding under ``folders`` of the repository at ``root``, and in the Python
+    blocks of its README and docs pages."""
+    found = [f for p in python_files(root, folders) for f in scan_file(p, root)]
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    return found + [f for p in pages if p.exists() for f in scan_markdown(p, root)]

@@ -136,3 +136,22 @@ def rounding_margin(
     err = float(np.nan_to_num(diff, nan=np.inf, posinf=np.inf).max()) if diff.size else 0.0
     s = scale_of(g, r) if scale is None else scale
     return err, rounding_tolerance(s, depth, dtype)
+
+
+def rounding_close(
+    got: Array,
+    ref: Array,
+    depth: int,
+    *,
+    scale: float | Array | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> bool:
+    """Whether ``got`` equals ``ref`` up to rounding alone (:func:`rounding_margin`): the
+    check to write instead of ``torch.allclose(a, b, atol=1e-4)``, whose bare number holds on
+    one processor's kernels and not the next. ``depth``: the stages the values went through
+    (:func:`pass_depth`); ``scale``: the magnitude rounding acted on (default: the compared
+    values; the logits for a logit difference), a number or a tensor whose largest entry it
+    is."""
+    s = scale if scale is None or isinstance(scale, float | int) else scale_of(scale)
+    err, tol = rounding_margin(got, ref, depth, scale=s, dtype=dtype)
+    return err <= tol

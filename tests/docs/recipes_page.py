@@ -50,11 +50,18 @@ def recipes(text: str) -> list[Recipe]:
 
 
 def count_lines(code: str) -> int:
-    """Lines of code: not blank, not only a comment, not an ``assert`` (the test's checks)."""
+    """Lines of code: not blank, not only a comment, not part of an ``assert`` (the test's
+    checks, also where one runs over several lines)."""
+    checks = {
+        n
+        for node in ast.walk(ast.parse(code))
+        if isinstance(node, ast.Assert)
+        for n in range(node.lineno, (node.end_lineno or node.lineno) + 1)
+    }
     kept = 0
-    for line in code.splitlines():
+    for number, line in enumerate(code.splitlines(), start=1):
         s = line.strip()
-        if s and not s.startswith("#") and not s.startswith("assert "):
+        if s and not s.startswith("#") and number not in checks:
             kept += 1
     return kept
 

@@ -71,3 +71,12 @@ def test_the_audit_lets_exact_and_derived_comparisons_pass(tmp_path):
 def test_the_audit_reads_every_test_file():
     for path in sorted((ROOT / "tests").rglob("*.py")):
         ast.parse(path.read_text(encoding="utf-8"))  # a file it cannot parse would hide findings
+
+
+def test_the_audit_reads_the_python_blocks_of_the_pages(tmp_path):
+    (tmp_path / "docs").mkdir()
+    page = tmp_path / "docs" / "p.md"
+    page.write_text("# p\n\n```python mechscope\nassert torch.allclose(a, b, atol=1e-4)\n```\n")
+    assert [str(f) for f in scan(tmp_path, ())] == [
+        "docs/p.md:4: <page>: torch.allclose(a, b, atol=1e-4)"
+    ]
