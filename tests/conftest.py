@@ -55,3 +55,12 @@ def gemma3():
         if "pip install" not in str(exc):  # installed but broken: a failure, not a skip
             raise
         pytest.skip(str(exc))
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Mark ``numerics`` every test of a module that compares numbers (tests/numerics.py)."""
+    from numerics import compares_numbers
+
+    for item in items:
+        if compares_numbers(item.path):
+            item.add_marker(pytest.mark.numerics)
