@@ -209,3 +209,27 @@ def test_per_layer_ig_ranks_and_prunes_by_default() -> None:
     assert options["path"].default.default == ["per_layer"]
     assert options["prune_by"].default.default == ["per_layer"]
     assert build_config(paths=["joint"], prune_by=["joint"]).paths == ["joint"]  # still there
+
+
+@pytest.mark.parametrize(("mode", "drawn"), [("signed", True), ("abs", False), ("relu", False)])
+def test_heatmap_intervals_only_for_the_signed_mean(mode: str, drawn: bool) -> None:
+    """The heatmap draws the samples' intervals where the importance is their signed mean
+    (the same operations on the same numbers, so equal bit for bit), not where abs or relu
+    changed some sample."""
+    import pandas as pd
+
+    from mechscope.heads.figures import attribution_figures
+    from mechscope.heads.postprocess import aggregate
+
+    x = np.random.default_rng(0).normal(size=(4, 2, 3))  # [samples, layers, heads]
+    result = HeadsResult(
+        sample_ids=[f"s{i}" for i in range(4)],
+        tasks=["t"] * 4,
+        attributions={"joint": x},
+        completeness=pd.DataFrame(),
+        diagnostics=pd.DataFrame(),
+        higher_is_better=False,
+        importance={"joint": aggregate(x, mode=mode, higher_is_better=False)},
+    )
+    heatmap = dict(attribution_figures(result))["attribution-heatmap-joint"]
+    assert (heatmap.spec.marks is not None) == drawn
