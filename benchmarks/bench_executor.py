@@ -25,7 +25,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -34,7 +33,6 @@ import harness
 
 PLACES = ("store", "park", "school", "market", "house", "garden", "city", "river")
 NAMES = ("Mary", "John", "Anna", "Tom")
-TOLERANCE = "tables equal (rtol 1e-5, atol 1e-5)"
 
 
 def samples_file(folder: Path, n: int) -> Path:
@@ -64,31 +62,51 @@ def tables(run: Path) -> dict[str, pd.DataFrame]:
     }
 
 
-def same_tables(a: Path, b: Path) -> harness.Agreement:
-    """Every table equal within rtol 1e-5 and atol 1e-5: the two sides split the cores
-    into different thread counts, so fp32 sums round differently, and a column that is a
-    difference of near-equal values (IG's completeness gap) differs relatively much. A
-    ``seconds`` column (a sample's wall time) aside; ``max_abs`` over numeric columns."""
+def run_depth(run: Path) -> int:
+    """The stages a heads run's numbers went through: IG's forward and backward pass
+    through every layer and the head (the model's layers from the run's meta table)."""
+    from mechscope.tolerance import pass_depth
+
+    meta = pd.read_parquet(run / "tables" / "heads_meta.parquet").set_index("key")["value"]
+    return 2 * pass_depth(int(str(meta["layers x heads"]).split(" x ")[0]))
+
+
+def same_tables(a: Path, b: Path, depth: int | None = None) -> harness.Agreement:
+    """Every table the same: the same rows and columns, every non-float column equal and
+    the float columns within what rounding alone explains (:func:`harness.agreement`): the
+    two sides split the cores into different thread counts, so fp32 sums round in other
+    orders. A table's scale is its largest float magnitude, what its columns are computed
+    from (IG's completeness gap is a difference of the function's values beside it);
+    ``depth`` defaults to :func:`run_depth`. A ``seconds`` column (a sample's wall time)
+    is not compared, nor a ratio of compared columns (``rel_*``, which divides their
+    rounding by a possibly small gap)."""
+    from mechscope.tolerance import scale_of
+
     ta, tb = tables(a), tables(b)
     if ta.keys() != tb.keys():
         note = f"tables {sorted(ta)} vs {sorted(tb)}"
-        return harness.Agreement(False, float("inf"), TOLERANCE, note)
-    worst, notes = 0.0, []
+        return harness.Agreement(False, float("inf"), "tables equal", note)
+    depth = run_depth(a) if depth is None else depth
+    checks, notes = [], []
     for name in ta:
         x = ta[name].drop(columns=[c for c in ta[name] if c == "seconds"])
         y = tb[name].drop(columns=[c for c in tb[name] if c == "seconds"])
-        try:
-            pd.testing.assert_frame_equal(x, y, rtol=1e-5, atol=1e-5)
-        except AssertionError as exc:
-            notes.append(f"{name}: {str(exc).splitlines()[0]}")
-        num = [c for c in x.select_dtypes("number").columns if c in y]
-        if len(x) == len(y) and num:
-            diff = np.abs(x[num].to_numpy(float) - y[num].to_numpy(float))
-            worst = max(worst, float(np.nanmax(diff, initial=0.0)))
-        elif len(x) != len(y):
-            worst = float("inf")
-    note = "; ".join(notes) or f"{len(ta)} tables equal, max |diff| {worst:.1e}"
-    return harness.Agreement(not notes, worst, TOLERANCE, note)
+        floats = [c for c in x.select_dtypes("floating").columns if not c.startswith("rel_")]
+        rest = [c for c in x.columns if c not in floats and not c.startswith("rel_")]
+        if list(x.columns) != list(y.columns) or len(x) != len(y):
+            notes.append(f"{name}: columns or rows differ")
+        elif not x[rest].equals(y[rest]):
+            notes.append(f"{name}: non-float columns differ")
+        elif floats:
+            xf, yf = x[floats].to_numpy(float), y[floats].to_numpy(float)
+            scale = scale_of(xf, yf)
+            checks.append(harness.agreement(xf, yf, depth=depth, scale=scale, name=name))
+    check = harness.Agreement(True, 0.0, "", "")
+    for c in checks:
+        check = check & c
+    if notes:
+        return harness.Agreement(False, float("inf"), check.tolerance, "; ".join(notes))
+    return check
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -21,9 +21,9 @@ model. Then analysis and bare unembedding are timed in interleaved repetitions; 
 is the median of the per-repetition ratios, the spread their interquartile range.
 Agreement: the last timed analysis' NLL, JS and KLs at three layers × 48 tokens against a
 plain fp64 computation from the same hidden states (unembedded again in fp32, in other
-chunks: its logits differ from the analysis' in the last bits, about 1e-6 relative, so
-the tolerance is 1e-4; the kernels themselves are tested against fp64 on identical logits
-in ``tests/lens/test_lens_metrics.py``).
+chunks: its logits differ from the analysis' in the last bits), within
+:func:`harness.lens_agreement` (the rounding of fp32 log-probabilities; the kernels
+themselves are tested against fp64 on identical logits in ``tests/lens/test_lens_metrics.py``).
 
 Run: ``python benchmarks/bench_lens.py [--threads 1 2] [--reps R] [--quick] [--attention]
 [--kernel auto|eager|native] [--chunk N]``.
@@ -68,7 +68,9 @@ def build_sample(tokenizer, n_tokens: int):
 
 
 def check_agreement(engine, hidden, targets, metrics) -> tuple[bool, float, float]:
-    """Max |error| of NLL and of JS/KL at three layers × 48 tokens against fp64 softmaxes."""
+    """NLL and JS/KL at three layers × 48 tokens against fp64 softmaxes of the same logits,
+    within :func:`harness.lens_agreement` (one stage: the unembedding, recomputed): ``(ok,
+    max |dNLL|, max |dJS|, |dKL|)``."""
     import numpy as np
     import torch
     from scipy.spatial.distance import jensenshannon
@@ -76,28 +78,30 @@ def check_agreement(engine, hidden, targets, metrics) -> tuple[bool, float, floa
 
     n_layers, _, n = hidden.shape[:3]
     tokens = np.linspace(0, n - 1, 48).astype(int)
-    err_nll = err_div = 0.0
-    ok = True
-    for layer in (0, n_layers // 2, n_layers - 1):
+    layers = (0, n_layers // 2, n_layers - 1)
+    want, got, top = [], [], 0.0
+    for layer in layers:
         with torch.inference_mode():
             z = engine.unembed(hidden[layer][:, tokens])  # [2, 48, V]
+        top = max(top, float(z.abs().max()))
         lp = torch.log_softmax(z.double(), -1).numpy()
         for j, t in enumerate(tokens):
             a, b = lp[0, j], lp[1, j]
             p, q = np.exp(a), np.exp(b)
-            want = [
-                -a[targets[t]],
-                -b[targets[t]],
-                jensenshannon(p, q, base=np.e) ** 2,
-                rel_entr(p, q).sum(),
-                rel_entr(q, p).sum(),
-            ]
-            got = metrics[[0, 1, 3, 4, 5], layer, t].astype(np.float64)
-            err_nll = max(err_nll, float(np.abs(got[:2] - want[:2]).max()))
-            d = np.abs(got[2:] - want[2:])
-            err_div = max(err_div, float(d.max()))
-            ok = ok and bool(np.all(d <= 1e-4 + 1e-4 * np.abs(want[2:])))
-    return ok and err_nll <= 1e-4, err_nll, err_div
+            want.append(
+                [
+                    -a[targets[t]],
+                    -b[targets[t]],
+                    jensenshannon(p, q, base=np.e) ** 2,
+                    rel_entr(p, q).sum(),
+                    rel_entr(q, p).sum(),
+                ]
+            )
+            got.append(metrics[[0, 1, 3, 4, 5], layer, t].astype(np.float64))
+    vocab = engine.lm.vocab_size
+    return harness.lens_agreement(
+        np.array(got).T, np.array(want).T, logit_scale=top, vocab=vocab, depth=1
+    )
 
 
 def child(args: argparse.Namespace) -> dict:
@@ -235,7 +239,7 @@ def case_of(r: dict) -> harness.Case:
         spread=spread,
         mem_ours_mb=r["peak_mb"],
         agree=r["agree"],
-        tolerance="NLL atol 1e-4; JS, KL atol 1e-4 + rtol 1e-4 (fp64 reference)",
+        tolerance=harness.LENS_TOLERANCE + " (fp64 reference)",
         note=(
             f"{mem}; two forwards {fwd:.2f}x of the unembedding, the rest (unembedding + "
             f"divergences) {readout:.2f}x; max |dNLL| "

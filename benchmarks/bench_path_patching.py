@@ -114,11 +114,13 @@ def run_tl(bridge, clean, corrupt, correct, wrong, senders, receivers, receiver_
 
 
 def tolerance(lm, clean: torch.Tensor) -> float:
-    """fp32 at the logits' scale: ``eps × max |logit| × d_model`` (a d_model-long dot
-    product's rounding, at the size of the numbers compared)."""
+    """What rounding alone explains of a logit difference (:func:`mechscope.tolerance.
+    rounding_tolerance`): the two logits' scale, through every layer and the head."""
+    from mechscope.tolerance import pass_depth, rounding_tolerance
+
     with torch.no_grad():
         scale = float(lm.model(clean).logits[:, -1].abs().max())
-    return float(torch.finfo(torch.float32).eps) * scale * lm.d_model
+    return rounding_tolerance(2 * scale, pass_depth(lm.n_layers))
 
 
 def check(ours: np.ndarray, peer: np.ndarray, atol: float):

@@ -9,7 +9,6 @@ case never spends more than its share of the suite's minutes.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,22 +18,16 @@ from typing import Any
 import harness
 import torch
 
-#: Relative agreement per dtype, times the scale of the compared values. bf16 keeps 8 bits:
-#: its unit roundoff is 2^-8, and every layer rounds its output, so two orders of the same
-#: sums drift apart by about sqrt(layers) units; four times that is allowed. fp32 sides
-#: measured 1e-6 of their scale apart on the CPU benchmarks; 1e-5 is allowed.
-UNIT_ROUNDOFF = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
-FP32_REL = 1e-5
-
 
 def tolerance(dtype: torch.dtype, scale: float, layers: int) -> tuple[float, str]:
-    """``(atol, words)`` for values of magnitude ``scale`` computed through ``layers``."""
-    unit = UNIT_ROUNDOFF.get(dtype)
-    if unit is None:
-        rel, how = FP32_REL, f"{FP32_REL:g}"
-    else:
-        rel, how = 4 * math.sqrt(layers) * unit, f"4 sqrt({layers}) 2^{int(math.log2(unit))}"
-    return rel * scale, f"{how} x scale {scale:.3g}"
+    """``(atol, words)`` for values of magnitude ``scale`` computed through ``layers``: what
+    rounding alone explains, ``K · eps · scale · √depth`` in the dtype both sides run in
+    (:func:`mechscope.tolerance.rounding_tolerance`, depth ``layers + 1`` with the head)."""
+    from mechscope.tolerance import pass_depth, rounding_tolerance
+
+    depth = pass_depth(layers)
+    atol = rounding_tolerance(scale, depth, dtype)
+    return atol, f"{atol:.2g} (K·eps·scale·√depth: {dtype}, scale {scale:.3g}, depth {depth})"
 
 
 @dataclass

@@ -177,23 +177,29 @@ def agreement(
     atol: float | None = None,
     depth: int | None = None,
     scale: float | None = None,
+    dtype: Any = None,
     name: str = "value",
 ) -> Agreement:
     """Compare two results cell by cell: equal shapes, the same undefined (NaN) cells and
     ``max |ours - peer| <= atol`` over the rest.
 
+    ``atol`` may hold one bound per cell (an array of the results' shape), derived by the
+    caller where the rounding of a cell depends on its own value.
+
     Two computations of the same numbers give ``depth``: the bound is what rounding alone
     explains, ``K · eps · scale · √depth`` (:func:`mechscope.tolerance.rounding_tolerance`;
     ``scale`` defaults to the largest magnitude on either side: pass the operands' where a
-    result is a difference of larger terms, as a logit difference is of logits), so the
-    check holds on any CPU's summation order. A fixed ``atol`` is for what is not rounding
-    (a second implementation of the model, a quadrature).
+    result is a difference of larger terms, as a logit difference is of logits; ``dtype``
+    the one both sides round in, fp32 by default), so the check holds on any CPU's
+    summation order. A fixed ``atol`` is for what is not rounding (a second implementation
+    of the model, a quadrature).
 
     Every benchmark checks its peer through this one function, so the test that perturbs
     a result and expects a failure (``tests/benchmarks``) covers the check the runs use.
     Arrays are compared in float64; torch tensors and sequences are converted first.
     """
     import numpy as np
+    import torch
 
     from mechscope.tolerance import rounding_tolerance, scale_of
 
@@ -202,8 +208,10 @@ def agreement(
     a, b = _as_array(ours), _as_array(peer)
     if depth is not None:
         s = scale_of(a, b) if scale is None else scale
-        atol = rounding_tolerance(s, depth)
+        atol = rounding_tolerance(s, depth, dtype or torch.float32)
         tolerance = f"{name} rounding {atol:.2g} (K·eps·scale·√depth: scale {s:.3g}, depth {depth})"
+    elif np.ndim(atol):
+        tolerance = f"{name} within a bound per cell (largest {np.nanmax(atol):.2g})"
     else:
         tolerance = f"{name} atol {atol:g}"
     if a.shape != b.shape:
@@ -216,9 +224,39 @@ def agreement(
     both = ~nan_a
     if not both.any():
         return Agreement(False, float("inf"), tolerance, f"{name}: no defined cells to compare")
-    diff = float(np.abs(a[both] - b[both]).max())
-    ok = bool(diff <= atol)  # a NaN diff (inf - inf) fails too
+    cells = np.abs(a[both] - b[both])
+    diff = float(cells.max())
+    ok = bool(np.all(cells <= np.broadcast_to(atol, a.shape)[both]))  # NaN (inf - inf) fails
     return Agreement(ok, diff, tolerance, f"max |d{name}| {diff:.1e}")
+
+
+#: What :func:`lens_agreement` allows, in words.
+LENS_TOLERANCE = (
+    "NLL rounding at the log-probabilities' scale, JS and KL within divergence_bound of it "
+    "(K·eps·scale·√depth)"
+)
+
+
+def lens_agreement(got: Any, want: Any, *, logit_scale: float, vocab: int, depth: int) -> Any:
+    """The lens' ``[5, ...]`` NLL A, NLL B, JS, KL(A‖B), KL(B‖A) against a float64
+    reference from the same hidden states: ``(ok, max |dNLL|, max |dJS|, |dKL|)``. An fp32
+    readout rounds the log-probabilities at their own magnitude
+    (:func:`mechscope.tolerance.logprob_scale` of logits up to ``logit_scale``): the NLLs
+    differ by that rounding, and a divergence moves with it as with its logits' rounding
+    (:func:`mechscope.tolerance.divergence_bound`, first order in ``‖p − q‖₁``)."""
+    import numpy as np
+
+    from mechscope.tolerance import divergence_bound, logprob_scale, rounding_tolerance
+
+    g, w = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    scale = logprob_scale(logit_scale, vocab)
+    err = np.abs(g - w)
+    bound = np.empty_like(w)
+    bound[:2] = rounding_tolerance(scale, depth)
+    bound[2] = divergence_bound(w[2], scale, depth, js=True)
+    bound[3:] = divergence_bound(w[3:], scale, depth)
+    ok = bool(np.all(err <= bound))  # NaN on either side fails
+    return ok, float(err[:2].max()), float(err[2:].max())
 
 
 def score_scale_of(lm: Any, ids: Any, *, layers_per_pass: int = 4) -> float:

@@ -208,3 +208,14 @@ def assert_exact(got: Any, ref: Any, *, msg: str = "") -> None:
     r = ref.detach().cpu().numpy() if isinstance(ref, torch.Tensor) else np.asarray(ref)
     assert g.shape == r.shape or r.shape == (), f"{msg}: shape {g.shape} vs {r.shape}"
     np.testing.assert_array_equal(g, r, err_msg=msg)
+
+
+def correlation_bound(x: Any, t: float) -> float:
+    """How far below 1 the Pearson correlation of ``x`` with ``x + e`` may fall when every
+    ``|e_i| ≤ t`` (two computations of the same values, equal up to rounding ``t``): the
+    centred vectors' angle has ``sin θ ≤ √n·t / |x − x̄|`` and ``1 − cos θ ≤ sin² θ``; plus
+    float64's rounding of the correlation's own sums over the ``n`` values."""
+    a = np.ravel(np.asarray(x, dtype=np.float64))
+    centred = a - a.mean()
+    own = rounding_tolerance(1.0, a.size, torch.float64)
+    return float(a.size * t**2 / (centred @ centred)) + own

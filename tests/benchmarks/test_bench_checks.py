@@ -18,6 +18,7 @@ from mechscope.engine import Engine
 from mechscope.lens.readout import readout_layers
 from mechscope.models import load_model
 from mechscope.tolerance import rounding_tolerance
+from tolerance import assert_fp64_close
 
 TINY = "tiny:llama"
 
@@ -128,11 +129,16 @@ def test_executor_check_fails_on_a_perturbed_table(tmp_path) -> None:
         if run == "b":
             frame["seconds"] = [9.0, 9.0]  # a sample's wall time is not compared
         frame.to_parquet(tmp_path / run / "tables" / "heads_attributions.parquet")
-    assert bench_executor.same_tables(tmp_path / "a", tmp_path / "b").ok
+    depth = 2 * 31  # forward and backward through 30 layers and the head
+    assert bench_executor.same_tables(tmp_path / "a", tmp_path / "b", depth).ok
     frame["ig"] = [0.25, -1.5 + 1e-3]
     frame.to_parquet(tmp_path / "b" / "tables" / "heads_attributions.parquet")
-    check = bench_executor.same_tables(tmp_path / "a", tmp_path / "b")
-    assert not check.ok and check.max_abs == pytest.approx(1e-3, rel=1e-6)
+    check = bench_executor.same_tables(tmp_path / "a", tmp_path / "b", depth)
+    assert not check.ok  # 1e-3 added to -1.5 and taken off again: rounded at 1.5
+    assert_fp64_close(check.max_abs, 1e-3, terms=2, scale=1.5, msg="max |diff|")
+    frame["ig"] = [0.25, -1.5 + 1e-9]  # within fp32 rounding at 1.5 over 62 stages
+    frame.to_parquet(tmp_path / "b" / "tables" / "heads_attributions.parquet")
+    assert bench_executor.same_tables(tmp_path / "a", tmp_path / "b", depth).ok
 
 
 def test_path_patching_check_fails_on_a_perturbed_grid(tiny) -> None:

@@ -4,6 +4,7 @@ agrees with its peers; a budget too small skips cases with the reason in their r
 from __future__ import annotations
 
 import json
+import math
 
 import gpu_common
 import gpu_suite
@@ -37,10 +38,11 @@ def test_a_budget_too_small_skips_every_case_with_its_reason(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("dtype", "layers", "rel"),
-    [(torch.float32, 32, 1e-5), (torch.bfloat16, 32, 4 * 32**0.5 / 256)],
+    ("dtype", "k", "eps"), [(torch.float32, 32, 2.0**-23), (torch.bfloat16, 4, 2.0**-7)]
 )
-def test_tolerance_is_the_dtype_rounding_times_the_scale(dtype, layers, rel):
-    atol, words = gpu_common.tolerance(dtype, 3.0, layers)
-    assert atol == pytest.approx(3.0 * rel)
-    assert "scale 3" in words
+def test_tolerance_is_the_dtype_rounding_times_the_scale(dtype, k, eps):
+    """K · eps · scale · √depth, depth the 32 layers and the head (the same product in the
+    same order as mechscope.tolerance: exact)."""
+    atol, words = gpu_common.tolerance(dtype, 3.0, 32)
+    assert atol == k * eps * 3.0 * math.sqrt(33)
+    assert "scale 3" in words and "depth 33" in words

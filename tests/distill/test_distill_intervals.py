@@ -14,8 +14,10 @@ from mechscope.distill.intervals import (
     paired_difference,
 )
 from mechscope.distill.summarize import summary_table
+from tolerance import assert_fp64_close
 
-TOL = 1e-12
+# The intervals and the textbook formulas are float64 sums over the seeds of values at most
+# 1 (accuracies, correlations and their differences): float64 rounding at scale 1.
 
 
 def _t_interval(x: np.ndarray) -> tuple[float, float]:
@@ -25,9 +27,9 @@ def _t_interval(x: np.ndarray) -> tuple[float, float]:
 
 def test_mean_ci_is_the_student_t_interval():
     x = np.array([0.31, 0.52, 0.47, 0.12, 0.40])
-    np.testing.assert_allclose(mean_ci(x), _t_interval(x), atol=TOL)
-    np.testing.assert_allclose(mean_ci([*x, np.nan]), _t_interval(x), atol=TOL)  # NaN dropped
-    np.testing.assert_allclose(mean_ci([0.7, 0.7, 0.7]), (0.7, 0.7), atol=TOL)  # no spread
+    assert_fp64_close(mean_ci(x), _t_interval(x), terms=5, scale=1.0)
+    assert_fp64_close(mean_ci([*x, np.nan]), _t_interval(x), terms=5, scale=1.0)  # NaN dropped
+    assert_fp64_close(mean_ci([0.7, 0.7, 0.7]), (0.7, 0.7), terms=3, scale=1.0)  # no spread
     assert all(np.isnan(mean_ci([0.7])))
 
 
@@ -37,13 +39,13 @@ def test_mean_ci_is_cut_to_the_metrics_range():
     x = np.array([0.797, 0.875, 0.922])
     low, high = _t_interval(x)
     assert high > 1
-    np.testing.assert_allclose(mean_ci(x, bounds=RANGES["accuracy"]), (low, 1.0), atol=TOL)
+    assert_fp64_close(mean_ci(x, bounds=RANGES["accuracy"]), (low, 1.0), terms=3, scale=1.0)
     trials = pd.DataFrame(
         {"student": "s", "task": "ioi", "method": "standard_kd", "seed": [0, 1, 2], "accuracy": x}
     )
     row = summary_table(trials).iloc[0]
-    np.testing.assert_allclose([row["accuracy_ci_low"], row["accuracy_ci_high"]], [low, 1.0],
-                               atol=TOL)  # fmt: skip
+    got = [row["accuracy_ci_low"], row["accuracy_ci_high"]]
+    assert_fp64_close(got, [low, 1.0], terms=3, scale=1.0, msg="summary")
 
 
 def test_paired_difference_pairs_by_seed():
@@ -52,10 +54,11 @@ def test_paired_difference_pairs_by_seed():
     d = np.array([0.9 - 0.1, 0.8 - 0.6, 0.85 - 0.45, 0.7 - 0.5])
     out = paired_difference(a, b)
     assert out["n_seeds"] == 4
-    np.testing.assert_allclose(out["difference"], d.mean(), atol=TOL)
-    np.testing.assert_allclose([out["ci_low"], out["ci_high"]], _t_interval(d), atol=TOL)
+    assert_fp64_close(out["difference"], d.mean(), terms=4, scale=1.0, msg="difference")
+    assert_fp64_close([out["ci_low"], out["ci_high"]], _t_interval(d), terms=4, scale=1.0)
     t = d.mean() / (d.std(ddof=1) / np.sqrt(d.size))
-    np.testing.assert_allclose(out["p_value"], 2 * stats.t.sf(abs(t), d.size - 1), atol=TOL)
+    want = 2 * stats.t.sf(abs(t), d.size - 1)
+    assert_fp64_close(out["p_value"], want, terms=4, scale=1.0, msg="p-value")
     short = paired_difference(a, b.drop(index=[0, 1]))  # seeds only one side has are dropped
     assert short["n_seeds"] == 2
 
@@ -77,7 +80,7 @@ def test_contrasts_cover_the_methods_present():
     pairs = set(zip(table.method, table.reference, strict=True))
     assert pairs == {("standard_kd", "untrained"), ("rcid", "standard_kd")}
     kd = table[(table.metric == "consistency") & (table.method == "standard_kd")].iloc[0]
-    np.testing.assert_allclose(kd.difference, 0.9, atol=TOL)
+    assert_fp64_close(kd.difference, 0.9, terms=3, scale=1.0, msg="difference")
     # the same offset on every seed (up to rounding): no spread, the interval is the value
-    np.testing.assert_allclose([kd.ci_low, kd.ci_high], [0.9, 0.9], atol=TOL)
+    assert_fp64_close([kd.ci_low, kd.ci_high], [0.9, 0.9], terms=3, scale=1.0, msg="interval")
     assert "standard_kd − untrained" in format_contrasts(table)

@@ -9,6 +9,7 @@ from scipy.linalg import orthogonal_procrustes
 
 from mechscope.distill.procrustes import centre_normalise, fit_alignments, procrustes_align
 from mechscope.errors import InputError
+from tolerance import assert_rounding_close
 
 
 def _orthonormal(rows: int, cols: int, seed: int) -> torch.Tensor:
@@ -19,8 +20,8 @@ def _orthonormal(rows: int, cols: int, seed: int) -> torch.Tensor:
     return q if rows >= cols else q.T
 
 
-# The alignment is an SVD of well-conditioned float64 matrices whose entries are at most 1:
-# 1e-5 is far above its rounding and far below any wrong map.
+# The alignment is an SVD of well-conditioned float64 matrices, returned in fp32: the cast
+# (one fp32 rounding of entries at most 1) dominates the float64 SVD's own rounding.
 
 
 def test_recovers_known_rotation():
@@ -28,7 +29,7 @@ def test_recovers_known_rotation():
     s = torch.randn(200, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     t = s @ q.T  # teacher = rotated student
     w = procrustes_align(s, t)
-    np.testing.assert_allclose(w.numpy(), q.numpy(), atol=1e-5)
+    assert_rounding_close(w, q, depth=1, scale=1.0, msg="rotation")
 
 
 def test_matches_scipy_orthogonal_procrustes():
@@ -38,7 +39,7 @@ def test_matches_scipy_orthogonal_procrustes():
     w = procrustes_align(s, t)
     r, _ = orthogonal_procrustes(centre_normalise(s).numpy(), centre_normalise(t).numpy())
     # scipy: argmin ||S R - T|| => T ≈ S R, i.e. W = R^T
-    np.testing.assert_allclose(w.numpy(), r.T, atol=1e-5)
+    assert_rounding_close(w, r.T, depth=1, scale=1.0, msg="against scipy")
 
 
 def test_rectangular_teacher_wider_recovers_map():
@@ -46,8 +47,9 @@ def test_rectangular_teacher_wider_recovers_map():
     s = torch.randn(300, 10, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
     w = procrustes_align(s, s @ w0.T)
     assert w.shape == (24, 10)
-    np.testing.assert_allclose(w.numpy(), w0.numpy(), atol=1e-5)
-    np.testing.assert_allclose((w.T @ w).numpy(), np.eye(10), atol=1e-5)
+    assert_rounding_close(w, w0, depth=1, scale=1.0, msg="map")
+    # fp32 products of 24 terms of the rounded map
+    assert_rounding_close(w.T @ w, np.eye(10), depth=1 + 24, scale=1.0, msg="orthonormal")
 
 
 def test_rectangular_student_wider_recovers_map():
@@ -55,8 +57,9 @@ def test_rectangular_student_wider_recovers_map():
     t = torch.randn(300, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
     s = t @ w0  # student vectors live in a 6-dim subspace of R^12
     w = procrustes_align(s, t)
-    np.testing.assert_allclose(w.numpy(), w0.numpy(), atol=1e-5)
-    np.testing.assert_allclose((w @ w.T).numpy(), np.eye(6), atol=1e-5)
+    assert_rounding_close(w, w0, depth=1, scale=1.0, msg="map")
+    # fp32 products of 12 terms of the rounded map
+    assert_rounding_close(w @ w.T, np.eye(6), depth=1 + 12, scale=1.0, msg="orthonormal")
 
 
 def test_solution_beats_random_semi_orthogonal_maps():

@@ -7,16 +7,17 @@ import math
 
 import numpy as np
 import pandas as pd
-import pytest
 from scipy import stats
 
 from mechscope.distill.robustness import (
+    N_RESAMPLES,
     format_robustness,
     partial_pearson,
     pearson_intervals,
     robustness_table,
 )
 from mechscope.distill.sweep import LEARN_MARGIN, format_sweep, sweep_figure, sweep_table
+from tolerance import assert_fp64_close, assert_sampling_close
 
 
 def _bivariate(n: int, rho: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -30,22 +31,30 @@ def test_fisher_interval_is_the_closed_form():
     out = pearson_intervals(x, y)
     r = float(np.corrcoef(x, y)[0, 1])
     half = stats.norm.ppf(0.975) / math.sqrt(30 - 3)
-    np.testing.assert_allclose(out["r"], r, atol=1e-12)
-    np.testing.assert_allclose(
-        [out["fisher_low"], out["fisher_high"]],
-        [math.tanh(math.atanh(r) - half), math.tanh(math.atanh(r) + half)],
-        atol=1e-12,
-    )
-    np.testing.assert_allclose(out["spearman"], stats.spearmanr(x, y).statistic, atol=1e-12)
+    # correlations are ratios of float64 sums over the 30 points, normalised to scale 1
+    assert_fp64_close(out["r"], r, terms=30, scale=1.0, msg="r")
+    want = [math.tanh(math.atanh(r) - half), math.tanh(math.atanh(r) + half)]
+    assert_fp64_close([out["fisher_low"], out["fisher_high"]], want, terms=30, scale=1.0)
+    rho = stats.spearmanr(x, y).statistic
+    assert_fp64_close(out["spearman"], rho, terms=30, scale=1.0, msg="Spearman")
     assert out["boot_low"] < r < out["boot_high"]
 
 
 def test_bootstrap_agrees_with_fisher_on_normal_data():
-    """For many bivariate-normal points both intervals estimate the same thing: 0.03."""
-    x, y = _bivariate(400, 0.5, 1)
+    """For many bivariate-normal points both intervals estimate the same endpoints, ``r ± z·sd``
+    with Fisher's ``sd = (1 − r²)/√(n − 3)``: the bootstrap's differ by its own sampling error,
+    the Monte Carlo error of a 2.5 % quantile of ``N_RESAMPLES`` resamples
+    (``√(α(1 − α)/B) / φ(z)`` sds) and that of the spread it reads off ``n`` points (an sd
+    estimated from ``n`` normal points is off by ``1/√(2n)`` of itself, ``z`` times that)."""
+    n = 400
+    x, y = _bivariate(n, 0.5, 1)
     out = pearson_intervals(x, y)
-    assert abs(out["boot_low"] - out["fisher_low"]) < 0.03
-    assert abs(out["boot_high"] - out["fisher_high"]) < 0.03
+    sd = (1 - out["r"] ** 2) / math.sqrt(n - 3)
+    alpha, z = 0.025, stats.norm.ppf(0.975)
+    monte_carlo = math.sqrt(alpha * (1 - alpha) / N_RESAMPLES) / stats.norm.pdf(z)
+    se = sd * math.hypot(monte_carlo, z / math.sqrt(2 * n))
+    got, want = [out["boot_low"], out["boot_high"]], [out["fisher_low"], out["fisher_high"]]
+    assert_sampling_close(got, want, se=se, msg="bootstrap against Fisher")
 
 
 def test_partial_correlation_matches_the_formula():
@@ -56,9 +65,13 @@ def test_partial_correlation_matches_the_formula():
     rxy, rxz, ryz = (stats.pearsonr(a, b).statistic for a, b in ((x, y), (x, z), (y, z)))
     expected = (rxy - rxz * ryz) / math.sqrt((1 - rxz**2) * (1 - ryz**2))
     r, low, high = partial_pearson(x, y, z)
-    np.testing.assert_allclose(r, expected, atol=1e-12)
+    # residuals of a least-squares fit against the formula's three correlations: float64
+    # sums over the 50 points, the formula's rounding amplified by its denominator
+    scale = 1 / math.sqrt((1 - rxz**2) * (1 - ryz**2))
+    assert_fp64_close(r, expected, terms=50, scale=scale, msg="partial r")
     half = stats.norm.ppf(0.975) / math.sqrt(50 - 4)
-    np.testing.assert_allclose(high, math.tanh(math.atanh(expected) + half), atol=1e-12)
+    want = math.tanh(math.atanh(expected) + half)
+    assert_fp64_close(high, want, terms=50, scale=scale, msg="upper end")
     assert low < r < high
 
 
@@ -108,9 +121,8 @@ def test_robustness_table_counts_distilled_students_only():
     assert row.n == 12  # 3 distilled methods x 4 seeds; untrained left out
     t = _trials()
     t = t[t["method"] != "untrained"]
-    np.testing.assert_allclose(
-        row.r, stats.pearsonr(t["consistency_mean"], t["ood_degradation"]).statistic, atol=1e-12
-    )
+    want = stats.pearsonr(t["consistency_mean"], t["ood_degradation"]).statistic
+    assert_fp64_close(row.r, want, terms=12, scale=1.0, msg="r")
     text = format_robustness(table)
     assert "Fisher" in text
     lines = text.splitlines()  # every row has the header's columns (no stray "|")
@@ -127,15 +139,12 @@ def test_sweep_differences_and_verdicts():
         m = trials[trials["method"] == method].set_index("seed")
         res = stats.ttest_rel(m["accuracy"], kd["accuracy"])
         ci = res.confidence_interval(0.95)
-        np.testing.assert_allclose(
-            [v.loc[method, "d_acc_ci_low"], v.loc[method, "d_acc_ci_high"]],
-            [ci.low, ci.high],
-            atol=1e-12,
-        )
+        got = [v.loc[method, "d_acc_ci_low"], v.loc[method, "d_acc_ci_high"]]
+        assert_fp64_close(got, [ci.low, ci.high], terms=4, scale=1.0, msg=method)
         assert v.loc[method, "learns"] == (v.loc[method, "d_acc"] >= -LEARN_MARGIN)
     assert not v.loc["rcid", "learns"] and v.loc["rcid-lm0.1", "learns"]
     assert v.loc["rcid-lm0.1", "more_mechanism"]
-    assert v.loc["rcid-lm0.1", "ratio"] == pytest.approx(0.1)
+    assert v.loc["rcid-lm0.1", "ratio"] == 0.1 / 1.0  # λ_method / λ_KL, as the table divides
     text = format_sweep(table)
     assert "rcid-lm0.1" in text and "| yes |" in text
     lines = text.splitlines()  # the gradient columns, raw and Adam-scaled, in every row
@@ -157,8 +166,7 @@ def test_no_sweep_without_variants():
 
 def test_one_seed_accuracy_gets_the_wilson_interval_over_test_pairs():
     """One finished seed: no interval over seeds, so accuracy's is Wilson over the n_test
-    pairs (checked against the closed-form Wilson score interval, 1e-9), marked in the
-    Markdown."""
+    pairs (checked against the closed-form Wilson score interval), marked in the Markdown."""
     z = stats.norm.ppf(0.975)
 
     def wilson(k: int, n: int) -> tuple[float, float]:
@@ -175,8 +183,8 @@ def test_one_seed_accuracy_gets_the_wilson_interval_over_test_pairs():
         low, high = wilson(round(acc * 64), 64)
         row = table.loc[method]
         assert row["accuracy_ci_over"] == "pairs"
-        np.testing.assert_allclose([row["accuracy_ci_low"], row["accuracy_ci_high"]],
-                                   [low, high], atol=1e-9)  # fmt: skip
+        got = [row["accuracy_ci_low"], row["accuracy_ci_high"]]
+        assert_fp64_close(got, [low, high], scale=1.0, msg=method)  # float64 formulas
         assert math.isnan(row["consistency_mean_ci_low"]) and math.isnan(row["d_acc_ci_low"])
     text = format_sweep(table.reset_index())
     assert "0.812 [" in text and "]ᵖ" in text and "Wilson" in text

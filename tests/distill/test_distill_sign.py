@@ -23,10 +23,16 @@ from mechscope.distill.config import parse_study_config
 from mechscope.distill.run import run_study
 from mechscope.models import LoadedModel
 from mechscope.runs import read_table
+from tolerance import assert_fp64_close
 
-#: Identical (or exactly negated) models run the same passes: their effects are equal (or
-#: negated) bit for bit, and a correlation of equal vectors is 1 up to float64's rounding.
-TOL = 1e-12
+
+def check_correlations(metrics: pd.Series, per_ckpt: pd.DataFrame, want: float) -> None:
+    """Identical (or exactly negated) models run the same passes: their effects are equal
+    (or negated) bit for bit, and a correlation of equal vectors is ±1 up to float64's
+    rounding of sums over the test pairs (pooled: over every checkpoint's)."""
+    n = int(metrics["n_test"])
+    assert_fp64_close(metrics["consistency"], want, terms=n * len(per_ckpt), scale=1.0)
+    assert_fp64_close(per_ckpt["consistency"], want, terms=n, scale=1.0, msg="per checkpoint")
 
 
 def save_negated(teacher: LoadedModel, folder: Path) -> None:
@@ -62,8 +68,7 @@ def run_sign_study(teacher: LoadedModel, root: Path, raw: dict) -> dict:
 
 def check_plus_one(result: tuple[pd.Series, pd.DataFrame]) -> None:
     metrics, per_ckpt = result
-    assert abs(metrics["consistency"] - 1.0) < TOL
-    np.testing.assert_allclose(per_ckpt["consistency"], 1.0, atol=TOL)
+    check_correlations(metrics, per_ckpt, 1.0)
     np.testing.assert_array_equal(per_ckpt["mean_delta_student"], per_ckpt["mean_delta_teacher"])
     assert (per_ckpt["student_layer"] == per_ckpt["teacher_layer"]).all()
     assert metrics["accuracy"] == 1.0 and metrics["steps"] == 0
@@ -71,8 +76,7 @@ def check_plus_one(result: tuple[pd.Series, pd.DataFrame]) -> None:
 
 def check_minus_one(result: tuple[pd.Series, pd.DataFrame]) -> None:
     metrics, per_ckpt = result
-    assert abs(metrics["consistency"] + 1.0) < TOL
-    np.testing.assert_allclose(per_ckpt["consistency"], -1.0, atol=TOL)
+    check_correlations(metrics, per_ckpt, -1.0)
     np.testing.assert_array_equal(per_ckpt["mean_delta_student"], -per_ckpt["mean_delta_teacher"])
     assert metrics["accuracy"] == 0.0  # every kept pair is one the teacher gets right
     assert (per_ckpt["mean_delta_teacher"].abs() > 1e-3).all()  # the effects are not all ≈ 0

@@ -13,6 +13,8 @@ from mechscope.heads.paths import (
     random_threshold_paths,
     staggered_path,
 )
+from mechscope.tolerance import rounding_tolerance
+from tolerance import assert_fp64_close, assert_within
 
 SHAPE = (4, 3)
 
@@ -29,6 +31,10 @@ def _paths():
 
 @pytest.mark.parametrize("path", _paths(), ids=lambda p: type(p).__name__)
 def test_velocity_is_the_derivative_of_the_points(path) -> None:
+    """The central difference's error: its truncation, ``h²/6`` times the third derivative
+    (at most the smoothstep ramp's ``12·(1 − b)/w³`` here; the power paths' ``p(p − 1)(p − 2)
+    t^(p−3)`` stays below it for t ≥ 0.05), and the float64 rounding of the points and of
+    ``t ± h`` (through the velocity), divided by ``2h``."""
     t = torch.linspace(0.05, 0.95, 19, dtype=torch.float64)
     h = 1e-6
     _, vel = path.points(t)
@@ -40,12 +46,16 @@ def test_velocity_is_the_derivative_of_the_points(path) -> None:
     if isinstance(path, RampPath):
         for edge in (path.onsets, path.onsets + path.window):
             ok &= (t[:, None, None] - edge[None]).abs() > 2 * h
-    torch.testing.assert_close(vel[ok], fd[ok], atol=1e-6, rtol=0)
+    third = 12 * (1 - 0.3) / 0.4**3  # the ramps of _paths: b = 0.3, w = 0.4
+    scale = 1 + float(vel.abs().max())  # |α| ≤ 1, and δt moves α by |α'|·δt
+    bound = h**2 / 6 * third + rounding_tolerance(scale, 1, torch.float64) / h
+    assert_within(vel[ok], fd[ok], bound, msg="central difference")
 
 
 @pytest.mark.parametrize("path", _paths(), ids=lambda p: type(p).__name__)
 def test_paths_end_with_every_head_on(path) -> None:
-    torch.testing.assert_close(path.end(), torch.ones(SHAPE, dtype=torch.float64))
+    # b + 1·(1 − b): float64 rounding at 1's scale
+    assert_fp64_close(path.end(), torch.ones(SHAPE, dtype=torch.float64), terms=2, scale=1.0)
 
 
 def test_start_points() -> None:
@@ -58,9 +68,9 @@ def test_start_points() -> None:
 def test_staggered_default_lambdas_are_layer_over_layers() -> None:
     path = staggered_path(SHAPE, 0.0)
     expected = 1.0 + torch.arange(SHAPE[0], dtype=torch.float64) / SHAPE[0]
-    torch.testing.assert_close(path.exponents[:, 0], expected)
+    assert torch.equal(path.exponents[:, 0], expected)  # the same float64 operations
     a, _ = path.points(torch.tensor([0.5], dtype=torch.float64))
-    torch.testing.assert_close(a[0, :, 1], 0.5**expected)
+    assert_fp64_close(a[0, :, 1], 0.5**expected, scale=1.0, msg="t^p")
 
 
 def test_random_onsets_lie_in_their_range_and_are_seeded() -> None:
@@ -78,10 +88,11 @@ def test_window_one_stays_on_the_diagonal() -> None:
     t = torch.linspace(0, 1, 11, dtype=torch.float64)
     alpha, vel = ramp.points(t)
     # every head at the same point: the joint path, reparametrised by the smoothstep
-    torch.testing.assert_close(alpha, alpha[:, :1, :1].expand_as(alpha))
+    assert torch.equal(alpha, alpha[:, :1, :1].expand_as(alpha))  # one onset: one formula
+    # the smoothstep written another way: a few float64 operations on values at most 1.5
     s = 3 * t**2 - 2 * t**3
-    torch.testing.assert_close(alpha[:, 0, 0], 0.2 + 0.8 * s)
-    torch.testing.assert_close(vel[:, 0, 0], 0.8 * 6 * t * (1 - t))
+    assert_fp64_close(alpha[:, 0, 0], 0.2 + 0.8 * s, terms=4, scale=1.5, msg="points")
+    assert_fp64_close(vel[:, 0, 0], 0.8 * 6 * t * (1 - t), terms=4, scale=1.5, msg="velocity")
 
 
 @pytest.mark.parametrize("baseline", [-0.1, 1.0, 1.5])

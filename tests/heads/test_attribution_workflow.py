@@ -21,6 +21,7 @@ from mechscope.heads.samples import HeadSample, load_samples
 from mechscope.report import DetailsBlock, FigureBlock, FindingBlock, TableBlock
 from mechscope.runs import RunDir, read_arrays, read_table
 from payload_checks import assert_same
+from tolerance import assert_fp64_close
 
 SAMPLES = [
     HeadSample("s0", "ioi", PROMPT, COMPLETION, " Mary", " John"),
@@ -53,7 +54,9 @@ def test_run_heads_writes_everything_and_resumes(tiny_llama, tmp_path) -> None:
         np.testing.assert_array_equal(arrays[kind], res.attributions[kind])
     assert list(arrays["sample_ids"]) == ["s0", "s1", "s2"]
     # importance: mean of per-sample IG oriented so that positive helps (NLL: negated)
-    np.testing.assert_allclose(arrays["importance_joint"], -arrays["joint"].mean(axis=0))
+    want = -arrays["joint"].mean(axis=0)
+    scale = float(np.abs(arrays["joint"]).max())
+    assert_fp64_close(arrays["importance_joint"], want, terms=3, scale=scale, msg="importance")
     comp = read_table(run, "heads_completeness")
     assert set(comp["path"]) == set(cfg.paths)
     assert comp[comp["path"] == "joint"]["rel_delta"].max() < 0.01
@@ -206,3 +209,27 @@ def test_per_layer_ig_ranks_and_prunes_by_default() -> None:
     assert options["path"].default.default == ["per_layer"]
     assert options["prune_by"].default.default == ["per_layer"]
     assert build_config(paths=["joint"], prune_by=["joint"]).paths == ["joint"]  # still there
+
+
+@pytest.mark.parametrize(("mode", "drawn"), [("signed", True), ("abs", False), ("relu", False)])
+def test_heatmap_intervals_only_for_the_signed_mean(mode: str, drawn: bool) -> None:
+    """The heatmap draws the samples' intervals where the importance is their signed mean
+    (the same operations on the same numbers, so equal bit for bit), not where abs or relu
+    changed some sample."""
+    import pandas as pd
+
+    from mechscope.heads.figures import attribution_figures
+    from mechscope.heads.postprocess import aggregate
+
+    x = np.random.default_rng(0).normal(size=(4, 2, 3))  # [samples, layers, heads]
+    result = HeadsResult(
+        sample_ids=[f"s{i}" for i in range(4)],
+        tasks=["t"] * 4,
+        attributions={"joint": x},
+        completeness=pd.DataFrame(),
+        diagnostics=pd.DataFrame(),
+        higher_is_better=False,
+        importance={"joint": aggregate(x, mode=mode, higher_is_better=False)},
+    )
+    heatmap = dict(attribution_figures(result))["attribution-heatmap-joint"]
+    assert (heatmap.spec.marks is not None) == drawn

@@ -18,7 +18,7 @@ from mechscope.lens.candidates_modal import load_samples
 from mechscope.lens.config import CandidatesConfig
 from mechscope.lens.run import run_candidates, select_and_prepare
 from mechscope.runs import RunDir, read_table
-from tolerance import assert_rounding_close, depth_of, logprob_scale
+from tolerance import assert_fp64_close, assert_rounding_close, depth_of, logprob_scale
 
 WORDS = ["neutral", "happy", "sad", "angry", "surprised"]
 
@@ -105,12 +105,14 @@ def test_win_rates_sum_to_one_and_match_the_scores(audio_lm, speech_dir, tmp_pat
     curves = read_table(run, "lens_candidates_curves").pivot(
         index="layer", columns="metric", values="mean"
     )
+    # shares of the 20 samples: float64 means, at 1's scale
     total = curves["win_a"] + curves["win_b"] + curves["win_other"]
-    np.testing.assert_allclose(total.to_numpy(), 1.0, atol=1e-12)
+    assert_fp64_close(total.to_numpy(), 1.0, terms=20, scale=1.0, msg="shares")
     scores = np.stack([np.asarray(s["scores"]) for s in result.samples])  # [n, L, K]
     winner = scores.argmax(-1)
     a = np.array([s["label_a"] for s in result.samples])[:, None]
-    np.testing.assert_allclose(curves["win_a"].to_numpy(), (winner == a).mean(0))
+    want = (winner == a).mean(0)
+    assert_fp64_close(curves["win_a"].to_numpy(), want, terms=20, scale=1.0, msg="wins of a")
 
 
 def test_media_sample_on_a_text_model_is_refused(tiny_text_lm, speech_dir):

@@ -43,7 +43,7 @@ def test_flips_follow_argmax():
 
 
 def test_normalized_effect():
-    assert normalized_effect(3.0, clean=5.0, corrupt=1.0) == pytest.approx(0.5)
+    assert normalized_effect(3.0, clean=5.0, corrupt=1.0) == 0.5  # 2/4: exact in binary
     assert normalized_effect(np.array([1.0, 5.0]), 5.0, 1.0).tolist() == [0.0, 1.0]
     assert np.isnan(normalized_effect(2.0, 1.0, 1.0))
 
@@ -77,7 +77,7 @@ def test_plan_chunks_is_an_optimal_partition(seed):
         parts.append(cur)
         if all(len(p) <= max_rows for p in parts):
             best = min(best, _cost(parts, layers, 5, 2.0))
-    assert _cost(chunks, layers, 5, 2.0) == pytest.approx(best)
+    assert _cost(chunks, layers, 5, 2.0) == best  # sums of whole numbers: exact
 
 
 def _cost2(chunks, layers, starts, n_layers, seq, overhead):
@@ -117,7 +117,7 @@ def test_plan_chunks_with_prefix_reuse_is_the_best_of_both_orders(seed):
         sorted(range(n), key=lambda i: (starts[i], layers[i], i)),
     ]
     best = min(_best_contiguous(o, layers, starts, n_layers, seq, max_rows, 1.0) for o in orders)
-    assert _cost2(chunks, layers, starts, n_layers, seq, 1.0) == pytest.approx(best)
+    assert _cost2(chunks, layers, starts, n_layers, seq, 1.0) == best  # whole numbers: exact
     # reusing prefixes never costs more than ignoring them
     plain = plan_chunks(layers, n_layers, max_rows, seq=seq, overhead_rows=1.0)
     assert best <= _cost2(plain, layers, starts, n_layers, seq, 1.0) + 1e-9

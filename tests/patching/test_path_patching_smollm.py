@@ -26,7 +26,7 @@ from mechscope.data.ioi import generate_ioi
 from mechscope.data.ioi_pools import TEMPLATES
 from mechscope.data.pairs import tokenize_pair
 from mechscope.patching.path import path_patch
-from tolerance import depth_of, rounding_tolerance
+from tolerance import assert_within, depth_of, rounding_tolerance
 
 pytestmark = pytest.mark.slow
 
@@ -95,10 +95,10 @@ def test_smollm2_ioi_paths_equal_the_hook_implementation(smollm2, ioi, receiver_
     got = path_patch(smollm2, ioi["pairs"], SENDERS, receivers, receiver_input, freeze_mlps=freeze)
     want = _reference(ioi, receivers or [[]], receiver_input, freeze)
     tol = ioi["tol"]
-    np.testing.assert_allclose(got.clean_logit_diff, ioi["clean"], atol=tol, rtol=0)
-    np.testing.assert_allclose(got.corrupt_logit_diff, ioi["corrupt"], atol=tol, rtol=0)
+    assert_within(got.clean_logit_diff, ioi["clean"], tol, msg="clean")
+    assert_within(got.corrupt_logit_diff, ioi["corrupt"], tol, msg="corrupt")
     np.testing.assert_array_equal(np.isnan(got.logit_diff), np.isnan(want))
-    np.testing.assert_allclose(got.logit_diff, want, atol=tol, rtol=0)
+    assert_within(got.logit_diff, want, tol, msg="paths")
 
     moved = want - ioi["clean"][:, None, None]  # [pairs, senders, receivers]
     assert np.nanmax(np.abs(moved)) > 10 * tol  # the agreement is not clean vs clean

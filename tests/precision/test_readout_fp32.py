@@ -25,6 +25,8 @@ from mechscope.engine import Engine, Read, Site
 from mechscope.engine import unembed as unembed_module
 from mechscope.engine.unembed import FinalHidden, linear_fp32, vocab_chunk
 from mechscope.models import LoadedModel, load_model
+from mechscope.tolerance import eps, rounding_tolerance
+from tolerance import assert_rounding_close, assert_within
 
 READOUT_RTOL = 1e-5
 #: Families with something particular in their head: LayerNorm with bias (gpt2), Gemma's
@@ -164,9 +166,21 @@ def test_chunked_linear_value_and_gradients(monkeypatch, bias):
     b64 = b.detach().double().requires_grad_() if b is not None else None
     ref = x64 @ w64.T + (b64 if b64 is not None else 0)
     (ref * up.double()).sum().backward()
-    torch.testing.assert_close(out.double(), ref.detach(), rtol=1e-6, atol=1e-6)
-    torch.testing.assert_close(x.grad.double(), x64.grad, rtol=1e-6, atol=1e-6)
-    # the weight's gradient is stored in the weight's dtype: bf16 rounding, 2^-9 relative
-    torch.testing.assert_close(w.grad.double(), w64.grad, rtol=2**-8, atol=1e-6)
-    if b is not None:
-        torch.testing.assert_close(b.grad.double(), b64.grad, rtol=2**-8, atol=1e-6)
+    # each fp32 product is one matmul stage per chunk, rounded at its terms' magnitude
+    terms = x64.detach().abs() @ w64.detach().abs().T  # [2, 3, 67]: Σ|x_i w_i|
+    bias = float(b64.detach().abs().max()) if b64 is not None else 0.0
+    assert_rounding_close(out, ref.detach(), depth=1, scale=float(terms.max()) + bias, msg="out")
+    chunks = -(-67 // vocab_chunk(w))  # x's gradient: the chunks' partial products added up
+    scale = float((up.double().abs() @ w64.detach().abs()).max())
+    assert_rounding_close(x.grad, x64.grad, depth=chunks, scale=scale, msg="x gradient")
+    # the weight's and the bias's gradients: fp32 sums over the 6 rows (one stage), stored
+    # in the weight's dtype: one bf16 rounding, at most half an ulp (eps/2 of the value)
+    half_ulp = 0.5 * eps(torch.bfloat16)
+    rows = up.double().abs().reshape(-1, 67)  # [6, vocab]
+    cases = [("weight", w.grad, w64.grad, rows.T @ x64.detach().abs().reshape(-1, 16))]
+    if b is not None and b64 is not None:
+        cases.append(("bias", b.grad, b64.grad, rows.sum(0)))
+    for name, got, want, terms in cases:  # terms: the sums' Σ|terms|
+        t32 = rounding_tolerance(float(terms.max()), 1)  # the fp32 sum's
+        bound = half_ulp * (want.abs() + t32) + t32
+        assert_within(got.double(), want, bound, msg=f"{name} gradient")

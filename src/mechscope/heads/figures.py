@@ -158,8 +158,10 @@ def attribution_figures(result: HeadsResult) -> list[tuple[str, Figure]]:
         per_sample = None
         if kind in result.attributions:  # signed IG: the mean of the oriented samples
             per_sample = orient(result.attributions[kind], result.higher_is_better)
-            if not np.allclose(per_sample.mean(axis=0), importance, equal_nan=True):
-                per_sample = None  # aggregated otherwise (abs, relu): no interval to draw
+            # aggregate's signed mean is these operations on these numbers: equal bit for
+            # bit; abs or relu changed some sample (no interval of the samples to draw)
+            if not np.array_equal(per_sample.mean(axis=0), importance, equal_nan=True):
+                per_sample = None
         title = f"Head importance: {kind} IG" if kind != "gradient" else "Head importance: gradient"
         out.append(
             (f"attribution-heatmap-{kind}", head_heatmap(importance, title, what, per_sample))
