@@ -95,8 +95,9 @@ def lens_logit_scale(engine: Any, ids: Any) -> float:
 def assert_within(got: Any, ref: Any, bound: Any, *, msg: str = "") -> float:
     """Assert ``|got − ref| ≤ bound`` entry by entry (NaN on both sides equal); return the
     largest ``|got − ref| / bound``."""
-    g, r = np.asarray(got, dtype=np.float64), np.asarray(ref, dtype=np.float64)
-    b = np.broadcast_to(np.asarray(bound, dtype=np.float64), g.shape)
+    g, r, b = np.broadcast_arrays(
+        *(np.asarray(x, dtype=np.float64) for x in (_host(got), _host(ref), _host(bound)))
+    )
     same = (g == r) | (np.isnan(g) & np.isnan(r))
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = np.where(same, 0.0, np.nan_to_num(np.abs(g - r), nan=np.inf, posinf=np.inf) / b)
@@ -107,6 +108,11 @@ def assert_within(got: Any, ref: Any, bound: Any, *, msg: str = "") -> float:
         _log(msg, err, float(b[i]) if np.isfinite(b[i]) else 0.0)
     assert worst <= 1, f"{msg}: off by {worst:.3g} times the bound at {i}"
     return worst
+
+
+def _host(x: Any) -> Any:
+    """A tensor as a float64 numpy array (any device, any dtype); anything else as it is."""
+    return x.detach().double().cpu().numpy() if isinstance(x, torch.Tensor) else x
 
 
 def _shape(x: Any) -> tuple[int, ...]:
