@@ -87,6 +87,7 @@ def steering_section(run: RunDir) -> list[Block] | None:
                     TableBlock(
                         generations,
                         "greedy continuations at each α (α = 0: unsteered)",
+                        title="Greedy continuations at each α",
                         prose=list(generations.columns),  # prompts and what the model wrote
                     )
                 ],
