@@ -8,8 +8,13 @@ run directory instead (e.g. the full demo on smollm2-135m); ``$MECHSCOPE_E2E_PAR
 by Playwright's Python API; without either the browser tests skip and say which is missing
 (``scripts/install_browser.sh``, run by ``make test``, installs Chromium).
 
-With pytest-xdist the model and the demo are built once for all workers (a file lock in
-the session's shared temporary folder).
+The layout test also reads two more reports: the parts that print what the model wrote
+(overview, steering, anchors) on the demo model trained from another seed, so it passes for
+more than the text one model on one processor happens to write; and the adversarial-text
+demo (``adversarial_demo.py``: 40-character tokens, CJK and emoji in its samples).
+
+With pytest-xdist each model and demo is built once for all workers (a file lock in the
+session's shared temporary folder).
 """
 
 from __future__ import annotations
@@ -17,11 +22,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+from adversarial_demo import PARTS as ADVERSARIAL_PARTS
 from browser_helpers import (
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -35,6 +42,9 @@ from browser_helpers import (
 from demo_helpers import demo_command, demo_env
 from demo_model import save_demo_model
 from filelock import FileLock
+
+HERE = Path(__file__).parent
+SEED_PARTS = ["overview", "steering", "anchors"]  # the parts whose tables hold generated text
 
 
 def _shared_root(tmp_path_factory) -> Path:
@@ -62,12 +72,15 @@ def demo_run(tmp_path_factory) -> Path:
         if not (Path(given) / "report.html").is_file():
             pytest.fail(f"MECHSCOPE_E2E_RUN={given} has no report.html")
         return Path(given)
-    root = _shared_root(tmp_path_factory)
-    out = root / "e2e-demo"
-    with FileLock(str(root / "e2e-demo.lock")):
+    out = _shared_root(tmp_path_factory) / "e2e-demo"
+    return _built(out, lambda: demo_command(out, _model_dir(tmp_path_factory), _parts()))
+
+
+def _built(out: Path, command) -> Path:
+    """``out``, a finished demo: run ``command()`` once for all workers unless it is there."""
+    with FileLock(f"{out}.lock"):
         if not (out / "report.html").is_file():
-            model = _model_dir(tmp_path_factory)
-            cmd = demo_command(out, model, _parts())
+            cmd = [str(part) for part in command()]
             done = subprocess.run(
                 cmd, env=demo_env(), capture_output=True, text=True, timeout=900, check=False
             )
@@ -76,15 +89,16 @@ def demo_run(tmp_path_factory) -> Path:
     return out
 
 
-def _model_dir(tmp_path_factory) -> Path:
-    """Build the tiny demo model once for all workers (written aside, then renamed)."""
+def _model_dir(tmp_path_factory, seed: int = 0) -> Path:
+    """Build the tiny demo model (from ``seed``) once for all workers (written aside, then
+    renamed)."""
     root = _shared_root(tmp_path_factory)
-    path = root / "e2e-model"
-    with FileLock(str(root / "e2e-model.lock")):
+    path = root / ("e2e-model" if seed == 0 else f"e2e-model-seed-{seed}")
+    with FileLock(f"{path}.lock"):
         if not (path / "config.json").is_file():
-            tmp = root / "e2e-model.tmp"
+            tmp = path.with_name(f"{path.name}.tmp")
             shutil.rmtree(tmp, ignore_errors=True)
-            save_demo_model(tmp)
+            save_demo_model(tmp, seed)
             tmp.rename(path)
     return path
 
@@ -92,8 +106,31 @@ def _model_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def demo_report(demo_run: Path) -> Report:
     """The demo's ``report.html`` and the parts its config says it ran."""
-    config = yaml.safe_load((demo_run / "config.yaml").read_text(encoding="utf-8")) or {}
-    return Report(demo_run / "report.html", tuple(config.get("parts") or ()))
+    return _report(demo_run)
+
+
+def _report(run: Path) -> Report:
+    config = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8")) or {}
+    return Report(run / "report.html", tuple(config.get("parts") or ()))
+
+
+@pytest.fixture(scope="session")
+def seed_report(tmp_path_factory) -> Report:
+    """The parts of the quick demo that show what the model wrote, on the demo model trained
+    from seed 1: other predictions, continuations and reasoning traces."""
+    out = _shared_root(tmp_path_factory) / "e2e-demo-seed-1"
+    return _report(
+        _built(out, lambda: demo_command(out, _model_dir(tmp_path_factory, 1), SEED_PARTS))
+    )
+
+
+@pytest.fixture(scope="session")
+def adversarial_report(tmp_path_factory) -> Report:
+    """The adversarial-text demo (``adversarial_demo.py``), its model built with it."""
+    out = _shared_root(tmp_path_factory) / "e2e-adversarial"
+    report = _report(_built(out, lambda: [sys.executable, HERE / "adversarial_demo.py", out]))
+    assert report.parts == ADVERSARIAL_PARTS
+    return report
 
 
 def _chromium_runs() -> str | None:

@@ -15,19 +15,16 @@ reasoning, one sentence per line. It is saved as a Hugging Face directory that
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 import transformers
-from tokenizers import Tokenizer, models
+from tokenizers import AddedToken, Tokenizer, models
 from transformers import PreTrainedTokenizerFast
 
-from mechscope.anchors.samples import (
-    EXAMPLE_CLOSE,
-    _asset,
-    demo_problems,
-    reasoning_prompt,
-)
+from mechscope.anchors import samples as anchors_samples
+from mechscope.anchors.samples import EXAMPLE_CLOSE, demo_problems, reasoning_prompt
 from mechscope.data.ioi_pools import HELDOUT_NAMES, NAMES, OBJECTS, PLACES
 from mechscope.models import tiny
 
@@ -38,7 +35,7 @@ STEPS = 80
 
 def worked_reasoning() -> str:
     """The anchors prompt's worked example as the model should continue after ``<think>``."""
-    ex = _asset()["example"]
+    ex = anchors_samples._asset()["example"]
     return f"{ex['reasoning']}{EXAMPLE_CLOSE}\n\nThe final answer is \\boxed{{{ex['gold']}}}."
 
 
@@ -56,9 +53,17 @@ def demo_tokenizer() -> PreTrainedTokenizerFast:
     return tiny.train_bpe_tokenizer(texts, VOCAB)
 
 
-def save_demo_model(path: Path, seed: int = 0) -> Path:
-    """Write the model and tokenizer to ``path`` (a directory) and return it."""
+def save_demo_model(
+    path: Path, seed: int = 0, *, added_tokens: Sequence[str] = (), texts: Sequence[str] = ()
+) -> Path:
+    """Write the model and tokenizer to ``path`` (a directory) and return it.
+
+    ``added_tokens`` become tokens of their own (however long, whatever their script) and
+    ``texts`` are learned with the anchors texts: the adversarial-text demo's model
+    (``adversarial_demo.py``) writes them back.
+    """
     tokenizer = demo_tokenizer()
+    tokenizer.add_tokens([AddedToken(t, lstrip=True, normalized=False) for t in added_tokens])
     config = transformers.LlamaConfig(
         hidden_size=64,
         intermediate_size=128,
@@ -74,15 +79,18 @@ def save_demo_model(path: Path, seed: int = 0) -> Path:
     )
     torch.manual_seed(seed)
     model = transformers.LlamaForCausalLM(config)
-    learn_to_reason(model, tokenizer)
+    learn_to_reason(model, tokenizer, texts)
     model.eval().save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
 
 
-def learn_to_reason(model: transformers.LlamaForCausalLM, tokenizer, steps: int = STEPS) -> None:
-    """Fit the anchors texts (next-token loss on every token), seeded: a few seconds."""
-    texts = reasoning_texts(tokenizer)
+def learn_to_reason(
+    model: transformers.LlamaForCausalLM, tokenizer, extra: Sequence[str] = (), steps: int = STEPS
+) -> None:
+    """Fit the anchors texts and ``extra`` (next-token loss on every token), seeded: a few
+    seconds."""
+    texts = reasoning_texts(tokenizer) + list(extra)
     batch = tokenizer(texts, return_tensors="pt", padding=True)
     labels = batch.input_ids.masked_fill(batch.attention_mask == 0, -100)
     optim = torch.optim.Adam(model.parameters(), lr=1e-2)

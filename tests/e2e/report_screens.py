@@ -36,6 +36,18 @@ LAYOUT_JS = """() => [...document.querySelectorAll('main > section')].map(s => {
 })"""
 
 
+#: Marks the widest data table (the one with more columns on a tie) and returns its width.
+WIDEST_TABLE_JS = """() => {
+  let best = null, key = [-1, -1];
+  for (const t of document.querySelectorAll('main table.data')) {
+    const k = [Math.round(t.getBoundingClientRect().width), t.rows[0].cells.length];
+    if (k[0] > key[0] || (k[0] === key[0] && k[1] > key[1])) { best = t; key = k; }
+  }
+  if (best) best.closest('details').setAttribute('data-widest-table', '');
+  return key[0];
+}"""
+
+
 def page_height(page) -> int:
     """The document's height in CSS pixels."""
     return int(page.evaluate("() => document.documentElement.scrollHeight"))
@@ -65,6 +77,16 @@ def capture(page, out: Path) -> dict:
     page.evaluate("() => window.scrollTo(0, 0)")
     (out / "layout.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
     return record
+
+
+def widest_table(page, path: Path) -> None:
+    """A screenshot of the widest data table with its title and caption (its disclosure must
+    be open), to ``path``; none when the report has no table."""
+    if page.evaluate(WIDEST_TABLE_JS) < 0:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    page.mouse.move(0, 0)
+    page.locator("[data-widest-table]").first.screenshot(path=str(path))
 
 
 def open_report(browser, report: Path):

@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 
 import pandas as pd
 
-from mechscope.report.render_blocks import table_html
+from mechscope.report.render_table import table_html
 
 
 class _Cells(HTMLParser):

@@ -16,8 +16,10 @@ import pandas as pd
 from mechscope.anchors.result import ReceiverResult, ResamplingResult, SuppressionResult
 from mechscope.anchors.taxonomy import CATEGORIES
 from mechscope.report import Edge, Figure, Node, Series, bars, curves, graph, heatmap
+from mechscope.report.text_fit import cut
 from mechscope.stats import mean_ci as stats_mean_ci
 
+SENTENCE_HOVER_WIDTH = 240  # a sentence in a node's hover label (wrapped into lines)
 IMPORTANCE_COLUMNS = (
     "counterfactual_importance_kl",
     "resampling_importance_kl",
@@ -234,7 +236,8 @@ def sentence_graph(
             str(i),
             float(size[i]),
             categories[i],
-            f"{i} [{categories[i]}] {texts[i][:120]}\nimportance: {imp[i]:.3g}",
+            f"{i} [{categories[i]}] {cut(texts[i], SENTENCE_HOVER_WIDTH)}\n"
+            f"importance: {imp[i]:.3g}",
         )
         for i in range(n)
     ]

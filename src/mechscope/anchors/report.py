@@ -68,6 +68,7 @@ def _blackbox(result: ResamplingResult) -> Part:
             "table's file).",
             title="Per-chunk metrics",
             source=f"tables/{CHUNKS_TABLE}.parquet",
+            prose=["text"],  # the sentence; trace ids and categories stay on one line
         )
     )
     return part

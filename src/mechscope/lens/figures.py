@@ -19,6 +19,7 @@ import pandas as pd
 
 from mechscope.lens.result import CandidateResult, DiffResult
 from mechscope.report import Figure, Series, curves, heatmap
+from mechscope.report.text_fit import cut
 
 LABELS = {
     "dnll": "ΔNLL ({a} − {b}, nats)",
@@ -29,6 +30,7 @@ LABELS = {
     "nll_b": "NLL under {b} (nats)",
 }
 Names = tuple[str, str] | None  # the conditions A and B, by name
+TOKEN_WIDTH = 12  # a token beside its index under a heatmap column of a few pixels
 
 
 def label(metric: str, names: Names = None) -> str:
@@ -46,9 +48,10 @@ def _axis_labels(texts: list[str]) -> list[str]:
 
 
 def _shown(text: str) -> str:
-    """A token's text for an axis label: at most 12 characters, whitespace made visible."""
+    """A token's text for an axis label: at most :data:`TOKEN_WIDTH` columns, whitespace
+    made visible (the hover label gives the whole token)."""
     t = text.strip() or text.replace("\n", "⏎").replace(" ", "·")
-    return t[:12]
+    return cut(t, TOKEN_WIDTH)
 
 
 def sample_heatmap(

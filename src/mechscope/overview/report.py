@@ -55,6 +55,9 @@ def overview_section(run: RunDir) -> list:
     )
     last = df[df.layer == df.layer.max()][["prompt", "target", "target_prob"]]
     final = TableBlock(
-        last, caption="The model's final prediction per prompt.", source=f"tables/{TABLE}.parquet"
+        last,
+        caption="The model's final prediction per prompt.",
+        source=f"tables/{TABLE}.parquet",
+        prose=["prompt"],
     )
     return [FindingBlock(overview_finding(df)), FigureBlock(fig, name="overview-logit-lens"), final]

@@ -83,10 +83,3 @@ def line_node_sizes(sizes: list[float], width: float, biggest: float = 40.0) -> 
     low = max(1.5, min(12.0, 0.35 * high))
     largest = max(sizes, default=0.0)
     return [node_size(s, largest, low, high) for s in sizes]
-
-
-def short_label(text: str, limit: int = 40) -> str:
-    """``text`` cut to ``limit`` characters with an ellipsis: tick labels never push a plot
-    off its figure (the full text stays in the hover label or the table)."""
-    text = str(text)
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"

@@ -7,7 +7,6 @@ so sections nest figures, tables and prose behind ``<details>`` as deep as they 
 from __future__ import annotations
 
 import ast
-import itertools
 import json
 import math
 import re
@@ -15,11 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import plotly.io as pio
 from markupsafe import Markup, escape
-from pandas.api.types import is_numeric_dtype
 
+from mechscope.report.render_table import table_html
 from mechscope.report.sections import (
     Block,
     DetailsBlock,
@@ -29,14 +27,11 @@ from mechscope.report.sections import (
     TableBlock,
     TextBlock,
 )
+from mechscope.report.text_fit import cut
 from mechscope.runs.rundir import check_name
 
-_TD = re.compile(r"<(td)>")
-_TH = re.compile(r"<(th)>")
-_TEXT = {"td": '<td class="text">', "th": '<th class="text">'}
-_ROW = re.compile(r"<tr\b.*?</tr>", re.S)
 _PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
-SHORT_TEXT = 32  # a text column no longer than this never wraps (ids, names, categories)
+SUMMARY_WIDTH = 110  # a table's title taken from its caption's first sentence
 _FIRST_SENTENCE = re.compile(r"^(.+?[.:;])(\s|$)")
 
 
@@ -95,70 +90,6 @@ def kv_html(items: Mapping[str, Any]) -> Markup:
     return Markup(f'<table class="kv"><tbody>{rows}</tbody></table>')
 
 
-def table_html(df: pd.DataFrame, max_rows: int) -> tuple[Markup, str]:
-    """The first ``max_rows`` rows as an HTML table, and a note on rows left out.
-
-    Text columns are marked ``class="text"`` (left-aligned) so that prompts and names read
-    naturally while numbers stay right-aligned in their columns; short ones (ids, names,
-    categories) never wrap, long ones (prompts) wrap at a readable width. Headers may break
-    after an underscore, so a wide table stays within the page.
-    """
-    shown = df.head(max_rows)
-    keep_index = not isinstance(df.index, pd.RangeIndex)
-    if not keep_index and any(n is not None for n in shown.columns.names):
-        # pandas draws an empty index column for a named column axis even with index=False.
-        shown = shown.copy()
-        shown.columns.names = [None] * shown.columns.nlevels
-    body = shown.to_html(
-        index=keep_index,
-        border=0,
-        classes="data",
-        na_rep="–",
-        float_format=lambda v: f"{v:.4g}",
-        escape=True,
-    )
-    text_cols = [i for i, dtype in enumerate(shown.dtypes) if not is_numeric_dtype(dtype)]
-    long_cols = [i for i in text_cols if shown.iloc[:, i].astype(str).str.len().max() > SHORT_TEXT]
-    flat = shown.columns.nlevels == 1
-    body = _mark_text_columns(body, text_cols, set(long_cols), len(shown.columns), flat)
-    head, sep, rest = body.partition("</thead>")
-    body = head.replace("_", "_<wbr>") + sep + rest
-    note = f"Showing {len(shown)} of {len(df)} rows." if len(df) > len(shown) else ""
-    return Markup(body), note
-
-
-def _mark_text_columns(body: str, cols: list[int], long: set[int], n_cols: int, flat: bool) -> str:
-    """Add ``class="text"`` (``"text long"`` for the ``long`` ones) to the cells (and, for flat
-    columns, headers) of ``cols``.
-
-    In pandas' HTML every data cell is a bare ``<td>`` and index cells are ``<th>``, so the
-    k-th ``<td>`` of a body row is column k whatever the index looks like; in the first
-    header row the last ``n_cols`` headers are the columns'.
-    """
-    if not cols:
-        return body
-    wanted = set(cols)
-
-    def tag(kind: str, col: int) -> str:
-        return _TEXT[kind].replace('"text"', '"text long"') if col in long else _TEXT[kind]
-
-    def mark(row: str, cell: re.Pattern, first: int) -> str:
-        position = itertools.count(first)
-
-        def one(m: re.Match) -> str:
-            col = next(position)
-            return tag(m.group(1), col) if col in wanted else m[0]
-
-        return cell.sub(one, row)
-
-    head, sep, rest = body.partition("<tbody>")
-    rest = _ROW.sub(lambda row: mark(row[0], _TD, 0), rest)
-    if flat:
-        n_th = len(_TH.findall(_ROW.search(head)[0]))
-        head = _ROW.sub(lambda row: mark(row[0], _TH, n_cols - n_th), head, count=1)
-    return head + sep + rest
-
-
 def figure_html(block: FigureBlock, div_id: str, static_dir: Path | None, stem: str) -> Markup:
     """The figure: its plotly div (no plotly.js in it), its caption and, if asked, links to
     its static PNG/SVG/PDF copies."""
@@ -187,7 +118,7 @@ def figure_html(block: FigureBlock, div_id: str, static_dir: Path | None, stem: 
 
 def table_block_html(block: TableBlock) -> Markup:
     """A table behind a disclosure: its title and row count, then caption, rows and note."""
-    body, note = table_html(block.df, block.max_rows)
+    body, note = table_html(block.df, block.max_rows, block.prose)
     if note and block.source:
         note += f" All rows: {block.source}."
     title = block.title or _first_sentence(block.caption) or "Table"
@@ -201,10 +132,11 @@ def table_block_html(block: TableBlock) -> Markup:
     return Markup(f'<details class="block table">{"".join(parts)}</details>')
 
 
-def _first_sentence(text: str, limit: int = 110) -> str:
+def _first_sentence(text: str) -> str:
+    """The caption's first sentence, cut to :data:`SUMMARY_WIDTH` (the caption itself is
+    shown whole once the table is open)."""
     m = _FIRST_SENTENCE.match(text.strip())
-    first = (m.group(1) if m else text.strip()).rstrip(".:;")
-    return first if len(first) <= limit else first[: limit - 1].rstrip() + "…"
+    return cut((m.group(1) if m else text.strip()).rstrip(".:;"), SUMMARY_WIDTH)
 
 
 def render_block(block: Block, section_key: str, index: str, static_dir: Path | None) -> Markup:

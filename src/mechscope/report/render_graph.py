@@ -3,7 +3,9 @@ for papers. Layouts are deterministic (:mod:`mechscope.report.layout`).
 
 On a line layout (sentences in order) edges are arcs that rise above the row and run left
 to right, so no arrowheads are drawn; nodes are no wider than the gap between neighbours,
-and only the nodes the figure names are labelled, so a row of hundreds stays legible.
+and only the nodes the figure names are labelled, so a row of hundreds stays legible. Node
+labels and legend entries are cut (:func:`~mechscope.report.text_fit.cut`); a node's hover
+label gives its whole text.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from mechscope.report.layout import (
 )
 from mechscope.report.plotly_text import esc, esc_hover, rgba
 from mechscope.report.style import NEGATIVE_COLOR, POSITIVE_COLOR, color_for
+from mechscope.report.text_fit import cut
 
 GRAPH_WIDTH_PX = 1000  # about the report's figure width: the spacing of a row of nodes
 
@@ -98,11 +101,11 @@ def graph_plotly(spec: GraphSpec) -> go.Figure:
                 x=[pos[n.id][0] for n in members],
                 y=[pos[n.id][1] for n in members],
                 mode="markers+text",
-                text=[esc(n.label) if k else "" for n, k in zip(members, shown, strict=True)],
+                text=[esc(cut(n.label)) if k else "" for n, k in zip(members, shown, strict=True)],
                 textposition="bottom center" if spec.curved else "top center",
                 hovertext=[esc_hover(n.hover or n.label) for n in members],
                 hoverinfo="text",
-                name=esc(g) or "nodes",
+                name=esc(cut(g)) or "nodes",
                 marker={
                     "size": [diameters[n.id] for n in members],
                     "color": color_for(i),
@@ -155,7 +158,7 @@ def graph_static(spec: GraphSpec, fig: MplFigure) -> None:
                 continue
             below = -1 if spec.curved else 1  # arcs rise above a line of nodes
             ax.annotate(
-                n.label,
+                cut(n.label),
                 pos[n.id],
                 fontsize=7,
                 ha="center",
@@ -164,7 +167,8 @@ def graph_static(spec: GraphSpec, fig: MplFigure) -> None:
                 xytext=(0, below * (d / 2 + 1)),
                 textcoords="offset points",
             )
-        handles.append(Line2D([], [], marker="o", ls="", color=color_for(i), label=g or "nodes"))
+        label = cut(g) or "nodes"
+        handles.append(Line2D([], [], marker="o", ls="", color=color_for(i), label=label))
     if not spec.curved:
         ax.set_aspect("equal", adjustable="datalim")
     ax.axis("off")

@@ -2,13 +2,14 @@
 
 Every string from the caller (tick labels, names, titles, hover texts) is plain text
 and is escaped: tokens such as ``<s>`` or ``</b>`` must show as written, not as plotly
-markup. In hover texts a newline starts a new line.
+markup. In hover texts a newline starts a new line. Labels (ticks, legend entries, panel
+titles) are cut by :func:`~mechscope.report.text_fit.cut` with their whole text in the hover
+label; titles are wrapped, since plotly wraps none of them.
 """
 
 from __future__ import annotations
 
 import math
-import textwrap
 from functools import singledispatch
 
 import numpy as np
@@ -23,8 +24,17 @@ from mechscope.report.figure import (
     PanelsSpec,
     ScatterSpec,
 )
-from mechscope.report.layout import short_label
-from mechscope.report.plotly_text import esc, esc_hover, rgba
+from mechscope.report.plotly_text import (
+    COLORBAR_TITLE_CHARS,
+    Y_TITLE_CHARS,
+    axis_title,
+    category_ticks,
+    esc,
+    esc_hover,
+    legend_name,
+    rgba,
+    ticks,
+)
 from mechscope.report.render_graph import graph_plotly
 from mechscope.report.style import (
     BAND_ALPHA,
@@ -35,20 +45,11 @@ from mechscope.report.style import (
     color_for,
     plotly_template,
 )
+from mechscope.report.text_fit import cut, wrap
 
 TEMPLATE = plotly_template()
-MAX_TICKS = 80
 TITLE_SIZE = 14  # px
 TITLE_CHARS = 62  # about 480 px at TITLE_SIZE: a title line fits a figure half the page wide
-X_TITLE_CHARS = 44  # an x-axis title under a half-width plot beside long category labels
-Y_TITLE_CHARS = 36  # about 280 px: a y-axis title line fits along a short plot
-
-
-def axis_title(text: str, limit: int = X_TITLE_CHARS) -> str:
-    """An escaped axis title broken into lines of at most ``limit`` characters: plotly
-    never wraps one, and a long title would run past a half-width figure (a y title, along a
-    plot a few hundred pixels tall, gets a smaller ``limit``)."""
-    return "<br>".join(esc(line) for line in textwrap.wrap(text, limit)) or ""
 
 
 def _range(spec: HeatmapSpec) -> dict:
@@ -58,20 +59,12 @@ def _range(spec: HeatmapSpec) -> dict:
     return {"zmin": spec.zmid - spec.spread, "zmax": spec.zmid + spec.spread}
 
 
-def _ticks(labels: list[str]) -> dict:
-    """Tick values at every index (thinned beyond ``MAX_TICKS``); labels escaped."""
-    step = max(1, math.ceil(len(labels) / MAX_TICKS))
-    idx = list(range(0, len(labels), step))
-    text = [esc(short_label(labels[i])) for i in idx]
-    return {"tickmode": "array", "tickvals": idx, "ticktext": text}
-
-
 def render_plotly(figure: Figure) -> go.Figure:
     """The plotly figure of ``figure`` (title and shared styling applied). A long title is
     broken into lines that fit half the report's width (figures sit two by two behind a
     disclosure), since plotly never wraps a title and would draw it past the figure."""
     fig = _render(figure.spec)
-    lines = textwrap.wrap(figure.title, TITLE_CHARS) or [figure.title]
+    lines = wrap(figure.title, TITLE_CHARS) or [figure.title]
     title = {"text": "<br>".join(esc(line) for line in lines), "x": 0.0, "xanchor": "left"}
     fig.update_layout(template=TEMPLATE, title=title | {"font": {"size": TITLE_SIZE}})
     fig.update_layout(margin={"t": 30 + 20 * len(lines)})
@@ -90,7 +83,7 @@ def _heatmap(spec: HeatmapSpec) -> go.Figure:
     rows, cols = spec.z.shape
     text = [
         [
-            f"{esc(spec.y_labels[r])} · {esc(spec.x_labels[c])}"
+            esc_hover(f"{spec.y_labels[r]} · {spec.x_labels[c]}")
             + (f"<br>{esc_hover(spec.hover_text[r][c])}" if spec.hover_text is not None else "")
             for c in range(cols)
         ]
@@ -106,7 +99,7 @@ def _heatmap(spec: HeatmapSpec) -> go.Figure:
         colorscale=DIVERGING_PLOTLY if spec.diverging else SEQUENTIAL_PLOTLY,
         zmid=spec.zmid if spec.diverging else None,
         **_range(spec),
-        colorbar={"title": {"text": "<br>".join(map(esc, textwrap.wrap(spec.colorbar_title, 18)))}},
+        colorbar={"title": {"text": axis_title(spec.colorbar_title, COLORBAR_TITLE_CHARS)}},
     )
     fig = go.Figure(trace)
     if spec.marks is not None and spec.marks.any():
@@ -117,7 +110,7 @@ def _heatmap(spec: HeatmapSpec) -> go.Figure:
                 y=r,
                 mode="markers",
                 marker={"color": MARK_COLOR, "size": max(3, min(8, 240 // max(rows, cols)))},
-                name=esc(spec.mark_label) or "marked",
+                name=legend_name(spec.mark_label) or "marked",
                 hoverinfo="skip",
                 showlegend=bool(spec.mark_label),
             )
@@ -131,13 +124,13 @@ def _heatmap(spec: HeatmapSpec) -> go.Figure:
         title_text=axis_title(spec.x_title),
         range=[-0.5, cols - 0.5],
         **cells,
-        **_ticks(spec.x_labels),
+        **ticks(spec.x_labels),
     )
     fig.update_yaxes(
         title_text=axis_title(spec.y_title, Y_TITLE_CHARS),
         range=[rows - 0.5, -0.5],  # row 0 at the top
         **cells,
-        **_ticks(spec.y_labels),
+        **ticks(spec.y_labels),
     )
     fig.update_layout(height=int(min(760, max(320, 160 + 18 * rows))))
     return fig
@@ -149,7 +142,7 @@ def _curves(spec: CurvesSpec) -> go.Figure:
     seen_groups: set[str] = set()
     for i, s in enumerate(spec.series):
         group = s.group or s.name
-        title = esc(s.group) if s.group and s.group not in seen_groups else None
+        title = legend_name(s.group) if s.group and s.group not in seen_groups else None
         seen_groups.add(group)
         for trace in _line_traces(list(spec.x), s, color_for(i), group):
             fig.add_trace(trace)
@@ -157,6 +150,8 @@ def _curves(spec: CurvesSpec) -> go.Figure:
     if spec.hline is not None:
         fig.add_hline(y=spec.hline, line_dash="dash", line_color=MUTED_COLOR, line_width=1)
     fig.update_xaxes(title_text=axis_title(spec.x_title))
+    if spec.x and isinstance(spec.x[0], str):
+        fig.update_xaxes(**category_ticks(list(spec.x)))
     fig.update_yaxes(title_text=axis_title(spec.y_title, Y_TITLE_CHARS))
     fig.update_layout(height=440, legend={"groupclick": "togglegroup"})
     return fig
@@ -165,8 +160,10 @@ def _curves(spec: CurvesSpec) -> go.Figure:
 def _line_traces(
     x: list, s, color: str, group: str, *, legend: bool = True, axes: dict | None = None
 ) -> list[go.Scatter]:
-    """A series' band (if any) and its line; ``axes`` places them in a subplot."""
+    """A series' band (if any) and its line; ``axes`` places them in a subplot. Category
+    values of ``x`` are escaped, as their ticks are (``category_ticks``)."""
     where = axes or {}
+    x = [esc(v) if isinstance(v, str) else v for v in x]
     mean = np.asarray(s.mean)
     out, custom, interval = [], None, ""
     if s.low is not None and s.high is not None:
@@ -195,7 +192,7 @@ def _line_traces(
             x=x,
             y=mean,
             mode="lines+markers" if len(x) <= 60 else "lines",
-            name=esc(s.name),
+            name=legend_name(s.name),
             legendgroup=group,
             showlegend=legend,
             line={"color": color, "width": 2},
@@ -215,7 +212,7 @@ def _panels(spec: PanelsSpec) -> go.Figure:
     n = len(spec.panels)
     ncols = min(n, 3)
     nrows = math.ceil(n / ncols)
-    titles = [esc(short_label(t, 40)) for t, _ in spec.panels]
+    titles = [esc(cut(t)) for t, _ in spec.panels]
     fig = make_subplots(
         nrows, ncols, shared_xaxes=True, shared_yaxes=True, subplot_titles=titles,
         horizontal_spacing=0.04, vertical_spacing=0.12,
@@ -235,6 +232,11 @@ def _panels(spec: PanelsSpec) -> go.Figure:
                 y=spec.hline, line_dash="dash", line_color=MUTED_COLOR, line_width=1,
                 row=row, col=col,
             )  # fmt: skip
+    for annotation, (title, _) in zip(fig.layout.annotations, spec.panels, strict=False):
+        if cut(title) != title:  # a cut panel title shows whole on hover
+            annotation.hovertext = esc(title)
+    if spec.x and isinstance(spec.x[0], str):
+        fig.update_xaxes(**category_ticks(list(spec.x)))
     fig.update_xaxes(title_text=axis_title(spec.x_title), row=nrows)
     fig.update_yaxes(title_text=axis_title(spec.y_title, Y_TITLE_CHARS), col=1)
     legend = {"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0}
@@ -246,6 +248,7 @@ def _panels(spec: PanelsSpec) -> go.Figure:
 def _bars(spec: BarsSpec) -> go.Figure:
     fig = go.Figure()
     cats = [esc(c) for c in spec.categories]
+    hover = "%{y}: %{x:.4g}" if spec.horizontal else "%{x}: %{y:.4g}"
     for i, s in enumerate(spec.series):
         mean = np.asarray(s.mean)
         error = None
@@ -258,15 +261,19 @@ def _bars(spec: BarsSpec) -> go.Figure:
                 "arrayminus": down,
                 "color": "#444",
             }
-        common = {"name": esc(s.name), "marker_color": color_for(i), "legendgroup": s.group}
+        common = {"name": legend_name(s.name), "marker_color": color_for(i), "legendgroup": s.group}
+        common["hovertemplate"] = f"{esc(s.name)}<br>{hover}<extra></extra>"  # names whole
         if spec.horizontal:
             fig.add_trace(go.Bar(x=mean, y=cats, orientation="h", error_x=error, **common))
         else:
             fig.add_trace(go.Bar(x=cats, y=mean, error_y=error, **common))
     fig.update_xaxes(title_text=axis_title(spec.x_title))
     fig.update_yaxes(title_text=axis_title(spec.y_title, Y_TITLE_CHARS))
+    labels = category_ticks(spec.categories)
     if spec.horizontal:
-        fig.update_yaxes(autorange="reversed")
+        fig.update_yaxes(autorange="reversed", **labels)
+    else:
+        fig.update_xaxes(**labels)
     n = len(spec.categories)
     height = max(320, 120 + 24 * n * len(spec.series)) if spec.horizontal else 440
     fig.update_layout(barmode="group", height=int(min(height, 1400)))
@@ -288,7 +295,7 @@ def _scatter(spec: ScatterSpec) -> go.Figure:
                 x=spec.x[idx],
                 y=spec.y[idx],
                 mode="markers",
-                name=esc(g) or "points",
+                name=legend_name(g) or "points",
                 text=text,
                 marker={"color": color_for(i), "size": 7, "opacity": 0.8},
                 hovertemplate=f"{head}x: %{{x:.4g}}, y: %{{y:.4g}}<extra>{esc(g)}</extra>",

@@ -3,14 +3,15 @@
 Uses ``matplotlib.figure.Figure`` with the Agg canvas directly, never pyplot, so no
 global backend or figure state is touched (safe in notebooks, threads and servers).
 Style (palette, colour maps, fonts, embedding) comes from :mod:`mechscope.report.style`.
-Math text is off: a token like ``$x`` is a label, not LaTeX. Output is reproducible:
-no timestamps in the files and a fixed SVG id salt.
+Math text is off: a token like ``$x`` is a label, not LaTeX. Labels (ticks, legend entries,
+panel titles, graph nodes) are cut by :func:`~mechscope.report.text_fit.cut`, as in the
+report; a paper figure has no hover, so it shows the cut text alone. Titles and axis titles
+are wrapped. Output is reproducible: no timestamps in the files and a fixed SVG id salt.
 """
 
 from __future__ import annotations
 
 import math
-import textwrap
 import warnings
 from functools import singledispatch
 from pathlib import Path
@@ -31,7 +32,6 @@ from mechscope.report.figure import (
     PanelsSpec,
     ScatterSpec,
 )
-from mechscope.report.layout import short_label
 from mechscope.report.render_graph import graph_static
 from mechscope.report.style import (
     BAND_ALPHA,
@@ -42,6 +42,7 @@ from mechscope.report.style import (
     color_for,
     mpl_rc,
 )
+from mechscope.report.text_fit import cut, width, wrap
 from mechscope.runs.atomic import atomic_path
 
 MAX_TICKS = 40
@@ -67,7 +68,7 @@ def wrap_title(title: str, width_in: float, fontsize: float = 11) -> str:
     """``title`` broken into lines that fit ``width_in`` inches (a character is about 0.55 of
     the font size wide), so a long title is wrapped, not cut at the figure's edge."""
     chars = max(20, int(width_in * 72 / (0.55 * fontsize)))
-    return "\n".join(textwrap.wrap(title, chars)) or title
+    return "\n".join(wrap(title, chars)) or title
 
 
 def save_static(figure: Figure, directory: Path, stem: str) -> list[Path]:
@@ -110,9 +111,9 @@ def _heatmap(spec: HeatmapSpec, fig: MplFigure) -> None:
     else:
         image = ax.imshow(z, cmap=SEQUENTIAL_MPL, aspect="auto", interpolation="nearest")
     xi, yi = _tick_idx(cols), _tick_idx(rows)
-    xt = [short_label(spec.x_labels[i]) for i in xi]
+    xt = [cut(spec.x_labels[i]) for i in xi]
     ax.set_xticks(xi, xt, rotation=90 if cols > 8 else 0)
-    ax.set_yticks(yi, [short_label(spec.y_labels[i]) for i in yi])
+    ax.set_yticks(yi, [cut(spec.y_labels[i]) for i in yi])
     ax.set_xlabel(spec.x_title)
     ax.set_ylabel(spec.y_title)
     for side in ("top", "right"):
@@ -122,7 +123,8 @@ def _heatmap(spec: HeatmapSpec, fig: MplFigure) -> None:
     if spec.marks is not None and spec.marks.any():
         r, c = np.nonzero(spec.marks)
         dot = max(2.0, min(14.0, 60.0 / max(rows, cols)))
-        ax.scatter(c, r, s=dot, color=MARK_COLOR, marker="o", linewidths=0, label=spec.mark_label)
+        label = cut(spec.mark_label)
+        ax.scatter(c, r, s=dot, color=MARK_COLOR, marker="o", linewidths=0, label=label)
         if spec.mark_label:
             ax.legend(loc="upper left", bbox_to_anchor=(0, -0.12), fontsize=7, handletextpad=0.2)
 
@@ -146,10 +148,11 @@ def _lines(ax, xs: list, series: list, hline: float | None) -> None:
         if s.low is not None and s.high is not None:
             ax.fill_between(x, s.low, s.high, color=color, alpha=BAND_ALPHA, linewidth=0)
         marker = "o" if len(xs) <= 60 else None
-        ax.plot(x, s.mean, color=color, label=s.name, marker=marker, markersize=3, linewidth=1.6)
+        style = {"marker": marker, "markersize": 3, "linewidth": 1.6}
+        ax.plot(x, s.mean, color=color, label=cut(s.name), **style)
     if categorical:
         idx = _tick_idx(len(xs))
-        ax.set_xticks(idx, [short_label(xs[i]) for i in idx], rotation=45, ha="right")
+        ax.set_xticks(idx, [cut(xs[i]) for i in idx], rotation=45, ha="right")
     if hline is not None:
         ax.axhline(hline, color=MUTED_COLOR, linestyle="--", linewidth=0.8)
     ax.grid(alpha=0.3)
@@ -165,15 +168,16 @@ def _panels(spec: PanelsSpec, fig: MplFigure) -> None:
     colors = _name_colors(spec)
     for ax, (title, series) in zip(axes, spec.panels, strict=False):
         _lines(ax, spec.x, [(colors[s.name], s) for s in series], spec.hline)
-        ax.set_title(short_label(title, 40), loc="left")
+        ax.set_title(cut(title), loc="left")
     for ax in axes[n:]:
         ax.set_visible(False)
     for ax in axes[(nrows - 1) * ncols :]:
         ax.set_xlabel(spec.x_title)
     for ax in axes[::ncols]:
         ax.set_ylabel(spec.y_title)
-    handles = [Line2D([], [], color=c, lw=1.6, label=name) for name, c in colors.items()]
-    ncols = legend_columns(list(colors), fig.get_figwidth())
+    names = {name: cut(name) for name in colors}
+    handles = [Line2D([], [], color=c, lw=1.6, label=names[n]) for n, c in colors.items()]
+    ncols = legend_columns(list(names.values()), fig.get_figwidth())
     fig.legend(handles=handles, loc="outside lower center", ncols=ncols)
 
 
@@ -181,7 +185,7 @@ def legend_columns(labels: list[str], width_in: float, fontsize: float = 10) -> 
     """How many legend entries fit side by side in ``width_in`` inches (at most 4): an entry
     is its handle (about 3 font sizes) and its text (a character about 0.55 of the font
     size), so a one-panel figure stacks long names instead of running past its edges."""
-    entry_in = max((3 + 0.55 * len(label)) * fontsize / 72 for label in labels)
+    entry_in = max((3 + 0.55 * width(label)) * fontsize / 72 for label in labels)
     return max(1, min(len(labels), 4, int(width_in / entry_in)))
 
 
@@ -198,14 +202,14 @@ def _bars(spec: BarsSpec, fig: MplFigure) -> None:
     fig.set_size_inches(*((6.5, long_side) if spec.horizontal else (max(6.5, long_side), 4)))
     ax = fig.add_subplot()
     pos = np.arange(n)
-    width = 0.8 / k
+    bar = 0.8 / k  # each bar's share of its category
     for i, s in enumerate(spec.series):
-        offset = pos - 0.4 + width * (i + 0.5)
+        offset = pos - 0.4 + bar * (i + 0.5)
         mean = np.asarray(s.mean)
         if spec.horizontal:
-            ax.barh(offset, mean, height=width, color=color_for(i), label=s.name)
+            ax.barh(offset, mean, height=bar, color=color_for(i), label=cut(s.name))
         else:
-            ax.bar(offset, mean, width=width, color=color_for(i), label=s.name)
+            ax.bar(offset, mean, width=bar, color=color_for(i), label=cut(s.name))
         if s.low is not None and s.high is not None:
             low, high = np.asarray(s.low), np.asarray(s.high)
             ok = np.isfinite(low) & np.isfinite(high) & np.isfinite(mean)  # no interval: none
@@ -215,7 +219,7 @@ def _bars(spec: BarsSpec, fig: MplFigure) -> None:
                 ax.errorbar(mean[ok], offset[ok], xerr=err, **style)
             else:
                 ax.errorbar(offset[ok], mean[ok], yerr=err, **style)
-    labels = [short_label(c) for c in spec.categories]
+    labels = [cut(c) for c in spec.categories]
     if spec.horizontal:
         ax.set_yticks(pos, labels)
         ax.invert_yaxis()
@@ -236,11 +240,12 @@ def _scatter(spec: ScatterSpec, fig: MplFigure) -> None:
     groups = spec.groups or [""] * len(spec.x)
     for i, g in enumerate(dict.fromkeys(groups)):
         idx = [k for k, gg in enumerate(groups) if gg == g]
-        ax.scatter(spec.x[idx], spec.y[idx], s=16, color=color_for(i), alpha=0.8, label=g or None)
+        label = cut(g) or None
+        ax.scatter(spec.x[idx], spec.y[idx], s=16, color=color_for(i), alpha=0.8, label=label)
     if spec.text is not None and len(spec.x) <= LABEL_POINTS_UP_TO:
         for xv, yv, t in zip(spec.x, spec.y, spec.text, strict=True):
             ax.annotate(
-                t.replace("\n", " "),
+                cut(t.replace("\n", " ")),
                 (xv, yv),
                 fontsize=6,
                 xytext=(3, 3),

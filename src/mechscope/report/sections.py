@@ -24,7 +24,7 @@ behind one), so the page stays short and every key figure is on the section's fi
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,13 +52,20 @@ class FigureBlock:
 class TableBlock:
     """A table behind a disclosure titled ``title`` (default: the caption's first sentence),
     shown up to ``max_rows`` rows; the report says how many were left out and where the
-    whole table is (``source``, e.g. ``tables/heads_pruning.parquet``)."""
+    whole table is (``source``, e.g. ``tables/heads_pruning.parquet``).
+
+    ``prose`` names the columns of running text (prompts, a model's continuations), which
+    wrap; other text cells are cut to one line with the whole text on hover. Left ``None``,
+    a text column is prose when it holds a value of several words too wide for a short cell:
+    a table of generated text should name its columns, so the layout does not depend on
+    what the model happened to write."""
 
     df: pd.DataFrame
     caption: str = ""
     max_rows: int = 20
     title: str = ""
     source: str = ""
+    prose: Sequence[str] | None = None
 
 
 @dataclass

@@ -84,6 +84,7 @@ def plotly_template():
             "plot_bgcolor": "white",
             "colorway": list(PALETTE),
             "hovermode": "closest",
+            "hoverlabel": {"namelength": -1},  # a trace's name whole (legend entries are cut)
             "xaxis": axis | {"zeroline": False},  # layers, positions: 0 is not a reference
             "yaxis": axis,
             "margin": {"l": 60, "r": 20, "t": 56, "b": 50},

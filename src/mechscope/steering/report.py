@@ -79,13 +79,16 @@ def steering_section(run: RunDir) -> list[Block] | None:
         )
     )
     if result.generations:
+        generations = result.generations_frame()
         blocks.append(
             DetailsBlock(
                 "Greedy continuations at each α",
                 [
                     TableBlock(
-                        result.generations_frame(),
+                        generations,
                         "greedy continuations at each α (α = 0: unsteered)",
+                        title="Greedy continuations at each α",
+                        prose=list(generations.columns),  # prompts and what the model wrote
                     )
                 ],
             )
