@@ -15,6 +15,10 @@ Each name's home module is in :data:`EXPORTS`; the API reference (``make docs-ap
 them with their docstrings.
 """
 
+from __future__ import annotations
+
+import mechscope.bindings as _bindings
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without the 10 ms of importing typing
 if TYPE_CHECKING:
     from mechscope.data.pairs import ContrastivePair
@@ -50,6 +54,7 @@ if TYPE_CHECKING:
     from mechscope.patching.path import path_patch
     from mechscope.patching.path_result import PathResult
     from mechscope.patching.run import patch_pairs
+    from mechscope.report.figure import Figure
     from mechscope.steering.config import SteerConfig
     from mechscope.steering.result import SteeringResult
     from mechscope.steering.run import steer_sweep
@@ -63,7 +68,7 @@ EXPORTS = {
     "LoadedModel": "mechscope.models.loaded",
     "ModelCard": "mechscope.models.card",
     # sites and interventions
-    "Engine": "mechscope.engine.forward",
+    "Engine": "mechscope.engine.api",
     "RunOutput": "mechscope.engine.forward",
     "Site": "mechscope.engine.sites",
     "Read": "mechscope.engine.interventions",
@@ -152,6 +157,24 @@ __all__ = [
     "to_tokens",
     "unembed",
 ]
+
+
+def _engine_of(lm: LoadedModel) -> Engine:
+    from mechscope.engine.api import Engine
+
+    return Engine.of(lm)
+
+
+def _logit_attribution_figure(dla: LogitAttribution) -> Figure:
+    from mechscope.report.logit_attribution import logit_attribution_figure
+
+    return logit_attribution_figure(dla)
+
+
+# The root sits above every layer and runs before any submodule does: it binds the calls
+# a layer makes into one above it (mechscope.bindings), without that layer importing it.
+_bindings.engine_of = _engine_of
+_bindings.logit_attribution_figure = _logit_attribution_figure
 
 
 def __getattr__(name: str) -> object:

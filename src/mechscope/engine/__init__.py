@@ -1,17 +1,23 @@
 """The engine: sites, interventions, one forward pass, sweeps."""
 
-from mechscope.engine.forward import Engine, RunOutput
-from mechscope.engine.interventions import (
-    Ablate,
-    Gate,
-    Intervention,
-    Patch,
-    Read,
-    ReduceAttention,
-    Steer,
-    SuppressAttention,
-)
-from mechscope.engine.sites import SITE_NAMES, Site
+from typing import TYPE_CHECKING
+
+from mechscope.lazy import lazy_package
+
+if TYPE_CHECKING:  # the exports, each imported on first use (mechscope.lazy)
+    from mechscope.engine.api import Engine
+    from mechscope.engine.forward import RunOutput
+    from mechscope.engine.interventions import (
+        Ablate,
+        Gate,
+        Intervention,
+        Patch,
+        Read,
+        ReduceAttention,
+        Steer,
+        SuppressAttention,
+    )
+    from mechscope.engine.sites import SITE_NAMES, Site
 
 __all__ = [
     "SITE_NAMES",
@@ -27,3 +33,5 @@ __all__ = [
     "Steer",
     "SuppressAttention",
 ]
+
+lazy_package(__name__)

@@ -16,18 +16,20 @@ are not linear in ``h`` and are refused, as is a head the engine cannot read as 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import torch
 
+from mechscope import bindings
 from mechscope.engine.decompose import check_sum, writer
 from mechscope.engine.norms import norm_factors
 from mechscope.engine.unembed import vocab_chunk
 from mechscope.errors import InputError, UnsupportedInterventionError
-from mechscope.report.builders import heatmap
-from mechscope.report.figure import Figure
 from mechscope.runs.result import HtmlRepr
+
+if TYPE_CHECKING:
+    from mechscope.report.figure import Figure
 
 WHAT = "logit_attribution"
 
@@ -90,20 +92,12 @@ class LogitAttribution(HtmlRepr):
         )
 
     def figure(self) -> Figure:
-        """Heads × layers heatmap of the mean attribution over rows (``fig.show()``)."""
+        """Heads × layers heatmap of the mean attribution over rows (``fig.show()``), drawn
+        by the report (:func:`mechscope.report.logit_attribution.logit_attribution_figure`,
+        which sits above the engine: :mod:`mechscope.bindings`)."""
         if self.heads is None:
             raise KeyError("no head attribution: cache z")
-        z = self.heads.mean(0).numpy()  # [L, H]
-        return heatmap(
-            z,
-            [f"H{h}" for h in range(z.shape[1])],
-            [f"L{l}" for l in range(z.shape[0])],
-            f"Direct logit attribution of {self.label} per head",
-            diverging=True,
-            colorbar_title="logit difference",
-            x_title="head",
-            y_title="layer",
-        )
+        return bindings.logit_attribution_figure(self)
 
     def _repr_summary(self) -> str:
         total = float(self.total().mean())

@@ -13,17 +13,18 @@ computed in fp32 and checked to sum to what the model computed.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
 import torch
 
+from mechscope.engine.attribution import LogitAttribution, logit_attribution, readout
 from mechscope.engine.decompose import head_results
 from mechscope.engine.inputs import Tokens
 from mechscope.engine.norms import norm_factors
 from mechscope.engine.sites import SITE_NAMES, Site
-from mechscope.engine.unembed import fp32_twin
+from mechscope.engine.unembed import fp32_twin, unembed
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 from mechscope.runs.result import HtmlRepr
@@ -73,8 +74,6 @@ class Components(HtmlRepr):
         lens. Only a normed stack is read (the unembedding reads the final norm's output);
         soft-capped logits (Gemma 2) are not linear in the residual stream and are refused,
         each in one line."""
-        from mechscope.engine.attribution import readout
-
         if self.normed is False:
             raise InputError(
                 f"{self.what} is not through the final norm: read accumulated_resid("
@@ -123,14 +122,13 @@ class Cache(HtmlRepr):
         """``[batch, seq, vocab]`` fp32 logits of every position (None without them).
 
         Computed on first access from the final norm's input kept by the pass, with the
-        engine's readout (:meth:`Engine.unembed`) — the same call on the same tensor as the
-        pass's own logits, so the same numbers — and then kept. A cache whose logits are
-        never read never holds the ``[batch, seq, vocab]`` tensor, usually its largest."""
+        engine's readout (:func:`~mechscope.engine.unembed.unembed`) — the same call on the
+        same tensor as the pass's own logits, so the same numbers — and then kept. A cache
+        whose logits are never read never holds the ``[batch, seq, vocab]`` tensor, usually
+        its largest."""
         if self._logits is None and self.final_hidden is not None:
-            from mechscope.engine.forward import Engine
-
             with torch.no_grad():
-                logits = Engine.of(self.lm).unembed(self.final_hidden)
+                logits = unembed(self.lm, self.final_hidden)
             self._logits = logits if self.device is None else logits.to(self.device)
         return self._logits
 
@@ -176,6 +174,19 @@ class Cache(HtmlRepr):
             why = f" (the run stopped at layer {self.stop_at_layer})"
         where = "" if layer is None else f" layer {layer}"
         return f"{name}{where} is not in the cache{why}; it holds {', '.join(kept)}"
+
+    def ablation_reference(self, site: Site) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """What an :class:`~mechscope.engine.interventions.Ablate` takes from this cache as
+        its reference: the read of ``site`` (every head, every kept position) and its
+        ``[rows, seq]`` bool mask of real tokens at those positions (None: no padding)."""
+        try:
+            value = self[replace(site, head=None, positions=None)]
+        except KeyError as err:
+            raise InputError(str(err.args[0]), field="reference") from None
+        mask = self.tokens.attention_mask
+        if mask is not None and self.positions is not None:
+            mask = mask[:, list(self.positions)]
+        return value, None if mask is None else mask.bool()
 
     def __contains__(self, item: Any) -> bool:
         try:
@@ -312,13 +323,13 @@ class Cache(HtmlRepr):
             torch.cat(values), labels, "stack_head_results", torch.stack(rests).sum(0)
         )
 
-    def logit_attribution(self, a: Any, b: Any = None, *, position: int | torch.Tensor = -1) -> Any:
+    def logit_attribution(
+        self, a: Any, b: Any = None, *, position: int | torch.Tensor = -1
+    ) -> LogitAttribution:
         """Direct logit attribution (:func:`mechscope.engine.attribution.logit_attribution`):
         of ``logit[a] - logit[b]`` (or ``logit[a]``, or a ``[vocab]`` / ``[batch, vocab]``
         weighting of the logits) to the embeddings, every layer's attention and MLP, every
         head and every neuron, at ``position`` (default the last: rows are left-padded).
         The final norm's scale is frozen at this run's value: the attribution is the linear
         readout ``(piece · u) / scale`` of each piece, and it sums to the logit difference."""
-        from mechscope.engine.attribution import logit_attribution
-
         return logit_attribution(self, a, b, position=position)

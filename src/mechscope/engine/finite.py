@@ -9,14 +9,14 @@ from typing import NoReturn
 
 import torch
 
-from mechscope.engine.forward import Engine
+from mechscope.engine.forward import Forward
 from mechscope.engine.interventions import Read
 from mechscope.engine.sites import Site
 from mechscope.errors import NonFiniteError
 
 
 def first_nonfinite_layer(
-    engine: Engine,
+    engine: Forward,
     input_ids: torch.Tensor,  # [batch, seq]
     *,
     attention_mask: torch.Tensor | None = None,
@@ -41,7 +41,7 @@ def first_nonfinite_layer(
 
 
 def refuse_nonfinite(
-    engine: Engine, input_ids: torch.Tensor, what: str, *, sample: str | None = None, **kwargs
+    engine: Forward, input_ids: torch.Tensor, what: str, *, sample: str | None = None, **kwargs
 ) -> NoReturn:
     """Raise the :class:`NonFiniteError` for ``what`` (a number computed from a pass over
     ``input_ids`` that is not finite), naming ``sample`` and the first layer whose output is

@@ -1,8 +1,9 @@
-"""The engine: one forward pass with any combination of interventions.
+"""One forward pass with any combination of interventions.
 
 Hooks are installed for the sites the interventions name, attention work is handed to the
 registered attention function, and everything is removed when the pass ends, also when it
-raises.
+raises. :class:`Forward` is the pass alone; the public :class:`~mechscope.engine.api.Engine`
+adds what the layers above it give (generation, the cache, the conformance probe).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from mechscope.engine.interventions import (
 from mechscope.engine.norms import SCALE_ROLES, install_scale
 from mechscope.engine.prefix import KVCache, Resume, cache_kwargs, dynamic_cache, tail_plan
 from mechscope.engine.sites import Site
+from mechscope.engine.transform import Expand, make_transform
 from mechscope.engine.unembed import FinalHidden, head_is_fp32, unembed
 from mechscope.errors import SiteError, UnsupportedInterventionError
 from mechscope.models.loaded import LoadedModel
@@ -41,7 +43,7 @@ from mechscope.models.loaded import LoadedModel
 class RunOutput:
     """What a pass returns: logits (if asked), reads by site, reductions by layer, and the
     key/value cache (if asked). A model whose final norm or unembedding is not fp32 gets
-    the fp32 readout of its last residual stream as logits (:meth:`Engine.unembed`), not
+    the fp32 readout of its last residual stream as logits (:meth:`Forward.unembed`), not
     its own low-precision head: every metric downstream is a difference of logits."""
 
     logits: torch.Tensor | None  # [batch, seq|kept, vocab]
@@ -53,8 +55,10 @@ class RunOutput:
         return self.reads[site]
 
 
-class Engine:
-    """Owns every hook on one model. Create once per model (``Engine.of(lm)``)."""
+class Forward:
+    """Owns every hook on one model: the forward pass and the logit lens. Workflows and
+    users hold the :class:`~mechscope.engine.api.Engine` built on it (``Engine.of(lm)``);
+    the layers below that (generation, the cache, the probe) take this pass."""
 
     def __init__(self, lm: LoadedModel):
         self.lm = lm
@@ -68,20 +72,6 @@ class Engine:
             attn_module = lm.layer_part("attn", layer)
             attn_module._mechscope_layer = layer  # type: ignore[assignment]
             attn_module._mechscope_bidirectional = lm.card.bidirectional_override  # type: ignore[assignment]
-
-    @classmethod
-    def of(cls, lm: LoadedModel) -> Engine:
-        """The model's engine, created once. A derived card is proven first: the conformance
-        probe runs before any workflow does (:mod:`mechscope.engine.probe`)."""
-        engine = lm.extra.get("engine")
-        if engine is None:
-            engine = cls(lm)
-            if lm.card_source != "built-in":
-                from mechscope.engine.probe import apply_probe
-
-                apply_probe(engine)
-            lm.extra["engine"] = engine
-        return engine
 
     # ------------------------------------------------------------------------------------
     def run(
@@ -212,24 +202,6 @@ class Engine:
         return out
 
     # ------------------------------------------------------------------------------------
-    def generate(self, prompts, sampling, **kwargs):  # -> list[list[Completion]]
-        """Rollouts of ``prompts`` on this engine's hooks (:func:`mechscope.engine.generate.
-        generate`: shared prefixes, continuous batching, a seed per rollout)."""
-        from mechscope.engine.generate import generate
-
-        return generate(self, prompts, sampling, **kwargs)
-
-    # ------------------------------------------------------------------------------------
-    def run_with_cache(self, inputs, names_filter=None, **kwargs):  # -> Cache
-        """One pass that keeps every site asked for, as a :class:`~mechscope.engine.cache.
-        Cache` (TransformerLens' ``run_with_cache``): text or ids in, sites chosen by name or
-        predicate, ``stop_at_layer``, ``positions``, ``device``, ``interventions``, sized
-        before it runs (:func:`mechscope.engine.run_cache.run_with_cache`)."""
-        from mechscope.engine.run_cache import run_with_cache
-
-        return run_with_cache(self, inputs, names_filter, **kwargs)
-
-    # ------------------------------------------------------------------------------------
     def unembed(self, h: torch.Tensor, *, fp32: bool = True) -> torch.Tensor:
         """Logit lens: the model's own final norm, then its output embedding (tied or not),
         its logit scale (Cohere multiplies, Granite divides) and final soft-cap (Gemma).
@@ -285,18 +257,18 @@ class Engine:
             else:
                 raise TypeError(f"not an intervention: {iv!r}")
         if expand is not None:
-            ops.setdefault(("resid_pre", expand[0]), []).insert(0, hooks.Expand(expand[1]))
+            ops.setdefault(("resid_pre", expand[0]), []).insert(0, Expand(expand[1]))
         # resid_mid last: its hooks must see the layer input and attn_out after their edits
         for (name, layer), items in sorted(ops.items(), key=lambda kv: kv[0][0] == "resid_mid"):
             if name == "expert_out":
                 by_expert: dict[int, list[Any]] = defaultdict(list)
                 for item in items:
                     by_expert[item.site.expert].append(item)
-                fns = {e: hooks.make_transform(i, out.reads, layer) for e, i in by_expert.items()}
+                fns = {e: make_transform(i, out.reads, layer) for e, i in by_expert.items()}
                 experts = lm.layer_part("experts", layer)
                 handles.append(moe.install_expert_out(experts, fns, seq))
                 continue
-            fn = hooks.make_transform(items, out.reads, layer)
+            fn = make_transform(items, out.reads, layer)
             if name == "module":
                 path, io = str(layer).rsplit(":", 1)
                 handles.extend(module_sites.install(lm, path, io, fn, calls))

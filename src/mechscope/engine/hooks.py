@@ -1,7 +1,8 @@
 """Module hooks for the sites that live at module boundaries.
 
 Each site's interventions become one ``transform(act) -> act`` (reads record, patches and
-ablations replace) applied by a torch hook on the module the card names. Sites keep
+ablations replace: :mod:`mechscope.engine.transform`) applied by a torch hook on the module
+the card names. Sites keep
 TransformerLens' shapes whatever the module hands over: outputs flattened to
 ``[batch*seq, d]`` (OPT's ``fc2``) are viewed as ``[batch, seq, d]``, and where the model
 scales a sublayer's output before the residual add (Granite's ``residual_multiplier``),
@@ -16,55 +17,15 @@ exact value kept (:func:`through`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from mechscope.engine.edits import apply_ablation, apply_gate, apply_patch, apply_steer, select
-from mechscope.engine.interventions import Ablate, Gate, Patch, Read, Steer
 from mechscope.models.loaded import LoadedModel
 
 Transform = Callable[[torch.Tensor], torch.Tensor]
-
-
-@dataclass
-class Expand:
-    """Repeat a one-row batch to ``n`` rows, or gather input rows by an index."""
-
-    n: int | torch.Tensor
-
-    def apply(self, act: torch.Tensor) -> torch.Tensor:
-        if isinstance(self.n, torch.Tensor):
-            return act.index_select(0, self.n.to(act.device))
-        return act.expand(self.n, *act.shape[1:])
-
-
-def make_transform(items: list[Any], reads: dict[Any, torch.Tensor], layer: int) -> Transform:
-    """One site's interventions, in list order: a ``Read`` sees the edits listed before it."""
-
-    def transform(act: torch.Tensor) -> torch.Tensor:
-        for item in items:
-            if isinstance(item, Expand):
-                act = item.apply(act)
-            elif isinstance(item, Read):
-                value = select(act, item.site)
-                reads[item.site] = value if item.device is None else value.to(item.device)
-            elif isinstance(item, Patch):
-                act = apply_patch(act, item)
-            elif isinstance(item, Ablate):
-                act = apply_ablation(act, item)
-            elif isinstance(item, Gate):
-                act = apply_gate(act, item.alpha, layer)
-            elif isinstance(item, Steer):
-                act = apply_steer(act, item)
-        return act
-
-    transform.reads_any = any(isinstance(item, Read) for item in items)  # type: ignore[attr-defined]
-    transform.edits_any = not all(isinstance(item, Read) for item in items)  # type: ignore[attr-defined]
-    return transform
 
 
 def through(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import torch
 
@@ -71,6 +71,18 @@ class Gate:
     layers: Sequence[int] | None = None
 
 
+@runtime_checkable
+class AblationReference(Protocol):
+    """A reference batch's reads that an :class:`Ablate` takes instead of a tensor: a
+    :class:`~mechscope.engine.cache.Cache` (the cache sits above the interventions, so they
+    name what they need of it, not the class)."""
+
+    def ablation_reference(self, site: Site) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The read of ``site`` (every head, every kept position) and its ``[rows, seq]``
+        bool mask of real tokens (None: no padding)."""
+        ...
+
+
 @dataclass(eq=False)
 class Ablate:
     """Replace ``site`` by zeros, by a mean, or by resampled rows.
@@ -114,7 +126,12 @@ class Ablate:
                     "with a tensor reference",
                     field="reference_mask",
                 )
-            self.reference, self.reference_mask = cache_reference(self.reference, self.site)
+            if not isinstance(self.reference, AblationReference):
+                raise InputError(
+                    f"expected a tensor or a Cache, got {type(self.reference).__name__}",
+                    field="reference",
+                )
+            self.reference, self.reference_mask = self.reference.ablation_reference(self.site)
         if self.mode == "zero":
             return
         if self.reference is None:
@@ -122,25 +139,6 @@ class Ablate:
                 f"{self.mode} ablation of {self.site} needs a reference", field="reference"
             )
         self.reference_mask = checked_mask(self)
-
-
-def cache_reference(cache: Any, site: Site) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """A cache's read of ``site`` (every head, every kept position) and its ``[rows, seq]``
-    bool mask of real tokens at those positions (None: no padding)."""
-    from mechscope.engine.cache import Cache
-
-    if not isinstance(cache, Cache):
-        raise InputError(
-            f"expected a tensor or a Cache, got {type(cache).__name__}", field="reference"
-        )
-    try:
-        value = cache[replace(site, head=None, positions=None)]
-    except KeyError as err:
-        raise InputError(str(err.args[0]), field="reference") from None
-    mask = cache.tokens.attention_mask
-    if mask is not None and cache.positions is not None:
-        mask = mask[:, list(cache.positions)]
-    return value, None if mask is None else mask.bool()
 
 
 def checked_mask(ablate: Ablate) -> torch.Tensor | None:
@@ -250,5 +248,5 @@ class Steer:
 
 
 Intervention = Read | Patch | Gate | Ablate | SuppressAttention | ReduceAttention | Steer
-"""Any intervention :meth:`Engine.run <mechscope.engine.forward.Engine.run>` takes: a pass
+"""Any intervention :meth:`Engine.run <mechscope.engine.forward.Forward.run>` takes: a pass
 gets a list of them, applied in list order within a site."""

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from mechscope.engine.forward import Engine
+from mechscope.engine.forward import Forward
 from mechscope.engine.generate import LOCKSTEP
 from mechscope.engine.interventions import Gate, Read
 from mechscope.engine.probe_attention import check_pattern, check_resume, check_suppression
@@ -95,7 +95,7 @@ class ProbeReport:
         return None
 
 
-def check_hidden(eng: Engine, ids: torch.Tensor) -> float:
+def check_hidden(eng: Forward, ids: torch.Tensor) -> float:
     lm = eng.lm
     with torch.no_grad():
         ref = lm.model(input_ids=ids.to(lm.device), output_hidden_states=True)
@@ -112,7 +112,7 @@ def check_hidden(eng: Engine, ids: torch.Tensor) -> float:
     )
 
 
-def check_residual(eng: Engine, ids: torch.Tensor) -> float:
+def check_residual(eng: Forward, ids: torch.Tensor) -> float:
     """One layer's additions, rounded at the residual stream's scale (not the difference's)."""
     lm = eng.lm
     names = ("resid_pre", "resid_post", "attn_out", "mlp_out")
@@ -127,7 +127,7 @@ def check_residual(eng: Engine, ids: torch.Tensor) -> float:
     return margin
 
 
-def check_z(eng: Engine, ids: torch.Tensor) -> float:
+def check_z(eng: Forward, ids: torch.Tensor) -> float:
     lm = eng.lm
     reads = [Read(Site(n, l)) for l in range(lm.n_layers) for n in ("z", "attn_out")]
     out = eng.run(ids, reads, logits=False)
@@ -149,7 +149,7 @@ def check_z(eng: Engine, ids: torch.Tensor) -> float:
     return margin
 
 
-def check_lens(eng: Engine, ids: torch.Tensor) -> float:
+def check_lens(eng: Forward, ids: torch.Tensor) -> float:
     """The lens of the last layer against the model's own head, called outside the engine
     (a half-precision model's pass logits are the lens itself)."""
     lm = eng.lm
@@ -161,7 +161,7 @@ def check_lens(eng: Engine, ids: torch.Tensor) -> float:
         return check_close(lm, eng.unembed(out[last]), ref, what, depth=1)
 
 
-def check_gate(eng: Engine, ids: torch.Tensor) -> float:
+def check_gate(eng: Forward, ids: torch.Tensor) -> float:
     lm = eng.lm
     layer, head = lm.n_layers // 2, lm.n_heads - 1
     alpha = torch.ones(lm.n_layers, lm.n_heads)
@@ -199,7 +199,7 @@ def _zeroed_head_columns(lm: LoadedModel, layer: int, head: int) -> Iterator[Non
 
 
 #: Each check raises or returns its margin: its largest error over its tolerance.
-CHECKS: dict[str, Callable[[Engine, torch.Tensor], float]] = {
+CHECKS: dict[str, Callable[[Forward, torch.Tensor], float]] = {
     "hidden": check_hidden,
     "residual": check_residual,
     "z": check_z,
@@ -213,7 +213,7 @@ CHECKS: dict[str, Callable[[Engine, torch.Tensor], float]] = {
 }
 
 
-def run_probe(eng: Engine, *, seq: int | None = None) -> ProbeReport:
+def run_probe(eng: Forward, *, seq: int | None = None) -> ProbeReport:
     """Run every check on a seeded ``[2, seq]`` input (default :func:`probe_length`);
     record what failed and what could not run. The model's interventions are not changed
     (see :func:`apply_probe`)."""
@@ -240,7 +240,7 @@ def run_probe(eng: Engine, *, seq: int | None = None) -> ProbeReport:
     return report
 
 
-def apply_probe(eng: Engine) -> ProbeReport:
+def apply_probe(eng: Forward) -> ProbeReport:
     """Probe and act on the result: a structural failure refuses the model; a failed
     attention or cache check refuses what depends on it (``lm.refused``)."""
     lm = eng.lm

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 
 import torch
 
-from mechscope.engine.forward import Engine
+from mechscope.engine.forward import Forward
 from mechscope.engine.interventions import Read, SuppressAttention
 from mechscope.engine.prefix import Resume, can_resume
 from mechscope.engine.probe_compare import NotApplicable, ProbeFailed, check_close
@@ -42,7 +42,7 @@ def _eager(lm: LoadedModel) -> Iterator[None]:
         lm.model.set_attn_implementation(current)
 
 
-def check_pattern(eng: Engine, ids: torch.Tensor) -> float:
+def check_pattern(eng: Forward, ids: torch.Tensor) -> float:
     """Probabilities carry their scores' absolute error: the scale is the largest score."""
     lm = eng.lm
     if not lm.causal:
@@ -70,7 +70,7 @@ def check_pattern(eng: Engine, ids: torch.Tensor) -> float:
     )
 
 
-def check_suppression(eng: Engine, ids: torch.Tensor) -> float:
+def check_suppression(eng: Forward, ids: torch.Tensor) -> float:
     lm = eng.lm
     if not lm.causal:
         raise NotApplicable("the 4-D mask reference is causal")
@@ -92,7 +92,7 @@ def check_suppression(eng: Engine, ids: torch.Tensor) -> float:
     return check_close(lm, got, ref, what, depth=pass_depth(lm.n_layers))
 
 
-def check_resume(eng: Engine, ids: torch.Tensor) -> float:
+def check_resume(eng: Forward, ids: torch.Tensor) -> float:
     """At the longest length the engine claims, up to the probe's: under a window or
     chunk of 8, 7 tokens (longer sequences are recomputed, never resumed)."""
     lm = eng.lm

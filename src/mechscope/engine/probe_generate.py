@@ -22,7 +22,7 @@ from collections import defaultdict
 
 import torch
 
-from mechscope.engine.forward import Engine
+from mechscope.engine.forward import Forward
 from mechscope.engine.generate import LOCK_STEP, SLOTS, generate
 from mechscope.engine.prefix import can_resume
 from mechscope.engine.probe_compare import NotApplicable, ProbeFailed, check_close
@@ -56,7 +56,7 @@ def _reference(lm: LoadedModel, ids: list[int], n: int) -> tuple[list[int], list
 
 
 def _rollouts(
-    eng: Engine, prompts: list[Prompt], slots: int, batching: str
+    eng: Forward, prompts: list[Prompt], slots: int, batching: str
 ) -> tuple[list[list[tuple[int, ...]]], dict[tuple[int, int], list[torch.Tensor]]]:
     logits: dict[tuple[int, int], list[torch.Tensor]] = defaultdict(list)
 
@@ -95,7 +95,7 @@ def _compare(
     return margin
 
 
-def _check(eng: Engine, prompts: list[Prompt], slots: int, batching: str) -> float:
+def _check(eng: Forward, prompts: list[Prompt], slots: int, batching: str) -> float:
     lm = eng.lm
     got, logits = _rollouts(eng, prompts, slots, batching)
     margin = 0.0
@@ -110,7 +110,7 @@ def _check(eng: Engine, prompts: list[Prompt], slots: int, batching: str) -> flo
     return margin
 
 
-def _applicable(eng: Engine) -> None:
+def _applicable(eng: Forward) -> None:
     lm = eng.lm
     if not lm.causal:
         raise NotApplicable("generation needs a causal model")
@@ -118,7 +118,7 @@ def _applicable(eng: Engine) -> None:
         raise NotApplicable(lm.refused["generate"])
 
 
-def check_slots(eng: Engine, ids: torch.Tensor) -> float:
+def check_slots(eng: Forward, ids: torch.Tensor) -> float:
     """Continuous batching with a refill equals transformers' ``generate``: two rollouts of
     a 4-token prompt in two slots, then a 2-token prompt in the slot the first one left
     (6 tokens at most: within a tiny model's window of 8)."""
@@ -131,7 +131,7 @@ def check_slots(eng: Engine, ids: torch.Tensor) -> float:
     return _check(eng, prompts, slots=2, batching=SLOTS)
 
 
-def check_generate(eng: Engine, ids: torch.Tensor) -> float:
+def check_generate(eng: Forward, ids: torch.Tensor) -> float:
     """Lock-step decoding equals transformers' ``generate``, on a prompt of the probe's
     whole length (past any declared window or chunk), two rollouts side by side."""
     _applicable(eng)

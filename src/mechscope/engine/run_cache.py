@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from mechscope.engine.cache import Cache
+from mechscope.engine.forward import Forward
 from mechscope.engine.inputs import TextOrIds, to_tokens
 from mechscope.engine.interventions import Intervention, Read
 from mechscope.engine.memory_model import FP32, Dims, Pass, pass_bytes
@@ -32,11 +33,8 @@ from mechscope.engine.sites import (
     Site,
 )
 from mechscope.errors import MemoryBudgetError, SiteError
+from mechscope.models.loaded import LoadedModel
 from mechscope.models.memory import free_bytes, human_bytes, memory_budget
-
-if TYPE_CHECKING:
-    from mechscope.engine.forward import Engine
-    from mechscope.models.loaded import LoadedModel
 
 #: What a cache holds by default: every site at a module boundary, cheap to keep. Attention
 #: internals (q, k, v, scores, patterns: the explicit fp32 path) and mixture-of-experts sites
@@ -49,7 +47,7 @@ FREE_SHARE = 0.9
 NamesFilter = str | Sequence[str] | Callable[[str], bool] | None
 
 
-def chosen_names(engine: Engine, names_filter: NamesFilter) -> list[str]:
+def chosen_names(engine: Forward, names_filter: NamesFilter) -> list[str]:
     """Site names to cache: the defaults the model supports, the names given (each checked
     when the pass runs: a refused one raises), or those a predicate accepts and the model
     supports."""
@@ -104,7 +102,7 @@ def site_bytes(dims: Dims, name: str, rows: int, kept: int, seq: int, n_experts:
 
 
 def check_memory(
-    engine: Engine,
+    engine: Forward,
     sites: Sequence[Site],
     rows: int,
     seq: int,
@@ -151,7 +149,7 @@ def check_memory(
 
 
 def run_with_cache(
-    engine: Engine,
+    engine: Forward,
     inputs: TextOrIds,
     names_filter: NamesFilter = None,
     *,

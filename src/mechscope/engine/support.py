@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mechscope.engine.forward import Engine
+from mechscope.engine.forward import Forward
 from mechscope.engine.generate import LOCKSTEP
 from mechscope.engine.probe import ProbeReport, apply_probe
 from mechscope.engine.spans import attention_span
@@ -66,12 +66,8 @@ def support_row(model_type: str) -> SupportRow:
         return SupportRow(model_type, status, "—", note=_short(str(exc)))
     except Exception as exc:  # the family's own modeling code fails on a tiny config
         return SupportRow(model_type, "not built", "—", note=_short(f"{type(exc).__name__}: {exc}"))
-    try:
-        eng = Engine.of(lm)
-    except MechscopeError as exc:
-        return SupportRow(model_type, "refused", lm.card_source, note=_short(str(exc)))
-    try:
-        report = lm.extra.get("probe") or apply_probe(eng)
+    try:  # every card is probed here, built-in ones too (the engine probes derived ones)
+        report = apply_probe(Forward(lm))
     except MechscopeError as exc:
         return SupportRow(model_type, "refused", lm.card_source, note=_short(str(exc)))
     failed = [n for n, result in report.results.items() if result.startswith("failed")]
