@@ -34,14 +34,14 @@ if TYPE_CHECKING:
         Steer,
         SuppressAttention,
     )
-    from mechscope.engine.attribution import LogitAttribution
-    from mechscope.engine.cache import Cache, Components
-    from mechscope.engine.generate import Completion, Prompt
-    from mechscope.engine.inputs import Tokens, to_tokens
-    from mechscope.engine.prefix import KVCache, Resume
-    from mechscope.engine.run_cache import run_with_cache
-    from mechscope.engine.sampling import Sampling
-    from mechscope.engine.unembed import logit_diff, unembed
+    from mechscope.engine.analysis.attribution import LogitAttribution
+    from mechscope.engine.analysis.cache import Cache, Components
+    from mechscope.engine.analysis.inputs import Tokens, to_tokens
+    from mechscope.engine.analysis.run_cache import run_with_cache
+    from mechscope.engine.core.unembed import logit_diff, unembed
+    from mechscope.engine.generation.generate import Completion, Prompt
+    from mechscope.engine.generation.sampling import Sampling
+    from mechscope.engine.interventions.prefix import KVCache, Resume
     from mechscope.errors import (
         InputError,
         MechscopeError,
@@ -69,22 +69,22 @@ EXPORTS = {
     "ModelCard": "mechscope.models.card",
     # sites and interventions
     "Engine": "mechscope.engine.api",
-    "RunOutput": "mechscope.engine.forward",
-    "Site": "mechscope.engine.sites",
-    "Read": "mechscope.engine.interventions",
-    "Patch": "mechscope.engine.interventions",
-    "Ablate": "mechscope.engine.interventions",
-    "Gate": "mechscope.engine.interventions",
-    "SuppressAttention": "mechscope.engine.interventions",
-    "ReduceAttention": "mechscope.engine.interventions",
-    "Steer": "mechscope.engine.interventions",
-    "Resume": "mechscope.engine.prefix",
-    "KVCache": "mechscope.engine.prefix",
+    "RunOutput": "mechscope.engine.interventions.forward",
+    "Site": "mechscope.engine.core.sites",
+    "Read": "mechscope.engine.interventions.values",
+    "Patch": "mechscope.engine.interventions.values",
+    "Ablate": "mechscope.engine.interventions.values",
+    "Gate": "mechscope.engine.interventions.values",
+    "SuppressAttention": "mechscope.engine.interventions.values",
+    "ReduceAttention": "mechscope.engine.interventions.values",
+    "Steer": "mechscope.engine.interventions.values",
+    "Resume": "mechscope.engine.interventions.prefix",
+    "KVCache": "mechscope.engine.interventions.prefix",
     # the cache and its decompositions
-    "run_with_cache": "mechscope.engine.run_cache",
-    "Cache": "mechscope.engine.cache",
-    "Components": "mechscope.engine.cache",
-    "LogitAttribution": "mechscope.engine.attribution",
+    "run_with_cache": "mechscope.engine.analysis.run_cache",
+    "Cache": "mechscope.engine.analysis.cache",
+    "Components": "mechscope.engine.analysis.cache",
+    "LogitAttribution": "mechscope.engine.analysis.attribution",
     # activation and path patching, steering
     "ContrastivePair": "mechscope.data.pairs",
     "PatchSpec": "mechscope.patching.config",
@@ -98,13 +98,13 @@ EXPORTS = {
     "steer_sweep": "mechscope.steering.run",
     "SteeringResult": "mechscope.steering.result",
     # helpers
-    "to_tokens": "mechscope.engine.inputs",
-    "Tokens": "mechscope.engine.inputs",
-    "unembed": "mechscope.engine.unembed",
-    "logit_diff": "mechscope.engine.unembed",
-    "Prompt": "mechscope.engine.generate",
-    "Sampling": "mechscope.engine.sampling",
-    "Completion": "mechscope.engine.generate",
+    "to_tokens": "mechscope.engine.analysis.inputs",
+    "Tokens": "mechscope.engine.analysis.inputs",
+    "unembed": "mechscope.engine.core.unembed",
+    "logit_diff": "mechscope.engine.core.unembed",
+    "Prompt": "mechscope.engine.generation.generate",
+    "Sampling": "mechscope.engine.generation.sampling",
+    "Completion": "mechscope.engine.generation.generate",
     # errors
     "MechscopeError": "mechscope.errors",
     "InputError": "mechscope.errors",

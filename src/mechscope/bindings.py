@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from mechscope.engine.analysis.attribution import LogitAttribution
     from mechscope.engine.api import Engine
-    from mechscope.engine.attribution import LogitAttribution
     from mechscope.models.loaded import LoadedModel
     from mechscope.report.figure import Figure
 

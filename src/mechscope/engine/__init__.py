@@ -6,8 +6,9 @@ from mechscope.lazy import lazy_package
 
 if TYPE_CHECKING:  # the exports, each imported on first use (mechscope.lazy)
     from mechscope.engine.api import Engine
-    from mechscope.engine.forward import RunOutput
-    from mechscope.engine.interventions import (
+    from mechscope.engine.core.sites import SITE_NAMES, Site
+    from mechscope.engine.interventions.forward import RunOutput
+    from mechscope.engine.interventions.values import (
         Ablate,
         Gate,
         Intervention,
@@ -17,7 +18,6 @@ if TYPE_CHECKING:  # the exports, each imported on first use (mechscope.lazy)
         Steer,
         SuppressAttention,
     )
-    from mechscope.engine.sites import SITE_NAMES, Site
 
 __all__ = [
     "SITE_NAMES",

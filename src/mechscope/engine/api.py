@@ -1,11 +1,12 @@
 """The engine of one model: the layers below it composed into the class users hold.
 
-:class:`Engine` is the forward pass (:class:`~mechscope.engine.forward.Forward`: ``run``
-and ``unembed``) plus what the layers above the pass give it: generation
-(:func:`~mechscope.engine.generate.generate`), the cache of a run
-(:func:`~mechscope.engine.run_cache.run_with_cache`) and the conformance probe that proves
-a derived card before the model's first pass (:func:`~mechscope.engine.probe.apply_probe`).
-Those layers take the pass, never this class, so nothing below it imports it.
+:class:`Engine` is the forward pass (:class:`~mechscope.engine.interventions.forward.Forward`:
+``run`` and ``unembed``) plus what the layers above the pass give it: generation
+(:func:`~mechscope.engine.generation.generate.generate`), the cache of a run
+(:func:`~mechscope.engine.analysis.run_cache.run_with_cache`) and the conformance probe
+that proves a derived card before the model's first pass
+(:func:`~mechscope.engine.conformance.probe.apply_probe`). Those layers take the pass,
+never this class, so nothing below it imports it.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from mechscope.engine.cache import Cache
-from mechscope.engine.forward import Forward
-from mechscope.engine.generate import generate
-from mechscope.engine.probe import apply_probe
-from mechscope.engine.rollouts import Completion, Prompt
-from mechscope.engine.run_cache import NamesFilter, run_with_cache
-from mechscope.engine.sampling import Sampling
+from mechscope.engine.analysis.cache import Cache
+from mechscope.engine.analysis.run_cache import NamesFilter, run_with_cache
+from mechscope.engine.conformance.probe import apply_probe
+from mechscope.engine.generation.generate import generate
+from mechscope.engine.generation.rollouts import Completion, Prompt
+from mechscope.engine.generation.sampling import Sampling
+from mechscope.engine.interventions.forward import Forward
 from mechscope.models.loaded import LoadedModel
 
 
@@ -29,7 +30,7 @@ class Engine(Forward):
     @classmethod
     def of(cls, lm: LoadedModel) -> Engine:
         """The model's engine, created once. A derived card is proven first: the conformance
-        probe runs before any workflow does (:mod:`mechscope.engine.probe`)."""
+        probe runs before any workflow does (:mod:`mechscope.engine.conformance.probe`)."""
         engine = lm.extra.get("engine")
         if engine is None:
             engine = cls(lm)
@@ -41,13 +42,14 @@ class Engine(Forward):
     def generate(
         self, prompts: Sequence[Prompt], sampling: Sampling, **kwargs: Any
     ) -> list[list[Completion]]:
-        """Rollouts of ``prompts`` on this engine's hooks (:func:`mechscope.engine.generate.
-        generate`: shared prefixes, continuous batching, a seed per rollout)."""
+        """Rollouts of ``prompts`` on this engine's hooks
+        (:func:`mechscope.engine.generation.generate.generate`: shared prefixes, continuous
+        batching, a seed per rollout)."""
         return generate(self, prompts, sampling, **kwargs)
 
     def run_with_cache(self, inputs: Any, names_filter: NamesFilter = None, **kwargs: Any) -> Cache:
-        """One pass that keeps every site asked for, as a :class:`~mechscope.engine.cache.
+        """One pass that keeps every site asked for, as a :class:`~mechscope.engine.analysis.cache.
         Cache` (TransformerLens' ``run_with_cache``): text or ids in, sites chosen by name or
         predicate, ``stop_at_layer``, ``positions``, ``device``, ``interventions``, sized
-        before it runs (:func:`mechscope.engine.run_cache.run_with_cache`)."""
+        before it runs (:func:`mechscope.engine.analysis.run_cache.run_with_cache`)."""
         return run_with_cache(self, inputs, names_filter, **kwargs)

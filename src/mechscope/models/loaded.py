@@ -15,7 +15,7 @@ from mechscope.models.card import ModelCard
 from mechscope.models.memory import human_bytes
 
 if TYPE_CHECKING:
-    from mechscope.engine.cache import Cache
+    from mechscope.engine.analysis.cache import Cache
 
 
 def _attr(config: Any, name: str | None) -> Any:
@@ -159,7 +159,7 @@ class LoadedModel:
 
     def run_with_cache(self, inputs: Any, names_filter: Any = None, **kwargs: Any) -> Cache:
         """``Engine.of(self).run_with_cache(...)``: one pass that keeps the sites asked for,
-        as a :class:`mechscope.engine.cache.Cache` (TransformerLens' name). The engine sits
+        as a :class:`mechscope.engine.analysis.cache.Cache` (TransformerLens' name). The engine sits
         above this module, so it is reached through :mod:`mechscope.bindings`, not
         imported."""
         return bindings.engine_of(self).run_with_cache(inputs, names_filter, **kwargs)

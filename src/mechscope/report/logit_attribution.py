@@ -1,4 +1,4 @@
-"""The figure of a direct logit attribution (:mod:`mechscope.engine.attribution`): a
+"""The figure of a direct logit attribution (:mod:`mechscope.engine.analysis.attribution`): a
 function of the result, as every figure is, drawn where figures are drawn.
 ``LogitAttribution.figure()`` calls it (through :mod:`mechscope.bindings`)."""
 
@@ -10,7 +10,7 @@ from mechscope.report.builders import heatmap
 from mechscope.report.figure import Figure
 
 if TYPE_CHECKING:
-    from mechscope.engine.attribution import LogitAttribution
+    from mechscope.engine.analysis.attribution import LogitAttribution
 
 
 def logit_attribution_figure(dla: LogitAttribution) -> Figure:
