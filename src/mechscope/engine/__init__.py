@@ -1,4 +1,10 @@
-"""The engine: sites, interventions, one forward pass, sweeps."""
+"""The engine: sites, interventions, one forward pass, generation, the cache, the probe.
+
+Its layers are sub-packages, each importing only those below it: ``core``,
+``interventions`` (with the forward pass), ``generation`` and ``analysis`` side by side,
+``conformance``, and ``api`` (the public ``Engine``) on top (docs/design.md, "The engine's
+layers"). The names below are imported on first use.
+"""
 
 from typing import TYPE_CHECKING
 
