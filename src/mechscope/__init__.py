@@ -35,7 +35,8 @@ if TYPE_CHECKING:
         SuppressAttention,
     )
     from mechscope.engine.analysis.attribution import LogitAttribution
-    from mechscope.engine.analysis.cache import Cache, Components
+    from mechscope.engine.analysis.cache import Cache
+    from mechscope.engine.analysis.components import Components
     from mechscope.engine.analysis.inputs import Tokens, to_tokens
     from mechscope.engine.analysis.run_cache import run_with_cache
     from mechscope.engine.core.unembed import logit_diff, unembed
@@ -83,7 +84,7 @@ EXPORTS = {
     # the cache and its decompositions
     "run_with_cache": "mechscope.engine.analysis.run_cache",
     "Cache": "mechscope.engine.analysis.cache",
-    "Components": "mechscope.engine.analysis.cache",
+    "Components": "mechscope.engine.analysis.components",
     "LogitAttribution": "mechscope.engine.analysis.attribution",
     # activation and path patching, steering
     "ContrastivePair": "mechscope.data.pairs",
