@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 
 from mechscope.engine import Engine, Read, ReduceAttention, Site
-from mechscope.engine.probe import run_probe
+from mechscope.engine.conformance.probe import run_probe
 from mechscope.errors import MechscopeError
 from mechscope.models import DEFAULT_MODEL, LoadedModel, load_model
 from mechscope.models.derive import derive_card

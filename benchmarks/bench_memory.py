@@ -1,6 +1,6 @@
 """Benchmark: the memory a workflow's sizing predicts against the peak it reaches (not a test).
 
-Chunks are sized by counting what they hold (``mechscope.engine.memory_model`` and each
+Chunks are sized by counting what they hold (``mechscope.engine.analysis.memory_model`` and each
 workflow's ``*memory.py``); a count that leaves a tensor out sizes chunks that overrun the
 budget. Four workloads on SmolLM2-135M (fp32, CPU), each in a fresh process, under a
 budget small enough that the sizing decides the chunks (``--memory``, default 512 MiB):
@@ -101,7 +101,7 @@ def workload(case: str, lm, n: int):
 def child(args: argparse.Namespace) -> dict:
     import torch
 
-    from mechscope.engine.memory_model import recorded
+    from mechscope.engine.analysis.memory_model import recorded
     from mechscope.models import DEFAULT_MODEL, load_model
 
     torch.set_num_threads(args.threads)

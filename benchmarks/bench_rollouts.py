@@ -126,8 +126,8 @@ def random_weights_case(args, n_prefix: int, n: int) -> dict:
     from random_llama import random_llama_8b
 
     from mechscope.engine import Engine
-    from mechscope.engine.generate import Prompt
-    from mechscope.engine.sampling import Sampling
+    from mechscope.engine.generation.generate import Prompt
+    from mechscope.engine.generation.sampling import Sampling
 
     lm = random_llama_8b(args.device)
     engine = Engine.of(lm)

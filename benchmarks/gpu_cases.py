@@ -191,9 +191,9 @@ def rollout_cases(ctx: Ctx, lm: Any, deadline: float) -> list[harness.Case]:
     from bench_rollouts import run_generate
 
     from mechscope.engine import Engine
-    from mechscope.engine.decode_step import GraphFallback
-    from mechscope.engine.generate import Prompt
-    from mechscope.engine.sampling import Sampling
+    from mechscope.engine.generation.decode_step import GraphFallback
+    from mechscope.engine.generation.generate import Prompt
+    from mechscope.engine.generation.sampling import Sampling
 
     n, n_prefix, new = (4, 32, 8) if ctx.smoke else (64, 2048, 512)
     eng = Engine.of(lm)

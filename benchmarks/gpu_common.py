@@ -95,7 +95,7 @@ def interleaved(
 @contextmanager
 def attention(lm: Any, implementation: str) -> Iterator[None]:
     """The model with ``implementation`` (a peer's plain ``sdpa``), the engine's after."""
-    from mechscope.engine.attention import ATTN_NAME
+    from mechscope.engine.core.attention import ATTN_NAME
 
     lm.model.set_attn_implementation(implementation)
     try:
@@ -107,7 +107,7 @@ def attention(lm: Any, implementation: str) -> Iterator[None]:
 @dataclass
 class Peak:
     """A run's device memory beyond what was allocated before it, and what the sizing
-    predicted for its largest step (:func:`mechscope.engine.memory_model.recorded`)."""
+    predicted for its largest step (:func:`mechscope.engine.analysis.memory_model.recorded`)."""
 
     measured: int | None  # bytes (None: not on a CUDA device)
     predicted: int
@@ -123,7 +123,7 @@ class Peak:
 
 def peak_of(ctx: Ctx, fn: Callable[[], Any]) -> Peak:
     """Run ``fn`` once with the sizing's predictions recorded and the device's peak reset."""
-    from mechscope.engine.memory_model import recorded
+    from mechscope.engine.analysis.memory_model import recorded
 
     cuda = ctx.device.type == "cuda"
     ctx.sync()

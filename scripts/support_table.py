@@ -13,7 +13,7 @@ from pathlib import Path
 
 import transformers
 
-from mechscope.engine.support import support_row, support_table
+from mechscope.engine.conformance.support import support_row, support_table
 from mechscope.models.tiny_types import known_model_types
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "engine.md"

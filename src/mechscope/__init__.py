@@ -15,6 +15,10 @@ Each name's home module is in :data:`EXPORTS`; the API reference (``make docs-ap
 them with their docstrings.
 """
 
+from __future__ import annotations
+
+import mechscope.bindings as _bindings
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without the 10 ms of importing typing
 if TYPE_CHECKING:
     from mechscope.data.pairs import ContrastivePair
@@ -30,14 +34,15 @@ if TYPE_CHECKING:
         Steer,
         SuppressAttention,
     )
-    from mechscope.engine.attribution import LogitAttribution
-    from mechscope.engine.cache import Cache, Components
-    from mechscope.engine.generate import Completion, Prompt
-    from mechscope.engine.inputs import Tokens, to_tokens
-    from mechscope.engine.prefix import KVCache, Resume
-    from mechscope.engine.run_cache import run_with_cache
-    from mechscope.engine.sampling import Sampling
-    from mechscope.engine.unembed import logit_diff, unembed
+    from mechscope.engine.analysis.attribution import LogitAttribution
+    from mechscope.engine.analysis.cache import Cache
+    from mechscope.engine.analysis.components import Components
+    from mechscope.engine.analysis.inputs import Tokens, to_tokens
+    from mechscope.engine.analysis.run_cache import run_with_cache
+    from mechscope.engine.core.unembed import logit_diff, unembed
+    from mechscope.engine.generation.generate import Completion, Prompt
+    from mechscope.engine.generation.sampling import Sampling
+    from mechscope.engine.interventions.prefix import KVCache, Resume
     from mechscope.errors import (
         InputError,
         MechscopeError,
@@ -50,6 +55,7 @@ if TYPE_CHECKING:
     from mechscope.patching.path import path_patch
     from mechscope.patching.path_result import PathResult
     from mechscope.patching.run import patch_pairs
+    from mechscope.report.figure import Figure
     from mechscope.steering.config import SteerConfig
     from mechscope.steering.result import SteeringResult
     from mechscope.steering.run import steer_sweep
@@ -63,23 +69,23 @@ EXPORTS = {
     "LoadedModel": "mechscope.models.loaded",
     "ModelCard": "mechscope.models.card",
     # sites and interventions
-    "Engine": "mechscope.engine.forward",
-    "RunOutput": "mechscope.engine.forward",
-    "Site": "mechscope.engine.sites",
-    "Read": "mechscope.engine.interventions",
-    "Patch": "mechscope.engine.interventions",
-    "Ablate": "mechscope.engine.interventions",
-    "Gate": "mechscope.engine.interventions",
-    "SuppressAttention": "mechscope.engine.interventions",
-    "ReduceAttention": "mechscope.engine.interventions",
-    "Steer": "mechscope.engine.interventions",
-    "Resume": "mechscope.engine.prefix",
-    "KVCache": "mechscope.engine.prefix",
+    "Engine": "mechscope.engine.api",
+    "RunOutput": "mechscope.engine.interventions.forward",
+    "Site": "mechscope.engine.core.sites",
+    "Read": "mechscope.engine.interventions.values",
+    "Patch": "mechscope.engine.interventions.values",
+    "Ablate": "mechscope.engine.interventions.values",
+    "Gate": "mechscope.engine.interventions.values",
+    "SuppressAttention": "mechscope.engine.interventions.values",
+    "ReduceAttention": "mechscope.engine.interventions.values",
+    "Steer": "mechscope.engine.interventions.values",
+    "Resume": "mechscope.engine.interventions.prefix",
+    "KVCache": "mechscope.engine.interventions.prefix",
     # the cache and its decompositions
-    "run_with_cache": "mechscope.engine.run_cache",
-    "Cache": "mechscope.engine.cache",
-    "Components": "mechscope.engine.cache",
-    "LogitAttribution": "mechscope.engine.attribution",
+    "run_with_cache": "mechscope.engine.analysis.run_cache",
+    "Cache": "mechscope.engine.analysis.cache",
+    "Components": "mechscope.engine.analysis.components",
+    "LogitAttribution": "mechscope.engine.analysis.attribution",
     # activation and path patching, steering
     "ContrastivePair": "mechscope.data.pairs",
     "PatchSpec": "mechscope.patching.config",
@@ -93,13 +99,13 @@ EXPORTS = {
     "steer_sweep": "mechscope.steering.run",
     "SteeringResult": "mechscope.steering.result",
     # helpers
-    "to_tokens": "mechscope.engine.inputs",
-    "Tokens": "mechscope.engine.inputs",
-    "unembed": "mechscope.engine.unembed",
-    "logit_diff": "mechscope.engine.unembed",
-    "Prompt": "mechscope.engine.generate",
-    "Sampling": "mechscope.engine.sampling",
-    "Completion": "mechscope.engine.generate",
+    "to_tokens": "mechscope.engine.analysis.inputs",
+    "Tokens": "mechscope.engine.analysis.inputs",
+    "unembed": "mechscope.engine.core.unembed",
+    "logit_diff": "mechscope.engine.core.unembed",
+    "Prompt": "mechscope.engine.generation.generate",
+    "Sampling": "mechscope.engine.generation.sampling",
+    "Completion": "mechscope.engine.generation.generate",
     # errors
     "MechscopeError": "mechscope.errors",
     "InputError": "mechscope.errors",
@@ -152,6 +158,24 @@ __all__ = [
     "to_tokens",
     "unembed",
 ]
+
+
+def _engine_of(lm: LoadedModel) -> Engine:
+    from mechscope.engine.api import Engine
+
+    return Engine.of(lm)
+
+
+def _logit_attribution_figure(dla: LogitAttribution) -> Figure:
+    from mechscope.report.logit_attribution import logit_attribution_figure
+
+    return logit_attribution_figure(dla)
+
+
+# The root sits above every layer and runs before any submodule does: it binds the calls
+# a layer makes into one above it (mechscope.bindings), without that layer importing it.
+_bindings.engine_of = _engine_of
+_bindings.logit_attribution_figure = _logit_attribution_figure
 
 
 def __getattr__(name: str) -> object:

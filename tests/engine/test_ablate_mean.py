@@ -16,7 +16,7 @@ import torch
 from engine_tiny import one_thread  # noqa: F401  (autouse fixture)
 
 from mechscope.engine import Ablate, Engine, Read, Site
-from mechscope.engine.inputs import to_tokens
+from mechscope.engine.analysis.inputs import to_tokens
 from mechscope.errors import InputError
 from mechscope.models import load_model
 from tolerance import assert_beyond_rounding, assert_rounding_close, depth_of, scale_of
@@ -128,7 +128,7 @@ def test_unalignable_references_are_refused_in_one_line(setup) -> None:
 
 def test_a_recorded_decode_step_takes_the_mask_along(setup) -> None:
     """``on_device`` (what a recorded decode step holds) keeps the reference and its mask."""
-    from mechscope.engine.decode_step import on_device
+    from mechscope.engine.generation.decode_step import on_device
 
     _, _, cache = setup
     ablate = Ablate(Site("mlp_out", LAYER), "mean", cache, over_positions=True)

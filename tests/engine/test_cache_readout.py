@@ -20,7 +20,7 @@ from engine_tiny import SMALL, build, one_thread  # noqa: F401  (autouse fixture
 from test_cache import FAMILIES, PROMPTS, _model
 
 from mechscope.engine import Engine
-from mechscope.engine.unembed import unembed
+from mechscope.engine.core.unembed import unembed
 from mechscope.errors import InputError, UnsupportedInterventionError
 from tolerance import assert_beyond_rounding, assert_rounding_close, depth_of, scale_of
 

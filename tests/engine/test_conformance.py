@@ -16,8 +16,8 @@ import torch
 from torch import nn
 
 from mechscope.engine import Ablate, Engine, Gate, Patch, Read, Site, SuppressAttention
-from mechscope.engine import attention as attention_module
-from mechscope.engine.spans import attention_span
+from mechscope.engine.core import attention as attention_module
+from mechscope.engine.core.spans import attention_span
 from mechscope.errors import UnsupportedInterventionError
 from mechscope.models import all_cards, load_model
 from tolerance import (

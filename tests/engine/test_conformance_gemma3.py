@@ -19,7 +19,8 @@ import test_conformance
 from test_conformance import CHECKS, _ids, check_gates, check_suppression_mask
 from test_tolerance_power import MASK_MUTANTS, neighbour_head, wrong_span
 
-from mechscope.engine import Engine, probe, probe_attention
+from mechscope.engine import Engine
+from mechscope.engine.conformance import probe, probe_attention
 from mechscope.models.trace import probe_ids
 
 pytestmark = pytest.mark.slow

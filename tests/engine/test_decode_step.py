@@ -13,11 +13,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-import mechscope.engine.generate as generate_module
+import mechscope.engine.generation.generate as generate_module
 from mechscope.engine import Ablate, Engine, Gate, Site, SuppressAttention
-from mechscope.engine.decode_step import StaticStep, capture_refusal, decode_step
-from mechscope.engine.generate import Prompt
-from mechscope.engine.sampling import Sampling
+from mechscope.engine.generation.decode_step import StaticStep, capture_refusal, decode_step
+from mechscope.engine.generation.generate import Prompt
+from mechscope.engine.generation.sampling import Sampling
 from mechscope.errors import InputError, UnsupportedInterventionError
 from mechscope.models import load_model
 
@@ -160,7 +160,7 @@ def test_a_recording_that_replays_differently_falls_back_to_eager(monkeypatch, s
     rollouts are the eager ones and the reason is said once."""
     import contextlib
 
-    import mechscope.engine.decode_step as ds
+    import mechscope.engine.generation.decode_step as ds
 
     class Stream:
         def __init__(self, *args):

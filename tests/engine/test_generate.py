@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from mechscope.engine import Engine, Gate, Read, Site, SuppressAttention
-from mechscope.engine.generate import Prompt
-from mechscope.engine.prefix import can_resume
-from mechscope.engine.sampling import Sampling
+from mechscope.engine.generation.generate import Prompt
+from mechscope.engine.generation.sampling import Sampling
+from mechscope.engine.interventions.prefix import can_resume
 from mechscope.errors import InputError, UnsupportedInterventionError
 from mechscope.models import all_cards, load_model
 from tolerance import assert_rounding_close, depth_of
@@ -236,7 +236,7 @@ def test_nucleus_draws_follow_the_truncated_distribution():
     computed by hand (chi-square test, p > 1e-3 on 20k draws) and never leave it."""
     from scipy.stats import chisquare
 
-    from mechscope.engine.sampling import next_tokens
+    from mechscope.engine.generation.sampling import next_tokens
 
     logits = torch.log(torch.tensor([[0.05, 0.4, 0.1, 0.3, 0.15]]))
     sampling = Sampling(1, temperature=1.0, top_p=0.8)

@@ -24,13 +24,13 @@ from test_generate import assert_logits_match_hf
 from transformers import AutoConfig
 
 from mechscope.engine import Engine
-from mechscope.engine import rollouts as rollouts_module
-from mechscope.engine.generate import LOCK_STEP, LOCKSTEP, SLOTS, decoding
-from mechscope.engine.prefix import Resume, can_resume
-from mechscope.engine.rollouts import Prompt
-from mechscope.engine.sampling import Sampling
-from mechscope.engine.spans import SPAN_ATTRIBUTES, attention_span, uses_alibi
-from mechscope.engine.support import support_row
+from mechscope.engine.conformance.support import support_row
+from mechscope.engine.core.spans import SPAN_ATTRIBUTES, attention_span, uses_alibi
+from mechscope.engine.generation import rollouts as rollouts_module
+from mechscope.engine.generation.generate import LOCK_STEP, LOCKSTEP, SLOTS, decoding
+from mechscope.engine.generation.rollouts import Prompt
+from mechscope.engine.generation.sampling import Sampling
+from mechscope.engine.interventions.prefix import Resume, can_resume
 from mechscope.errors import UnsupportedInterventionError
 from mechscope.models import load_model, tiny_types
 from tolerance import assert_beyond_rounding, assert_rounding_close, depth_of
@@ -87,7 +87,7 @@ def test_resume_stops_one_short_of_a_window(monkeypatch):
     with pytest.raises(UnsupportedInterventionError, match="resume is not supported") as info:
         eng.run(_ids(lm, 8), resume=Resume(base.cache, 4))
     assert "\n" not in str(info.value)
-    monkeypatch.setattr("mechscope.engine.prefix.attention_span", lambda config: None)
+    monkeypatch.setattr("mechscope.engine.interventions.prefix.attention_span", lambda config: None)
     tail, full = _resumed(eng, _ids(lm, 8), 4)  # what the check prevents
     assert_beyond_rounding(tail, full, depth=depth_of(lm), msg="a window of 8 resumed at 8")
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from mechscope.engine import Engine
-from mechscope.engine.generate import Prompt
-from mechscope.engine.sampling import Sampling
+from mechscope.engine.generation.generate import Prompt
+from mechscope.engine.generation.sampling import Sampling
 from mechscope.models import load_model
 
 pytestmark = [
@@ -61,7 +61,7 @@ def test_recorded_decode_steps_equal_eager_steps_on_cuda(engine):
     decode='eager': the same tokens, greedy and sampled, with refills, a width change and
     interventions during generation; and the graphs were really used."""
     from mechscope.engine import Gate, SuppressAttention
-    from mechscope.engine.decode_step import StaticStep
+    from mechscope.engine.generation.decode_step import StaticStep
 
     lm = engine.lm
     alpha = torch.ones(lm.n_layers, lm.n_heads)

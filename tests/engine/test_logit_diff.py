@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mechscope.engine.unembed import logit_diff
+from mechscope.engine.core.unembed import logit_diff
 
 
 def test_logit_diff_with_one_pair_or_one_pair_per_row():

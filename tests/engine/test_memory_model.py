@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from mechscope.engine.memory_model import (
+from mechscope.engine.analysis.memory_model import (
     FP32,
     Dims,
     Pass,

@@ -15,7 +15,7 @@ from engine_tiny import (
 )
 
 from mechscope.engine import Ablate, Engine, Patch, Read, Site
-from mechscope.engine.norms import factor_norm
+from mechscope.engine.core.norms import factor_norm
 from mechscope.errors import SiteError, UnsupportedInterventionError
 from mechscope.models import load_model
 from tolerance import assert_beyond_rounding, assert_rounding_close, depth_of

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from mechscope.engine import Engine, Patch, Read, Site, SuppressAttention
-from mechscope.engine.prefix import Resume, can_resume
+from mechscope.engine.interventions.prefix import Resume, can_resume
 from mechscope.errors import SiteError
 from mechscope.models import all_cards, load_model
 from tolerance import assert_beyond_rounding, assert_rounding_close, depth_of, scale_of

@@ -19,8 +19,8 @@ from engine_tiny import (
 )
 
 from mechscope.engine import Engine, Patch, Read, Site, SuppressAttention
-from mechscope.engine import attention as attention_module
-from mechscope.engine.prefix import Resume
+from mechscope.engine.core import attention as attention_module
+from mechscope.engine.interventions.prefix import Resume
 from mechscope.errors import SiteError, UnsupportedInterventionError
 from mechscope.models import load_model
 from tolerance import (

@@ -22,7 +22,7 @@ import pytest
 from test_conformance import CHECKS, _ids
 
 from mechscope.engine import Engine, Read, Site
-from mechscope.engine.support import support_row, support_table
+from mechscope.engine.conformance.support import support_row, support_table
 from mechscope.errors import MechscopeError, UnsupportedInterventionError
 from mechscope.models import load_model
 from mechscope.models.tiny_types import NAMED_TYPES, known_model_types

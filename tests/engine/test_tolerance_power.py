@@ -1,6 +1,6 @@
 """The rounding tolerances still fail on a real error.
 
-The conformance checks (test_conformance.py) and the probe (engine/probe*.py) allow
+The conformance checks (test_conformance.py) and the probe (engine/conformance/probe*.py) allow
 ``K · eps · scale · √depth`` (mechscope.tolerance), what summing in another order explains.
 Here each runs with a deliberate mistake in what the engine is asked to do: the suppressed
 span one key short or one key late, or the gate put on the neighbouring head. Each must
@@ -18,7 +18,8 @@ import test_conformance
 import torch
 from test_conformance import _ids, check_gates, check_suppression_layer0, check_suppression_mask
 
-from mechscope.engine import Engine, Gate, SuppressAttention, probe, probe_attention
+from mechscope.engine import Engine, Gate, SuppressAttention
+from mechscope.engine.conformance import probe, probe_attention
 from mechscope.errors import UnsupportedFamilyError
 from mechscope.models import load_model
 from mechscope.models.trace import probe_ids

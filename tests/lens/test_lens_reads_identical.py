@@ -4,7 +4,7 @@ Attention mass is a ``ReduceAttention`` in the same pass; it used to switch ever
 the engine's explicit fp32 attention, which moved bf16 smollm2's per-token values by up to
 0.55 nats and a layer curve by 0.07 on the two samples below. Now the probabilities are
 computed on the side and the pass is bit for bit the one without them
-(:mod:`mechscope.engine.attention`).
+(:mod:`mechscope.engine.core.attention`).
 """
 
 from __future__ import annotations

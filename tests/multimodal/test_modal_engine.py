@@ -92,7 +92,7 @@ def test_patching_nothing_changes_nothing(case):
 
 
 def test_prefix_reuse_is_refused_in_one_line(audio_lm, speech_dir):
-    from mechscope.engine.prefix import Resume, can_resume
+    from mechscope.engine.interventions.prefix import Resume, can_resume
 
     assert not can_resume(audio_lm, 10)
     media = _media("audio", speech_dir, None)

@@ -23,8 +23,9 @@ from mechscope.data.pairs import ContrastivePair, tokenize_pair
 from mechscope.data.spans import render
 from mechscope.distill.consistency import causal_effects
 from mechscope.distill.pairset import PairSet, build_pairset
-from mechscope.engine import Engine, forward
-from mechscope.engine.unembed import unembed
+from mechscope.engine import Engine
+from mechscope.engine.core.unembed import unembed
+from mechscope.engine.interventions import forward
 from mechscope.heads import GateFunction, joint_ig, nll_objective, per_layer_ig
 from mechscope.lens.paired import PairedOptions, analyse_sample
 from mechscope.lens.prepare import prepare_sample

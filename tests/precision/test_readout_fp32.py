@@ -1,6 +1,6 @@
 """The fp32 readout (final norm, unembedding, scale, soft-cap) of low-precision models.
 
-The reference is independent of :mod:`mechscope.engine.unembed`: deep copies of the model's
+The reference is independent of :mod:`mechscope.engine.core.unembed`: deep copies of the model's
 own final norm and unembedding converted to float64 (whole, with ``Module.double()``),
 applied to the same hidden states, then the logit scale and soft-cap in float64.
 
@@ -22,8 +22,8 @@ import pytest
 import torch
 
 from mechscope.engine import Engine, Read, Site
-from mechscope.engine import unembed as unembed_module
-from mechscope.engine.unembed import FinalHidden, linear_fp32, vocab_chunk
+from mechscope.engine.core import unembed as unembed_module
+from mechscope.engine.core.unembed import FinalHidden, linear_fp32, vocab_chunk
 from mechscope.models import LoadedModel, load_model
 from mechscope.tolerance import eps, rounding_tolerance
 from tolerance import assert_rounding_close, assert_within

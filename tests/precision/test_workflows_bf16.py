@@ -7,7 +7,7 @@ sublayer's normalised input, q, k, v and the MLP's hidden units. The residual st
 relative error grows like a random walk over those roundings, ``√10 · U/2 ≈ 1.6·U/2 ≈
 0.8%`` here, and the logits inherit it: with ``S`` the largest |logit| (17 on these
 prompts), ``≈ U·S ≈ 0.07`` per logit. Everything after the forward is fp32
-(:mod:`mechscope.engine.unembed`), so that is the whole error budget:
+(:mod:`mechscope.engine.core.unembed`), so that is the whole error budget:
 
 - a logit-valued metric (ΔNLL, logit difference, patching effect): mean error ``≤ U·S``,
   largest ``≤ 4·U·S`` (the tail of the walk, and differences of two logits);

@@ -309,7 +309,7 @@ def test_suppression_result(tiny, trace_tokens, tmp_path):
 
 
 def test_lens_study_result(tiny, tmp_path):
-    from mechscope.engine.generate import Completion
+    from mechscope.engine.generation.generate import Completion
     from mechscope.runs import RunDir
     from mechscope.studies.humaneval import task_run
     from mechscope.studies.humaneval.config import StudyConfig

@@ -311,7 +311,7 @@ def test_causal_consistency_refuses_nan_effects():
 )
 def test_no_token_is_picked_from_nan_logits(temperature, top_p):
     """Greedy argmax of a NaN row is an arbitrary token; multinomial raises a traceback."""
-    from mechscope.engine.sampling import Sampling, next_tokens
+    from mechscope.engine.generation.sampling import Sampling, next_tokens
 
     logits = torch.randn(3, 11)
     gens = [torch.Generator().manual_seed(k) for k in range(3)]

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from mechscope.engine import Engine, Read, Site, Steer
-from mechscope.engine.generate import Prompt
-from mechscope.engine.sampling import Sampling
+from mechscope.engine.generation.generate import Prompt
+from mechscope.engine.generation.sampling import Sampling
 from mechscope.errors import InputError, UnsupportedInterventionError
 from mechscope.models import load_model
 from mechscope.steering import SteerConfig, caa_vector, steer_sweep
@@ -132,7 +132,7 @@ def test_a_steered_run_with_cache_equals_the_steered_runs_reads(lm):
     those of ``Engine.run`` with the same steers and explicit reads, and of the steered run
     with no read at all (reading never changes a number). Padded rows, a residual steer and
     a per-head steer of the queries, so the attention work is exercised too."""
-    from mechscope.engine.inputs import to_tokens
+    from mechscope.engine.analysis.inputs import to_tokens
 
     eng = Engine.of(lm)
     gen = torch.Generator().manual_seed(5)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from study_helpers import more_mini_problems, solution, wrong
 
-from mechscope.engine.generate import Completion
+from mechscope.engine.generation.generate import Completion
 from mechscope.errors import InputError
 from mechscope.report import FigureBlock, FindingBlock, walk
 from mechscope.runs import RunDir, ShardStore, read_table

@@ -30,7 +30,7 @@ import torch
 
 from mechscope.anchors.trace import Trace
 from mechscope.engine import Engine, Gate
-from mechscope.engine.finite import first_nonfinite_layer
+from mechscope.engine.analysis.finite import first_nonfinite_layer
 from mechscope.errors import InputError, NonFiniteError
 
 Head = tuple[int, int]

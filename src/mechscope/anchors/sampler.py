@@ -139,7 +139,7 @@ class RequestSampler(ABC):
 
 
 class EngineSampler(RequestSampler):
-    """Rollouts from the local model on the engine (:mod:`mechscope.engine.generate`):
+    """Rollouts from the local model on the engine (:mod:`mechscope.engine.generation.generate`):
     one prefill per prompt shared by its ``n`` rollouts, continuous batching over ``slots``
     rows, and rollout ``k`` drawn with :func:`rollout_seed` ``(seed, k)`` so the same call
     gives the same texts whatever the batch. ``interventions`` apply while sampling."""
@@ -171,8 +171,8 @@ class EngineSampler(RequestSampler):
         max_new_tokens: int,
     ) -> list[list[str]]:
         """Every request's rollouts, decoded together (one prefill per request)."""
-        from mechscope.engine.generate import Prompt
-        from mechscope.engine.sampling import Sampling
+        from mechscope.engine.generation.generate import Prompt
+        from mechscope.engine.generation.sampling import Sampling
 
         _check_requests(requests, temperature, top_p, max_new_tokens)
         tok, special = self.engine.lm.tokenizer, self.add_special_tokens
@@ -188,7 +188,7 @@ class EngineSampler(RequestSampler):
         except NonFiniteError as exc:  # say which prompt, and where its pass turns NaN
             import torch
 
-            from mechscope.engine.finite import first_nonfinite_layer
+            from mechscope.engine.analysis.finite import first_nonfinite_layer
 
             for i, prompt in enumerate(todo):
                 layer = first_nonfinite_layer(self.engine, torch.tensor([list(prompt.ids)]))

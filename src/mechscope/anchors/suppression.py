@@ -6,7 +6,8 @@ is kept from attending to those tokens, in all layers and heads, before the soft
 sentences: batch row ``r`` suppresses sentence ``r`` (``rows_per_chunk`` rows per forward,
 rows ordered by span end). Nothing before a span's end can change, so by default a chunk of
 rows continues from the base pass's key/value cache at its earliest span end
-(``Engine.run(resume=…)``, :mod:`mechscope.engine.prefix`) instead of recomputing the prefix.
+(``Engine.run(resume=…)``, :mod:`mechscope.engine.interventions.prefix`) instead of
+recomputing the prefix.
 
 Formulas (``P_p``, ``Q_p``: next-token distributions at logits position ``p`` without and
 with the suppression, ``softmax(logits / temperature)``):
@@ -46,9 +47,9 @@ from mechscope.anchors.result import SuppressionResult
 from mechscope.anchors.suppression_memory import fit_sentences
 from mechscope.anchors.trace_tokens import TraceTokens
 from mechscope.engine import Engine, SuppressAttention
-from mechscope.engine.finite import refuse_nonfinite
-from mechscope.engine.prefix import Resume, can_resume
-from mechscope.engine.sweep import run_chunks
+from mechscope.engine.analysis.finite import refuse_nonfinite
+from mechscope.engine.analysis.sweep import run_chunks
+from mechscope.engine.interventions.prefix import Resume, can_resume
 from mechscope.errors import InputError
 from mechscope.stats.finite import require_finite
 

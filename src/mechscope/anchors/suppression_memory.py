@@ -7,7 +7,7 @@ fp32 logits, which the KL then reads in blocks of positions. The whole time, the
 pass's logits of every position and (with prefix reuse) its key/value cache are held.
 
 A chunk's peak is the larger of its resumed pass
-(:func:`~mechscope.engine.memory_model.pass_bytes`: the rebuilt cache of every layer and
+(:func:`~mechscope.engine.analysis.memory_model.pass_bytes`: the rebuilt cache of every layer and
 row, a layer's two attention blocks, then the logits) and its KL: the logits plus
 :data:`KL_ROW_TEMPS` fp32 ``[rows, block, vocab]`` and :data:`KL_BASE_TEMPS`
 ``[block, vocab]`` temporaries of one block of positions.
@@ -15,7 +15,7 @@ row, a layer's two attention blocks, then the logits) and its KL: the logits plu
 
 from __future__ import annotations
 
-from mechscope.engine.memory_model import FP32, Dims, Fit, Pass, fit_rows, note, pass_bytes
+from mechscope.engine.analysis.memory_model import FP32, Dims, Fit, Pass, fit_rows, note, pass_bytes
 from mechscope.models.loaded import LoadedModel
 
 #: ``[rows, block, vocab]`` tensors the KL of a block holds at once, in fp32 units: five

@@ -51,7 +51,7 @@ def models(
 
 
 def _support(types: list[str]) -> None:
-    from mechscope.engine.support import support_row
+    from mechscope.engine.conformance.support import support_row
     from mechscope.models.tiny_types import NAMED_TYPES
 
     table = Table(title="support measured on tiny random models")
@@ -73,7 +73,7 @@ def inspect(
 ) -> None:
     """Layers, heads, sites, dtype, parameter count, card and probe of a model."""
     from mechscope.engine import SITE_NAMES, Engine
-    from mechscope.engine.probe import apply_probe
+    from mechscope.engine.conformance.probe import apply_probe
 
     lm = opts.load()
     eng = Engine.of(lm)  # probes a derived or user card; refuses one that fails

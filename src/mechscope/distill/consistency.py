@@ -23,7 +23,7 @@ from mechscope.distill.passes import (
     require_finite_clean,
 )
 from mechscope.engine import Engine
-from mechscope.engine.unembed import logit_diff
+from mechscope.engine.core.unembed import logit_diff
 from mechscope.errors import InputError
 from mechscope.stats import pearson
 from mechscope.stats.finite import require_finite

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from mechscope.distill.pairset import PairSet
 from mechscope.distill.passes import clean_logit_diffs
 from mechscope.engine import Engine
-from mechscope.engine.finite import refuse_nonfinite
+from mechscope.engine.analysis.finite import refuse_nonfinite
 from mechscope.errors import InputError
 from mechscope.stats import nll_of_targets
 from mechscope.stats.finite import require_finite

@@ -14,8 +14,8 @@ import torch
 
 from mechscope.distill.pairset import PairSet
 from mechscope.engine import Engine, Patch, Read, Site
-from mechscope.engine.finite import refuse_nonfinite
-from mechscope.engine.unembed import logit_diff
+from mechscope.engine.analysis.finite import refuse_nonfinite
+from mechscope.engine.core.unembed import logit_diff
 
 
 def read_resid(

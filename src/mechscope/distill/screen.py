@@ -24,7 +24,7 @@ import torch
 from mechscope.distill.pairset import PairSet
 from mechscope.distill.passes import answer_logits, patched_logit_diffs, read_resid
 from mechscope.engine import Engine
-from mechscope.engine.unembed import logit_diff
+from mechscope.engine.core.unembed import logit_diff
 
 SCREEN_PAIRS = 32
 

@@ -1,17 +1,29 @@
-"""The engine: sites, interventions, one forward pass, sweeps."""
+"""The engine: sites, interventions, one forward pass, generation, the cache, the probe.
 
-from mechscope.engine.forward import Engine, RunOutput
-from mechscope.engine.interventions import (
-    Ablate,
-    Gate,
-    Intervention,
-    Patch,
-    Read,
-    ReduceAttention,
-    Steer,
-    SuppressAttention,
-)
-from mechscope.engine.sites import SITE_NAMES, Site
+Its layers are sub-packages, each importing only those below it: ``core``,
+``interventions`` (with the forward pass), ``generation`` and ``analysis`` side by side,
+``conformance``, and ``api`` (the public ``Engine``) on top (docs/design.md, "The engine's
+layers"). The names below are imported on first use.
+"""
+
+from typing import TYPE_CHECKING
+
+from mechscope.lazy import lazy_package
+
+if TYPE_CHECKING:  # the exports, each imported on first use (mechscope.lazy)
+    from mechscope.engine.api import Engine
+    from mechscope.engine.core.sites import SITE_NAMES, Site
+    from mechscope.engine.interventions.forward import RunOutput
+    from mechscope.engine.interventions.values import (
+        Ablate,
+        Gate,
+        Intervention,
+        Patch,
+        Read,
+        ReduceAttention,
+        Steer,
+        SuppressAttention,
+    )
 
 __all__ = [
     "SITE_NAMES",
@@ -27,3 +39,5 @@ __all__ = [
     "Steer",
     "SuppressAttention",
 ]
+
+lazy_package(__name__)

@@ -2,7 +2,7 @@
 
 An IG chunk runs ``gates × rows_per_gate`` rows forward with gradients and then backward,
 so autograd keeps every layer's saved activations until the backward
-(:func:`~mechscope.engine.memory_model.saved_bytes`: about 32 kB per token and layer on
+(:func:`~mechscope.engine.analysis.memory_model.saved_bytes`: about 32 kB per token and layer on
 smollm2-135m, against 25 kB for the single layer an inference forward holds at a time).
 On top of them the objective holds fp32 ``[rows, positions, vocab]`` tensors: the logits,
 the log-softmax autograd saves, and the two gradients of the backward's first steps.
@@ -10,7 +10,7 @@ the log-softmax autograd saves, and the two gradients of the backward's first st
 
 from __future__ import annotations
 
-from mechscope.engine.memory_model import FP32, Dims, Fit, Pass, fit_rows, note, pass_bytes
+from mechscope.engine.analysis.memory_model import FP32, Dims, Fit, Pass, fit_rows, note, pass_bytes
 from mechscope.models.loaded import LoadedModel
 
 #: fp32 ``[rows, positions, vocab]`` tensors of the objective beside the pass's logits:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from mechscope.engine.finite import first_nonfinite_layer
+from mechscope.engine.analysis.finite import first_nonfinite_layer
 from mechscope.errors import InputError, NonFiniteError
 from mechscope.heads.baselines import gate_gradients, head_mask_importance
 from mechscope.heads.config import HeadsConfig

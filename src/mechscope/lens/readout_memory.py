@@ -1,7 +1,7 @@
 """What the paired lens holds, and how many tokens each unembedding call of its readout gets.
 
 One sample is two forwards (one per condition), then the readout. A forward holds the
-pass (:func:`~mechscope.engine.memory_model.pass_bytes`; every layer on the explicit
+pass (:func:`~mechscope.engine.analysis.memory_model.pass_bytes`; every layer on the explicit
 fp32 attention path when attention masses are reduced), the ``resid_post`` reads of every
 layer at the continuation's prediction positions and, at its end, their stacked copy; the
 second forward runs beside the first's stacked hidden states. The readout holds both
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import torch
 
-from mechscope.engine.memory_model import FP32, Dims, Fit, Pass, fit_rows, note, pass_bytes
-from mechscope.engine.unembed import UNEMBED_CHUNK_BYTES, head_is_fp32
+from mechscope.engine.analysis.memory_model import FP32, Dims, Fit, Pass, fit_rows, note, pass_bytes
+from mechscope.engine.core.unembed import UNEMBED_CHUNK_BYTES, head_is_fp32
 from mechscope.models.loaded import LoadedModel
 
 #: Bytes of fp32 logits per unembedding call (both conditions). 24 MB keeps the output out

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from mechscope import bindings
 from mechscope.errors import SiteError
 from mechscope.models.card import ModelCard
 from mechscope.models.memory import human_bytes
+
+if TYPE_CHECKING:
+    from mechscope.engine.analysis.cache import Cache
 
 
 def _attr(config: Any, name: str | None) -> Any:
@@ -153,13 +157,12 @@ class LoadedModel:
     def dtype(self) -> torch.dtype:
         return self.embed_module().weight.dtype
 
-    def run_with_cache(self, inputs: Any, names_filter: Any = None, **kwargs: Any) -> Any:
+    def run_with_cache(self, inputs: Any, names_filter: Any = None, **kwargs: Any) -> Cache:
         """``Engine.of(self).run_with_cache(...)``: one pass that keeps the sites asked for,
-        as a :class:`mechscope.engine.cache.Cache` (TransformerLens' name). The engine is
-        imported here, on use, because it sits above this module."""
-        from mechscope.engine.forward import Engine
-
-        return Engine.of(self).run_with_cache(inputs, names_filter, **kwargs)
+        as a :class:`mechscope.engine.analysis.cache.Cache` (TransformerLens' name). The engine sits
+        above this module, so it is reached through :mod:`mechscope.bindings`, not
+        imported."""
+        return bindings.engine_of(self).run_with_cache(inputs, names_filter, **kwargs)
 
     @property
     def n_params(self) -> int:

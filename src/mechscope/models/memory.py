@@ -1,12 +1,12 @@
 """The memory budget batched work is sized by: given, or a share of the device's free memory.
 
 Sweeps, readouts and integrated-gradient paths pack many rows into one forward; how many is
-decided by a byte budget (:mod:`mechscope.engine.sweep`). ``--memory`` / ``load_model(memory=)``
-/ ``$MECHSCOPE_MEMORY`` give it as an amount (``8GiB``, ``500MB``, a plain number of bytes)
-or as a share of the device's free memory (a number in (0, 1]). The default is 0.4 of the
-free memory when the model loads: on a GPU that is what is left beside the weights; on the
-CPU it is capped at 2 GiB, because beyond that bigger batches no longer run faster there and
-only raise the peak.
+decided by a byte budget (:mod:`mechscope.engine.analysis.sweep`). ``--memory`` /
+``load_model(memory=)`` / ``$MECHSCOPE_MEMORY`` give it as an amount (``8GiB``, ``500MB``, a
+plain number of bytes) or as a share of the device's free memory (a number in (0, 1]). The
+default is 0.4 of the free memory when the model loads: on a GPU that is what is left beside
+the weights; on the CPU it is capped at 2 GiB, because beyond that bigger batches no longer
+run faster there and only raise the peak.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 from mechscope.lazy import lazy_package
 
 if TYPE_CHECKING:  # the exports, each imported on first use (mechscope.lazy)
-    from mechscope.engine.unembed import logit_diff
+    from mechscope.engine.core.unembed import logit_diff
     from mechscope.patching.attribution_patching import (
         Agreement,
         agreement,

@@ -12,7 +12,7 @@ import torch
 
 from mechscope.data.modal_prompt import stack_inputs
 from mechscope.engine import Engine, Read, Site
-from mechscope.engine.prefix import KVCache, can_resume
+from mechscope.engine.interventions.prefix import KVCache, can_resume
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,9 @@ import torch
 
 from mechscope.data.modal_prompt import stack_inputs
 from mechscope.engine import Engine, Patch, Site
-from mechscope.engine.finite import refuse_nonfinite
-from mechscope.engine.prefix import KVCache, Resume
-from mechscope.engine.unembed import logit_diff
+from mechscope.engine.analysis.finite import refuse_nonfinite
+from mechscope.engine.core.unembed import logit_diff
+from mechscope.engine.interventions.prefix import KVCache, Resume
 from mechscope.errors import SiteError
 from mechscope.patching.cache import RunCache
 from mechscope.patching.config import METRICS, PatchSpec

@@ -8,7 +8,7 @@ Two things are sized by :attr:`PatchSpec.budget_bytes` (default: ``lm.memory_bud
   chunks keep the other half;
 - **rows per chunk** (:func:`plan_sweep`): beside what the group holds, a chunk holds its
   pairs' stacked caches, one ``[rows, seq, width]`` patch value per layer it patches, the
-  resumed pass (:func:`~mechscope.engine.memory_model.pass_bytes`: the rebuilt cache of
+  resumed pass (:func:`~mechscope.engine.analysis.memory_model.pass_bytes`: the rebuilt cache of
   every layer and row, the last layer, the logits), then the metrics: each pair's rows of
   logits and :data:`METRIC_ROWS` fp32 ``[rows, vocab]`` temporaries of
   :func:`~mechscope.patching.metrics.readout_metrics`. The previous chunk's logits and
@@ -16,7 +16,7 @@ Two things are sized by :attr:`PatchSpec.budget_bytes` (default: ``lm.memory_bud
 
 Rows are sized for the worst chunk (every row of another layer and pair, from the earliest
 start), then the planned chunks are counted as they are and the largest is recorded
-(:func:`~mechscope.engine.memory_model.note`).
+(:func:`~mechscope.engine.analysis.memory_model.note`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mechscope.engine.memory_model import FP32, Dims, Fit, Pass, fit_rows, note, pass_bytes
+from mechscope.engine.analysis.memory_model import FP32, Dims, Fit, Pass, fit_rows, note, pass_bytes
 from mechscope.models.loaded import LoadedModel
 from mechscope.patching.config import PatchSpec
 from mechscope.patching.plan import plan_chunks

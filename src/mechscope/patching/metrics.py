@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from mechscope.engine.unembed import logit_diff
+from mechscope.engine.core.unembed import logit_diff
 from mechscope.stats import js_from_logp, kl_from_logp
 
 

@@ -18,7 +18,7 @@ import torch
 
 from mechscope.data.pairs import ContrastivePair, TokenizedPair, tokenize_pair
 from mechscope.engine import Engine
-from mechscope.engine.unembed import logit_diff
+from mechscope.engine.core.unembed import logit_diff
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 from mechscope.patching.config import PathSpec, head_label

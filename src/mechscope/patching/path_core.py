@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from mechscope.engine import Engine, Patch, Read, Site
-from mechscope.engine.prefix import KVCache, Resume, can_resume
+from mechscope.engine.interventions.prefix import KVCache, Resume, can_resume
 from mechscope.errors import InputError
 from mechscope.patching.config import Head
 from mechscope.patching.path_plan import (

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mechscope.engine.memory_model import FP32, Dims, Pass, fit_rows, pass_bytes
+from mechscope.engine.analysis.memory_model import FP32, Dims, Pass, fit_rows, pass_bytes
 from mechscope.errors import InputError
 from mechscope.patching.config import Head
 

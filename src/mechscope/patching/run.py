@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from mechscope.data.pairs import ContrastivePair
 from mechscope.engine import Engine
-from mechscope.engine.prefix import can_resume
+from mechscope.engine.interventions.prefix import can_resume
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 from mechscope.patching.attribution_patching import agreement_frame, attribute_pair

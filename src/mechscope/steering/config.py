@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from mechscope.engine.interventions import STEER_HEAD_SITES, STEER_SITES
+from mechscope.engine.interventions.values import STEER_HEAD_SITES, STEER_SITES
 
 DEFAULT_ALPHAS = (-8.0, -4.0, -2.0, 0.0, 2.0, 4.0, 8.0)
 

@@ -16,9 +16,9 @@ import torch
 
 from mechscope.data.tokens import answer_token_ids
 from mechscope.engine import Engine, Site, Steer
-from mechscope.engine.generate import Prompt
-from mechscope.engine.sampling import Sampling
-from mechscope.engine.sweep import rows_per_chunk
+from mechscope.engine.analysis.sweep import rows_per_chunk
+from mechscope.engine.generation.generate import Prompt
+from mechscope.engine.generation.sampling import Sampling
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 from mechscope.progress import track
@@ -44,7 +44,7 @@ def steer_site(lm: LoadedModel, config: SteerConfig) -> Site:
 
 def vector_shape(lm: LoadedModel, site: Site) -> tuple[int, ...]:
     """The per-position shape of ``site``'s activation: what a steering vector must have."""
-    from mechscope.engine.memory_model import Dims
+    from mechscope.engine.analysis.memory_model import Dims
 
     dims = Dims.of(lm)
     if site.name == "mlp_post":

@@ -4,9 +4,10 @@ Generation and the teacher-forced analysis read the same prompt. The study runs 
 prefix once (:func:`prefix_cache`), teacher-forces the canonical continuation on top of it
 (:func:`tail_pass`: ``resid_post`` of every layer and attention masses at the prediction
 positions, as :func:`mechscope.lens.paired.forward_condition` reads them in a full pass),
-and the same prefix starts the arm's generation (:class:`mechscope.engine.generate.Prompt`
-``prefix``). Causal attention makes this exact: nothing before the cache boundary depends
-on what comes after it; :func:`mechscope.engine.prefix.can_resume` says where it holds.
+and the same prefix starts the arm's generation
+(:class:`mechscope.engine.generation.generate.Prompt` ``prefix``). Causal attention makes
+this exact: nothing before the cache boundary depends on what comes after it;
+:func:`mechscope.engine.interventions.prefix.can_resume` says where it holds.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from mechscope.engine import Engine, Read, ReduceAttention, Site
-from mechscope.engine.prefix import KVCache, Resume
+from mechscope.engine.interventions.prefix import KVCache, Resume
 from mechscope.lens.attention_mass import mass_reducer, stack_masses
 from mechscope.lens.paired import ConditionPass
 

@@ -3,7 +3,7 @@
 Per arm (assisted and each agentic variant) the teacher-forced prefix is run once; the
 canonical continuation is teacher-forced on top of that cache (hidden states and attention
 masses for the lens), the same prefix cache starts the arm's generation, and all arms of
-all tasks in the group decode together (:mod:`mechscope.engine.generate`). The
+all tasks in the group decode together (:mod:`mechscope.engine.generation.generate`). The
 position-matched control needs the assisted prompt at shifted positions: one more pass
 per distinct shift (no pad tokens: explicit position ids give the same positions a
 left-padded, masked prefix would). Then each distinct pass is unembedded once and every
@@ -21,9 +21,9 @@ import numpy as np
 import torch
 
 from mechscope.engine import Engine
-from mechscope.engine.generate import Completion, Prompt
-from mechscope.engine.prefix import can_resume
-from mechscope.engine.sampling import Sampling
+from mechscope.engine.generation.generate import Completion, Prompt
+from mechscope.engine.generation.sampling import Sampling
+from mechscope.engine.interventions.prefix import can_resume
 from mechscope.lens.attention_mass import key_onehot
 from mechscope.lens.paired import ConditionPass, forward_condition
 from mechscope.lens.positions import ForwardInput, as_run, check_positions

@@ -1,0 +1,33 @@
+"""Calls from a layer into a layer above it, bound by the package root.
+
+Two conveniences sit on objects of a lower layer while their work lives higher up:
+``lm.run_with_cache(...)`` is on the loaded model (``models``) and runs the engine, and
+``dla.figure()`` is on the engine's direct logit attribution and draws with the report.
+The lower layer calls the function held here; :mod:`mechscope` (the package root, above
+every layer) binds it when it is imported, which every import of a submodule does first.
+So no module imports a layer above its own, and each convenience works whichever module
+was imported first.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (``import mechscope``)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from mechscope.engine.analysis.attribution import LogitAttribution
+    from mechscope.engine.api import Engine
+    from mechscope.models.loaded import LoadedModel
+    from mechscope.report.figure import Figure
+
+
+def _unbound(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("mechscope's package root binds this call when it is imported")
+
+
+#: ``engine_of(lm)``: the model's engine (``Engine.of``), for ``LoadedModel.run_with_cache``.
+engine_of: Callable[[LoadedModel], Engine] = _unbound
+#: ``logit_attribution_figure(dla)``: its heads × layers heatmap, for
+#: ``LogitAttribution.figure``.
+logit_attribution_figure: Callable[[LogitAttribution], Figure] = _unbound

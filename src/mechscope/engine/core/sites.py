@@ -1,0 +1,143 @@
+"""Sites: named places in the forward pass, in TransformerLens' vocabulary.
+
+A site is addressed by name, layer and optionally head, expert and positions. Shapes of what
+a read returns (before position/head selection):
+
+- ``resid_pre``, ``resid_mid``, ``resid_post``, ``attn_out``, ``mlp_out``:
+  ``[batch, seq, d_model]``
+- ``z`` (per-head output before the output projection): ``[batch, seq, heads, d_head]``
+- ``q``: ``[batch, seq, heads, d_head]``; ``k``, ``v``: ``[batch, seq, kv_heads, d_head]``
+  (after rotary embeddings and any q/k norm: TransformerLens' ``rot_q`` / ``rot_k``)
+- ``attn_scores`` (pre-softmax, fp32) and ``pattern`` (probabilities, fp32):
+  ``[batch, heads, q, k]``
+- ``mlp_pre`` (the MLP's pre-activation, input of its activation function; TransformerLens'
+  ``hook_pre``) and ``mlp_post`` (the MLP's neurons, input of the down projection):
+  ``[batch, seq, d_mlp]``
+- ``ln1_scale``, ``ln2_scale`` (the normalisation factor of the norm before attention / before
+  the MLP) and ``ln_final_scale`` (of the final norm; no layer): ``[batch, seq, 1]`` fp32,
+  ``sqrt(mean((x - centre)^2) + eps)``, what TransformerLens calls ``hook_scale``
+- ``module`` (:meth:`Site.module`): the input or output of any module, by its dotted path in
+  the loaded model, with whatever shape that module sees
+- ``router`` (dense routing weights of a mixture-of-experts layer): ``[batch, seq, experts]``
+- ``expert_out`` (one expert's weighted contribution, ``expert=e``): ``[batch, seq, d_model]``
+- ``logits``: ``[batch, seq, vocab]``
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SITE_NAMES = (
+    "resid_pre",
+    "resid_mid",
+    "resid_post",
+    "attn_out",
+    "mlp_out",
+    "z",
+    "q",
+    "k",
+    "v",
+    "attn_scores",
+    "pattern",
+    "mlp_pre",
+    "mlp_post",
+    "ln1_scale",
+    "ln2_scale",
+    "router",
+    "expert_out",
+    "ln_final_scale",
+    "logits",
+    "module",
+)
+"""Every site name, in TransformerLens' vocabulary (shapes in the module docstring)."""
+LAYERLESS_SITES = ("ln_final_scale", "logits", "module")
+LAYER_SITES = tuple(n for n in SITE_NAMES if n not in LAYERLESS_SITES)
+SCALE_SITES = ("ln1_scale", "ln2_scale", "ln_final_scale")
+"""Norm scales: ``[batch, seq, 1]`` fp32 (:mod:`mechscope.engine.core.norms`)."""
+MODULE_IO = ("output", "input")
+HEAD_SITES = ("z", "q", "k", "v", "attn_scores", "pattern")
+"""Sites with a head axis: dim 2 of ``[batch, seq, heads, d]``, dim 1 of ``[b, h, q, k]``."""
+SCORE_SITES = ("attn_scores", "pattern")
+"""Sites laid out ``[batch, heads, q, k]``: positions select queries (dim 2)."""
+ATTENTION_SITES = ("q", "k", "v", "attn_scores", "pattern")
+"""Sites that exist only inside transformers' attention function."""
+KV_SITES = ("k", "v")
+"""Head index counts key/value heads (grouped-query attention)."""
+
+
+@dataclass(frozen=True)
+class Site:
+    """A place in the forward pass. ``positions`` select sequence positions (query positions
+    for ``attn_scores`` and ``pattern``); ``head`` selects one head of a head site; ``expert``
+    names the expert of ``expert_out``. ``path`` and ``io`` belong to ``module`` sites only:
+    build those with :meth:`Site.module`."""
+
+    name: str
+    layer: int | None = None
+    head: int | None = None
+    positions: tuple[int, ...] | None = None
+    expert: int | None = None
+    path: str | None = None
+    io: str = "output"
+
+    @classmethod
+    def module(
+        cls, path: str, io: str = "output", *, positions: tuple[int, ...] | None = None
+    ) -> Site:
+        """The ``output`` (or ``input``: its first argument) of any module of the loaded model,
+        by its dotted path (``"model.layers.3.mlp.act_fn"``, as ``named_modules()`` spells
+        it). It is read, patched and ablated like any site, in the same pass and on the same
+        hooks, which are removed when the pass ends; ``positions`` index dim 1. The path is
+        checked against the model before any forward work: one that does not exist is
+        refused in one line naming the closest paths. A module that runs more than once in
+        a pass (a shared activation, a rotary embedding) is refused, since one site would
+        then be several values."""
+        return cls("module", path=path, io=io, positions=positions)
+
+    def __post_init__(self) -> None:
+        if self.name not in SITE_NAMES:
+            raise ValueError(f"unknown site {self.name!r}: expected one of {', '.join(SITE_NAMES)}")
+        if self.name in LAYER_SITES and self.layer is None:
+            raise ValueError(f"site {self.name!r} needs a layer")
+        if self.name in LAYERLESS_SITES and self.layer is not None:
+            raise ValueError(f"site {self.name!r} has no layer")
+        if (self.name == "module") != (self.path is not None):
+            raise ValueError("a module site needs path=…, and only a module site takes a path")
+        if self.io not in MODULE_IO:
+            raise ValueError(f"io must be 'output' or 'input', not {self.io!r}")
+        if self.head is not None and self.name not in HEAD_SITES:
+            raise ValueError(f"site {self.name!r} has no heads (only {', '.join(HEAD_SITES)} do)")
+        if (self.name == "expert_out") != (self.expert is not None):
+            raise ValueError("expert_out needs expert=e, and only expert_out takes an expert")
+        if self.positions is not None and not isinstance(self.positions, tuple):
+            object.__setattr__(self, "positions", tuple(int(p) for p in self.positions))
+
+    @property
+    def key(self) -> tuple[str, int | str | None]:
+        """(name, layer): the hook this site needs (``("module", "path:io")`` for a module)."""
+        if self.name == "module":
+            return (self.name, f"{self.path}:{self.io}")
+        return (self.name, self.layer)
+
+    @property
+    def pos_dim(self) -> int:
+        """The axis ``positions`` index."""
+        return 2 if self.name in SCORE_SITES else 1
+
+    @property
+    def head_dim(self) -> int:
+        """The axis ``head`` indexes."""
+        return 1 if self.name in SCORE_SITES else 2
+
+    def __str__(self) -> str:
+        if self.name == "module":
+            where = f"module({self.path!r}, {self.io!r})"
+            return where + ("" if self.positions is None else f"[pos{list(self.positions)}]")
+        parts = [self.name if self.layer is None else f"{self.name}.{self.layer}"]
+        if self.expert is not None:
+            parts.append(f"e{self.expert}")
+        if self.head is not None:
+            parts.append(f"h{self.head}")
+        if self.positions is not None:
+            parts.append(f"pos{list(self.positions)}")
+        return "[".join(parts[:1]) + "".join(f"[{p}]" for p in parts[1:])

@@ -1,0 +1,3 @@
+"""Generation on the forward pass: rollouts, the slot cache of continuous batching, the decode
+step (eager, static or CUDA graphs) and sampling with a seed per rollout. Imports the
+interventions and the core; takes a ``Forward``, never the ``Engine`` above it."""

@@ -1,0 +1,358 @@
+"""One forward pass with any combination of interventions.
+
+Hooks are installed for the sites the interventions name, attention work is handed to the
+registered attention function, and everything is removed when the pass ends, also when it
+raises. :class:`Forward` is the pass alone; the public :class:`~mechscope.engine.api.Engine`
+adds what the layers above it give (generation, the cache, the conformance probe).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils.hooks import RemovableHandle
+from transformers import DynamicCache
+
+from mechscope.engine.core import attention, hooks, module_sites, moe
+from mechscope.engine.core.norms import SCALE_ROLES, install_scale
+from mechscope.engine.core.sites import Site
+from mechscope.engine.core.unembed import FinalHidden, head_is_fp32, unembed
+from mechscope.engine.interventions.checks import check_pass, engine_refusals
+from mechscope.engine.interventions.edits import select
+from mechscope.engine.interventions.prefix import (
+    KVCache,
+    Resume,
+    cache_kwargs,
+    dynamic_cache,
+    tail_plan,
+)
+from mechscope.engine.interventions.transform import Expand, make_transform
+from mechscope.engine.interventions.values import (
+    Ablate,
+    Gate,
+    Intervention,
+    Patch,
+    Read,
+    ReduceAttention,
+    Steer,
+    SuppressAttention,
+)
+from mechscope.errors import SiteError, UnsupportedInterventionError
+from mechscope.models.loaded import LoadedModel
+
+
+@dataclass
+class RunOutput:
+    """What a pass returns: logits (if asked), reads by site, reductions by layer, and the
+    key/value cache (if asked). A model whose final norm or unembedding is not fp32 gets
+    the fp32 readout of its last residual stream as logits (:meth:`Forward.unembed`), not
+    its own low-precision head: every metric downstream is a difference of logits."""
+
+    logits: torch.Tensor | None  # [batch, seq|kept, vocab]
+    reads: dict[Site, torch.Tensor] = field(default_factory=dict)
+    reductions: dict[int, list[Any]] = field(default_factory=dict)
+    cache: KVCache | None = None
+
+    def __getitem__(self, site: Site) -> torch.Tensor:
+        return self.reads[site]
+
+
+class Forward:
+    """Owns every hook on one model: the forward pass and the logit lens. Workflows and
+    users hold the :class:`~mechscope.engine.api.Engine` built on it (``Engine.of(lm)``);
+    the layers below that (generation, the cache, the probe) take this pass."""
+
+    def __init__(self, lm: LoadedModel):
+        self.lm = lm
+        attention.register()
+        # a class that ignores the attention interface logs a warning and keeps its own
+        lm.model.set_attn_implementation(attention.ATTN_NAME)
+        reached = getattr(lm.model.config, "_attn_implementation", None) == attention.ATTN_NAME
+        self.refusals = engine_refusals(lm, reached)
+        """What the engine refuses on its own (merged with ``lm.refused`` at each pass)."""
+        for layer in range(lm.n_layers):
+            attn_module = lm.layer_part("attn", layer)
+            attn_module._mechscope_layer = layer  # type: ignore[assignment]
+            attn_module._mechscope_bidirectional = lm.card.bidirectional_override  # type: ignore[assignment]
+
+    # ------------------------------------------------------------------------------------
+    def run(
+        self,
+        input_ids: torch.Tensor,  # [batch, seq]
+        interventions: Sequence[Intervention] = (),
+        *,
+        attention_mask: torch.Tensor | None = None,  # [batch, seq]
+        position_ids: torch.Tensor | None = None,  # [batch, seq]
+        logits: bool | int | torch.Tensor = True,
+        expand: tuple[int, int | torch.Tensor] | None = None,
+        grad: bool = False,
+        cache: bool = False,
+        resume: Resume | None = None,
+        past: DynamicCache | None = None,
+        model_inputs: Mapping[str, torch.Tensor] | None = None,
+        stop_at_layer: int | None = None,
+    ) -> RunOutput:
+        """Run the model once with ``interventions``.
+
+        ``logits``: True for all positions, False to skip them, an int ``n`` for the last n
+        positions, or a 1-D tensor of positions. ``expand=(layer, n)``: the input has one row;
+        at ``resid_pre[layer]`` it is repeated to ``n`` rows, so layers below ``layer`` are
+        computed once for a batch of variants that differ only from ``layer`` on.
+        ``expand=(layer, index)`` with a 1-D tensor: row ``r`` from ``layer`` on continues
+        input row ``index[r]`` (variants of several prompts in one pass).
+        ``cache=True`` keeps the pass's keys and values (``RunOutput.cache``);
+        ``resume=Resume(cache, start)`` computes only positions ``start …`` on top of an
+        unedited pass's cache (:mod:`mechscope.engine.interventions.prefix`: nothing may edit
+        the prefix; reads and logits cover the tail). ``past``: a live cache the pass extends
+        in place (generation, :mod:`mechscope.engine.generation.generate`: positions and
+        masks are the caller's).
+        ``model_inputs``: further tensors the model's forward takes beside ``input_ids``, one
+        entry per input row where they are batched (a processor's ``input_features`` /
+        ``pixel_values`` …: :mod:`mechscope.models.modal`); they cannot be split at a
+        prefix, so ``resume`` with them is refused. ``stop_at_layer=l``: the pass ends
+        at the input of layer ``l`` (layers ``l …``, the final norm and the logits are not
+        computed; reads there are absent), as TransformerLens' ``stop_at_layer``.
+        """
+        lm = self.lm
+        device = lm.device
+        input_ids = input_ids.to(device)
+        refused = {**self.refusals, **lm.refused}
+        check_pass(lm, refused, interventions, input_ids.shape[1], keep_cache=cache)
+        if model_inputs and resume is not None:
+            raise UnsupportedInterventionError(
+                "prefix reuse (resume) cannot split a multimodal input at a position: "
+                "run the whole prompt"
+            )
+        kv, plan = None, None
+        if resume is not None:
+            plan = tail_plan(lm, resume, input_ids, interventions, logits, position_ids)
+            input_ids, interventions = plan.input_ids, plan.interventions
+            logits, position_ids = plan.logits, plan.position_ids
+            kv = dynamic_cache(lm, resume, input_ids.shape[0], expand)
+        elif past is not None:
+            kv = past
+        elif cache:
+            kv = DynamicCache(config=lm.model.config)
+        out = RunOutput(logits=None)
+        handles: list[RemovableHandle] = []
+        work: dict[int, attention.AttentionWork] = defaultdict(attention.AttentionWork)
+        state = attention.PassState(
+            work=work,
+            padding_mask=_padding_mask(attention_mask, device),
+            rows=expand[1] if expand is not None and isinstance(expand[1], torch.Tensor) else None,
+        )
+        token = attention.ACTIVE.set(state)
+        final: FinalHidden | None = None
+        calls = module_sites.ModuleCalls()
+        stopped = False
+        try:
+            self._install(interventions, out, handles, work, expand, int(input_ids.shape[1]), calls)
+            if stop_at_layer is not None and stop_at_layer != lm.n_layers:
+                lm.check_layer(stop_at_layer)
+                handles.append(_stop_at(lm, stop_at_layer))
+                logits = False
+            wants_logits = logits is not False or any(s.name == "logits" for s in out.reads)
+            if wants_logits and not head_is_fp32(lm):  # logits from the fp32 readout
+                final = FinalHidden(lm)
+                handles.append(final.handle)
+            with torch.set_grad_enabled(grad):
+                kwargs: dict[str, Any] = {"use_cache": kv is not None}
+                if kv is not None:
+                    kwargs.update(cache_kwargs(lm.model, kv))
+                if attention_mask is not None:
+                    kwargs["attention_mask"] = attention_mask.to(device)
+                if position_ids is not None:
+                    kwargs["position_ids"] = position_ids.to(device)
+                for name, tensor in (model_inputs or {}).items():
+                    kwargs[name] = tensor.to(device)
+                causal_lm = lm.card.auto_class == "AutoModelForCausalLM"
+                keep = _logits_to_keep(logits) if causal_lm else 0
+                if causal_lm:  # with the fp32 readout, the model's own head needs one row
+                    kwargs["logits_to_keep"] = 1 if final is not None else keep
+                try:
+                    result = lm.model(input_ids=input_ids, **kwargs)
+                    model_logits = result.logits
+                except _Stop:
+                    stopped, model_logits = True, None
+                if final is not None and not stopped:  # [batch, kept, vocab] fp32
+                    model_logits = self.unembed(final.kept(keep))
+            calls.check(stopped)
+            missing = [l for l in state.unreached() if not stopped or l < stop_at_layer]
+            if missing:
+                attn = type(lm.layer_part("attn", missing[0])).__name__
+                raise UnsupportedInterventionError(
+                    f"layer {missing[0]}: {attn} never called the engine's attention function "
+                    "(it computes attention in its own code), so its attention work would be lost"
+                )
+            if logits is not False:
+                full = model_logits
+                if lm.card.auto_class != "AutoModelForCausalLM":
+                    full = _select_positions(full, logits)
+                out.logits = full
+            for site, _value in list(out.reads.items()):
+                if site.name == "logits" and stopped:
+                    del out.reads[site]
+                elif site.name == "logits":
+                    out.reads[site] = select(model_logits, site)
+            if cache and kv is not None and past is None:
+                out.cache = KVCache.from_dynamic(kv)
+            if plan is not None:
+                out.reads = plan.rekey(out.reads)
+        finally:
+            for handle in handles:
+                handle.remove()
+            attention.ACTIVE.reset(token)
+        return out
+
+    # ------------------------------------------------------------------------------------
+    def unembed(self, h: torch.Tensor, *, fp32: bool = True) -> torch.Tensor:
+        """Logit lens: the model's own final norm, then its output embedding (tied or not),
+        its logit scale (Cohere multiplies, Granite divides) and final soft-cap (Gemma).
+
+        ``h [..., d_model]`` -> ``[..., vocab]``. The last layer's ``resid_post`` maps to the
+        model's own logits. ``fp32=True``: computed in fp32 whatever the model's dtype, the
+        unembedding cast a vocabulary chunk at a time (:mod:`mechscope.engine.core.unembed`).
+        """
+        return unembed(self.lm, h, fp32=fp32)
+
+    # ------------------------------------------------------------------------------------
+    def _install(
+        self,
+        interventions: Sequence[Intervention],
+        out: RunOutput,
+        handles: list[RemovableHandle],
+        work: dict[int, attention.AttentionWork],
+        expand: tuple[int, int | torch.Tensor] | None,
+        seq: int,
+        calls: module_sites.ModuleCalls,
+    ) -> None:
+        """Turn the pass's interventions into attention work and module hooks. ``seq``: the
+        positions of this pass's input (the tail when resuming)."""
+        lm = self.lm
+        ops: dict[tuple[str, int], list[Any]] = defaultdict(list)
+        for iv in interventions:
+            if isinstance(iv, Read | Patch | Ablate | Steer):
+                site = iv.site
+                if site.name == "pattern":
+                    if not isinstance(iv, Read):
+                        raise ValueError("pattern can only be read; use SuppressAttention")
+                    work[site.layer].reducers.append(_pattern_reader(site, out))  # type: ignore[index]
+                elif site.name == "logits":
+                    if not isinstance(iv, Read):
+                        raise ValueError("logits can only be read")
+                    out.reads[site] = torch.empty(0)
+                else:
+                    ops[site.key].append(iv)  # type: ignore[index]
+            elif isinstance(iv, Gate):
+                for layer in iv.layers if iv.layers is not None else range(lm.n_layers):
+                    lm.check_layer(layer)
+                    ops[("z", layer)].append(iv)
+            elif isinstance(iv, SuppressAttention):
+                span = _span_tensor(iv.spans)
+                heads = _head_mask(iv.heads, lm.n_heads, lm.device)
+                for layer in iv.layers if iv.layers is not None else range(lm.n_layers):
+                    lm.check_layer(layer)
+                    work[layer].suppress.append((span, heads))
+            elif isinstance(iv, ReduceAttention):
+                for layer in iv.layers if iv.layers is not None else range(lm.n_layers):
+                    lm.check_layer(layer)
+                    work[layer].reducers.append(_reducer(layer, iv.fn, out))
+            else:
+                raise TypeError(f"not an intervention: {iv!r}")
+        if expand is not None:
+            ops.setdefault(("resid_pre", expand[0]), []).insert(0, Expand(expand[1]))
+        # resid_mid last: its hooks must see the layer input and attn_out after their edits
+        for (name, layer), items in sorted(ops.items(), key=lambda kv: kv[0][0] == "resid_mid"):
+            if name == "expert_out":
+                by_expert: dict[int, list[Any]] = defaultdict(list)
+                for item in items:
+                    by_expert[item.site.expert].append(item)
+                fns = {e: make_transform(i, out.reads, layer) for e, i in by_expert.items()}
+                experts = lm.layer_part("experts", layer)
+                handles.append(moe.install_expert_out(experts, fns, seq))
+                continue
+            fn = make_transform(items, out.reads, layer)
+            if name == "module":
+                path, io = str(layer).rsplit(":", 1)
+                handles.extend(module_sites.install(lm, path, io, fn, calls))
+            elif name in SCALE_ROLES:
+                handles.extend(install_scale(lm, name, layer, fn))
+            elif name in ("q", "k", "v"):
+                work[layer].qkv[name] = fn
+            elif name == "attn_scores":
+                work[layer].scores = fn
+            elif name == "router":
+                handles.append(moe.install_router(lm.layer_part("experts", layer), fn, seq))
+            else:
+                handles.extend(hooks.install(lm, name, layer, fn, seq))
+
+
+class _Stop(Exception):
+    """Raised at the input of the layer a pass stops at (``stop_at_layer``)."""
+
+
+def _stop_at(lm: LoadedModel, layer: int) -> RemovableHandle:
+    def stop(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        raise _Stop
+
+    # registered after every resid_pre hook of this layer, so their reads are taken first
+    return lm.layer_module(layer).register_forward_pre_hook(stop, with_kwargs=True)
+
+
+def _padding_mask(mask: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
+    """The ``[batch, seq]`` padding mask of a 2-D attention mask (a 4-D one is complete)."""
+    return mask.to(device) if mask is not None and mask.dim() == 2 else None
+
+
+def _pattern_reader(site: Site, out: RunOutput) -> Any:
+    def read(probs: torch.Tensor) -> None:  # [b, h, q, k]; positions select queries
+        out.reads[site] = select(probs, site)
+
+    return read
+
+
+def _reducer(layer: int, fn: Any, out: RunOutput) -> Any:
+    def reduce(probs: torch.Tensor) -> None:
+        out.reductions.setdefault(layer, []).append(fn(layer, probs))
+
+    return reduce
+
+
+def _span_tensor(spans: tuple[int, int] | torch.Tensor) -> torch.Tensor:
+    t = spans if isinstance(spans, torch.Tensor) else torch.tensor([spans])
+    return t.reshape(-1, 2).long()
+
+
+def _head_mask(
+    heads: Sequence[int] | None, n_heads: int, device: torch.device
+) -> torch.Tensor | None:
+    """``[n_heads]`` bool on ``device`` (made there: a recorded decode step copies nothing
+    from the host)."""
+    if heads is None:
+        return None
+    mask = torch.zeros(n_heads, dtype=torch.bool, device=device)
+    for h in heads:
+        if not 0 <= h < n_heads:
+            raise SiteError(f"head {h} out of range: valid heads are 0..{n_heads - 1}")
+        mask[h] = True
+    return mask
+
+
+def _logits_to_keep(logits: bool | int | torch.Tensor) -> int | torch.Tensor:
+    if logits is True:
+        return 0
+    if logits is False:
+        return 1
+    return logits
+
+
+def _select_positions(full: torch.Tensor, logits: bool | int | torch.Tensor) -> torch.Tensor:
+    if logits is True or logits is False:
+        return full
+    if isinstance(logits, int):
+        return full[:, -logits:]
+    return full[:, logits]

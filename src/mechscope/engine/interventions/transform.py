@@ -1,0 +1,60 @@
+"""One site's interventions as one ``transform(act) -> act``, for the hook on that site.
+
+The hooks (:mod:`mechscope.engine.core.hooks`, the attention function, the norm, module and
+expert sites) apply a transform without knowing what it does; this is where a site's list
+of interventions becomes one, in list order, so a ``Read`` sees the edits listed before it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mechscope.engine.core.hooks import Transform
+from mechscope.engine.interventions.edits import (
+    apply_ablation,
+    apply_gate,
+    apply_patch,
+    apply_steer,
+    select,
+)
+from mechscope.engine.interventions.values import Ablate, Gate, Patch, Read, Steer
+
+
+@dataclass
+class Expand:
+    """Repeat a one-row batch to ``n`` rows, or gather input rows by an index."""
+
+    n: int | torch.Tensor
+
+    def apply(self, act: torch.Tensor) -> torch.Tensor:
+        if isinstance(self.n, torch.Tensor):
+            return act.index_select(0, self.n.to(act.device))
+        return act.expand(self.n, *act.shape[1:])
+
+
+def make_transform(items: list[Any], reads: dict[Any, torch.Tensor], layer: int) -> Transform:
+    """One site's interventions, in list order: a ``Read`` sees the edits listed before it."""
+
+    def transform(act: torch.Tensor) -> torch.Tensor:
+        for item in items:
+            if isinstance(item, Expand):
+                act = item.apply(act)
+            elif isinstance(item, Read):
+                value = select(act, item.site)
+                reads[item.site] = value if item.device is None else value.to(item.device)
+            elif isinstance(item, Patch):
+                act = apply_patch(act, item)
+            elif isinstance(item, Ablate):
+                act = apply_ablation(act, item)
+            elif isinstance(item, Gate):
+                act = apply_gate(act, item.alpha, layer)
+            elif isinstance(item, Steer):
+                act = apply_steer(act, item)
+        return act
+
+    transform.reads_any = any(isinstance(item, Read) for item in items)  # type: ignore[attr-defined]
+    transform.edits_any = not all(isinstance(item, Read) for item in items)  # type: ignore[attr-defined]
+    return transform
