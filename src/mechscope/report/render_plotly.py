@@ -10,22 +10,22 @@ from __future__ import annotations
 import math
 import textwrap
 from functools import singledispatch
+from typing import TYPE_CHECKING
 
 import numpy as np
 import plotly.graph_objects as go
 
-from mechscope.report.figure import (
+from mechscope.report.layout import short_label
+from mechscope.report.plotly_text import esc, esc_hover, rgba
+from mechscope.report.render_graph import graph_plotly
+from mechscope.report.specs import (
     BarsSpec,
     CurvesSpec,
-    Figure,
     GraphSpec,
     HeatmapSpec,
     PanelsSpec,
     ScatterSpec,
 )
-from mechscope.report.layout import short_label
-from mechscope.report.plotly_text import esc, esc_hover, rgba
-from mechscope.report.render_graph import graph_plotly
 from mechscope.report.style import (
     BAND_ALPHA,
     DIVERGING_PLOTLY,
@@ -35,6 +35,9 @@ from mechscope.report.style import (
     color_for,
     plotly_template,
 )
+
+if TYPE_CHECKING:
+    from mechscope.report.figure import Figure
 
 TEMPLATE = plotly_template()
 MAX_TICKS = 80

@@ -14,6 +14,7 @@ import textwrap
 import warnings
 from functools import singledispatch
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib as mpl
 import numpy as np
@@ -22,17 +23,16 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure as MplFigure
 from matplotlib.lines import Line2D
 
-from mechscope.report.figure import (
+from mechscope.report.layout import short_label
+from mechscope.report.render_graph import graph_static
+from mechscope.report.specs import (
     BarsSpec,
     CurvesSpec,
-    Figure,
     GraphSpec,
     HeatmapSpec,
     PanelsSpec,
     ScatterSpec,
 )
-from mechscope.report.layout import short_label
-from mechscope.report.render_graph import graph_static
 from mechscope.report.style import (
     BAND_ALPHA,
     DIVERGING_MPL,
@@ -42,6 +42,9 @@ from mechscope.report.style import (
     color_for,
     mpl_rc,
 )
+
+if TYPE_CHECKING:
+    from mechscope.report.figure import Figure
 from mechscope.runs.atomic import atomic_path
 
 MAX_TICKS = 40
