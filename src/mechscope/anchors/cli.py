@@ -21,9 +21,10 @@ from rich.console import Console
 from mechscope.anchors.cli_resample import INPUT_HELP, resample
 from mechscope.anchors.cli_scale import plan, simulate
 from mechscope.cli.common import OUT_HELP, computing, finish, open_run, workflow_app
-from mechscope.cli.model_options import ModelOptions, model_options
+from mechscope.cli.model_options import model_options
 from mechscope.cli.options import SEED_OPTION, config_from, number
 from mechscope.errors import InputError
+from mechscope.models.options import ModelOptions
 
 if TYPE_CHECKING:
     from mechscope.anchors.trace import Trace

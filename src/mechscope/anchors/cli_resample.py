@@ -16,10 +16,12 @@ import typer
 from mechscope.anchors.cli_adaptive import adaptive_options
 from mechscope.anchors.config import AdaptiveSettings
 from mechscope.cli.common import OUT_HELP, computing, finish
-from mechscope.cli.executor_options import ExecutorOptions, executor_options
-from mechscope.cli.model_options import ModelOptions, model_options
+from mechscope.cli.executor_options import executor_options
+from mechscope.cli.model_options import model_options
 from mechscope.cli.options import SEED_OPTION, config_from, number
 from mechscope.errors import InputError
+from mechscope.models.options import ModelOptions
+from mechscope.runs.options import ExecutorOptions
 
 if TYPE_CHECKING:
     from mechscope.anchors.server_sampler import ServerSampler

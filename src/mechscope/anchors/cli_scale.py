@@ -18,9 +18,10 @@ from rich.table import Table
 from mechscope.anchors.cli_adaptive import adaptive_options
 from mechscope.anchors.cli_resample import check_server, server_sampler
 from mechscope.anchors.config import AdaptiveSettings
-from mechscope.cli.model_options import ModelOptions, model_options
+from mechscope.cli.model_options import model_options
 from mechscope.cli.options import SEED_OPTION, number
 from mechscope.errors import InputError
+from mechscope.models.options import ModelOptions
 
 if TYPE_CHECKING:
     import pandas as pd
