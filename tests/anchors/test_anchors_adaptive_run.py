@@ -12,11 +12,12 @@ import pandas as pd
 import pytest
 
 from mechscope.anchors.adaptive_result import AdaptiveResult
-from mechscope.anchors.adaptive_run import adaptive_resample_run, batch_id
+from mechscope.anchors.adaptive_run import adaptive_resample_run
 from mechscope.anchors.config import AdaptiveSettings, RolloutSettings
 from mechscope.anchors.layout import ROLLOUTS_PART
-from mechscope.anchors.run import analyze_run, read_rollouts, resample_run
+from mechscope.anchors.run import analyze_run, resample_run
 from mechscope.anchors.sampler import rollout_seed
+from mechscope.anchors.stored import batch_id, read_rollouts
 from mechscope.anchors.trace import FORCED_ANSWER_CUE, Trace
 from mechscope.errors import InputError
 from mechscope.runs import RunDir, ShardStore

@@ -25,19 +25,15 @@ from mechscope.anchors.adaptive import decide
 from mechscope.anchors.adaptive_result import AdaptiveResult, trace_frame
 from mechscope.anchors.config import AdaptiveSettings, RolloutSettings
 from mechscope.anchors.layout import ADAPTIVE_TABLE, ADAPTIVE_TRACES_TABLE, ROLLOUTS_PART
-from mechscope.anchors.rollouts import Rollout, make_rollout, position_seed, shard_id
+from mechscope.anchors.rollouts import Rollout, make_rollout, position_seed, positions, shard_id
 from mechscope.anchors.sampler import RolloutRequest, Sampler, sample_requests
+from mechscope.anchors.stored import batch_id
 from mechscope.anchors.trace import Trace
 from mechscope.errors import InputError
 from mechscope.progress import progress_enabled
 from mechscope.runs import RunDir, ShardStore, write_table
 from mechscope.runs.executor import shared_work_done
 from mechscope.runs.shared_work import claimed_groups
-
-
-def batch_id(trace_id: str, position: int, first: int) -> str:
-    """The shard of rollouts ``first …`` of ``position`` (adaptive design)."""
-    return f"{shard_id(trace_id, position)}__k{first:04d}"
 
 
 @dataclass(frozen=True)
@@ -185,8 +181,6 @@ def adaptive_resample_run(
     """Adaptive rollouts of every trace (``settings.n`` is the cap per position), resumable;
     ``priors``: per trace, a score per position (higher first among equally wide ones);
     ``batch_rollouts``: rollouts sampled together in one call (several positions)."""
-    from mechscope.anchors.run import positions
-
     adaptive.check_against(settings.n)
     store = ShardStore(run, ROLLOUTS_PART)
     states = []
@@ -235,18 +229,3 @@ def adaptive_resample_run(
     write_table(run, ADAPTIVE_TABLE, result.positions)
     write_table(run, ADAPTIVE_TRACES_TABLE, result.traces)
     return result
-
-
-def read_batches(store: ShardStore, trace_id: str, position: int) -> dict[str, list] | None:
-    """The rollouts of every batch of ``position`` in order (``None`` when there is none):
-    ``{"resampled": [...], "forced": [...]}`` as dicts."""
-    first, found = 0, None
-    while store.done(batch_id(trace_id, position, first)):
-        payload = store.read(batch_id(trace_id, position, first))
-        found = found or {"resampled": [], "forced": []}
-        found["resampled"] += payload["resampled"]
-        found["forced"] += payload["forced"]
-        if not payload["n"]:
-            break
-        first += int(payload["n"])
-    return found

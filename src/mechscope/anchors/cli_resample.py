@@ -187,11 +187,11 @@ def resample(
 
 def _adaptive(run, lm, sampler, traces, settings, rule, max_chunks, batch_size, console) -> None:
     from mechscope.anchors.adaptive_run import adaptive_resample_run
-    from mechscope.anchors.priors import position_priors
+    from mechscope.anchors.run import priors_run
 
     priors = None
     if rule.prior != "none":
-        priors = position_priors(run, lm, traces, rule.prior, max_chunks)
+        priors = priors_run(run, lm, traces, rule.prior, max_chunks)
     result = adaptive_resample_run(
         run,
         sampler,

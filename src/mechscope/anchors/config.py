@@ -13,16 +13,34 @@ see :mod:`mechscope.anchors.suppression`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from mechscope.anchors.embeddings import DEFAULT_THRESHOLD
-from mechscope.anchors.sampler import _check_generation_args
 from mechscope.errors import InputError
 
 Alignment = Literal["next_token", "same_position"]
 Correction = Literal["looks", "none"]
 Prior = Literal["none", "receivers", "suppression"]
+
+#: Cosine at which two sentences are the same idea (the published analysis, all-MiniLM-L6-v2).
+DEFAULT_THRESHOLD = 0.8
+
+
+def check_generation_args(
+    prompts: Sequence[str], n: int, temperature: float, top_p: float, max_new_tokens: int
+) -> None:
+    """The arguments of a sampling call, checked before any rollout (one line each)."""
+    if any(not isinstance(p, str) or not p for p in prompts):
+        raise InputError("non-empty prompt strings", field="prompts")
+    if n < 1:
+        raise InputError(f"n >= 1, got {n}", field="n")
+    if temperature < 0:
+        raise InputError(f"temperature >= 0, got {temperature}", field="temperature")
+    if not 0 < top_p <= 1:
+        raise InputError(f"0 < top_p <= 1, got {top_p}", field="top_p")
+    if max_new_tokens < 1:
+        raise InputError(f"max_new_tokens >= 1, got {max_new_tokens}", field="max_new_tokens")
 
 
 @dataclass(frozen=True)
@@ -39,7 +57,7 @@ class RolloutSettings:
 
     def __post_init__(self) -> None:
         """Checked when the settings are made, before any trace is read or written."""
-        _check_generation_args(["-"], self.n, self.temperature, self.top_p, self.max_new_tokens)
+        check_generation_args(["-"], self.n, self.temperature, self.top_p, self.max_new_tokens)
         if self.n_forced < 0:
             raise InputError(f"n_forced >= 0, got {self.n_forced}", field="n_forced")
         if self.forced_max_new_tokens < 1:

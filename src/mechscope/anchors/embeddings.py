@@ -16,8 +16,6 @@ import numpy as np
 
 from mechscope.errors import InputError
 
-DEFAULT_THRESHOLD = 0.8
-
 
 @runtime_checkable
 class Embedder(Protocol):

@@ -6,9 +6,10 @@ orders positions the stopping rule finds equally uncertain (:mod:`mechscope.anch
 - ``suppression``: the chunk's mean row-centred suppression effect on the later sentences
   (``anchors suppress``: how much hiding it changes them, against their average source).
 
-Each is read from the run when that step already ran, else computed now (receivers without
-head ablation). Position ``p`` enters chunks ``p - 1`` and ``p``; its prior is the larger of
-their scores (NaN chunks are ignored; a position with none gets NaN, ordered last).
+Each is read from the step's table in the run (:func:`mechscope.anchors.run.priors_run` runs
+the step first when the run lacks it: receivers without head ablation). Position ``p``
+enters chunks ``p - 1`` and ``p``; its prior is the larger of their scores (NaN chunks are
+ignored; a position with none gets NaN, ordered last).
 """
 
 from __future__ import annotations
@@ -19,23 +20,20 @@ import numpy as np
 import pandas as pd
 
 from mechscope.anchors.layout import SCORES_TABLE, SUPPRESSION_TABLE
+from mechscope.anchors.rollouts import positions
 from mechscope.anchors.trace import Trace
-from mechscope.runs import RunDir, has_table, read_table
+from mechscope.runs import RunDir, read_table
+
+#: The table each kind of prior is read from.
+PRIOR_TABLES = {"receivers": SCORES_TABLE, "suppression": SUPPRESSION_TABLE}
 
 
-def chunk_scores(run: RunDir, lm, traces: Sequence[Trace], kind: str) -> dict[str, np.ndarray]:
-    """Per trace, the ``kind`` score of every chunk ``[n_chunks]`` (NaN where undefined)."""
+def chunk_scores(run: RunDir, traces: Sequence[Trace], kind: str) -> dict[str, np.ndarray]:
+    """Per trace, the ``kind`` score of every chunk ``[n_chunks]`` (NaN where undefined), from
+    the step's table in ``run``."""
     if kind == "receivers":
-        if not has_table(run, SCORES_TABLE):
-            from mechscope.anchors.run import receivers_run
-
-            receivers_run(run, lm, traces, ablate=False)
         table, col, key = read_table(run, SCORES_TABLE), "receiver_score", "sentence"
     else:
-        if not has_table(run, SUPPRESSION_TABLE):
-            from mechscope.anchors.run import suppression_run
-
-            suppression_run(run, lm, traces)
         supp = read_table(run, SUPPRESSION_TABLE)
         table = supp.groupby(["trace", "source"], as_index=False)["normalized"].mean()
         col, key = "normalized", "source"
@@ -61,10 +59,8 @@ def to_positions(scores: np.ndarray, n_positions: int) -> np.ndarray:
 
 
 def position_priors(
-    run: RunDir, lm, traces: Sequence[Trace], kind: str, max_chunks: int | None = None
+    run: RunDir, traces: Sequence[Trace], kind: str, max_chunks: int | None = None
 ) -> dict[str, np.ndarray]:
     """Per trace, the prior of every resampled position (see the module docstring)."""
-    from mechscope.anchors.run import positions
-
-    scores = chunk_scores(run, lm, traces, kind)
+    scores = chunk_scores(run, traces, kind)
     return {t.id: to_positions(scores[t.id], len(positions(t, max_chunks))) for t in traces}

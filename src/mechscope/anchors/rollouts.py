@@ -102,6 +102,12 @@ def shard_id(trace_id: str, position: int) -> str:
     return f"{trace_id}__p{position:04d}"
 
 
+def positions(trace: Trace, max_chunks: int | None) -> range:
+    """Positions to resample so that chunks ``0 … m-1`` get both their rollout sets."""
+    m = trace.n_chunks if max_chunks is None else min(trace.n_chunks, max_chunks)
+    return range(m + 1)
+
+
 def position_seed(seed: int, position: int, kind: str) -> int:
     """A seed per (run seed, position, kind): positions can be computed in any order."""
     digest = hashlib.sha256(f"{seed}:{position}:{kind}".encode()).digest()

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from mechscope.anchors.config import check_generation_args
 from mechscope.errors import InputError, NonFiniteError
 
 
@@ -206,24 +207,9 @@ def _check_requests(
     requests: Sequence[RolloutRequest], temperature: float, top_p: float, max_new_tokens: int
 ) -> None:
     for r in requests:
-        _check_generation_args([r.prompt], r.n, temperature, top_p, max_new_tokens)
+        check_generation_args([r.prompt], r.n, temperature, top_p, max_new_tokens)
         if r.first < 0 or r.first + r.n > SEED_SPAN:
             raise InputError(f"rollouts within 0..{SEED_SPAN - 1}, got first={r.first}, n={r.n}",
                              field="first")  # fmt: skip
         if not isinstance(r.seed, int) or isinstance(r.seed, bool):
             raise InputError(f"an integer seed, got {r.seed!r}", field="seed")
-
-
-def _check_generation_args(
-    prompts: Sequence[str], n: int, temperature: float, top_p: float, max_new_tokens: int
-) -> None:
-    if any(not isinstance(p, str) or not p for p in prompts):
-        raise InputError("non-empty prompt strings", field="prompts")
-    if n < 1:
-        raise InputError(f"n >= 1, got {n}", field="n")
-    if temperature < 0:
-        raise InputError(f"temperature >= 0, got {temperature}", field="temperature")
-    if not 0 < top_p <= 1:
-        raise InputError(f"0 < top_p <= 1, got {top_p}", field="top_p")
-    if max_new_tokens < 1:
-        raise InputError(f"max_new_tokens >= 1, got {max_new_tokens}", field="max_new_tokens")

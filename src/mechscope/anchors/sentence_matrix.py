@@ -18,7 +18,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from mechscope.anchors.chunking import split_into_chunks
-from mechscope.anchors.embeddings import DEFAULT_THRESHOLD, Embedder, embed_unique
+from mechscope.anchors.config import DEFAULT_THRESHOLD
+from mechscope.anchors.embeddings import Embedder, embed_unique
 from mechscope.anchors.rollouts import Rollout
 from mechscope.errors import InputError
 
