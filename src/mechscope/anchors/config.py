@@ -3,12 +3,12 @@
 Every class checks itself when made, before any trace is read or written:
 :class:`RolloutSettings` (how rollouts are sampled, ``anchors resample``),
 :class:`AdaptiveSettings` (when the adaptive design stops sampling a position, ``anchors
-resample --adaptive``, see :mod:`mechscope.anchors.adaptive`),
+resample --adaptive``, see :mod:`mechscope.anchors.adaptive.rule`),
 :class:`KLOptions` and :class:`MetricOptions` (how chunk metrics compare rollout sets,
-``anchors analyze``; see :mod:`mechscope.anchors.distributions` and
-:mod:`mechscope.anchors.metrics`), :class:`ReceiverOptions` (``anchors receivers``, see
-:mod:`mechscope.anchors.receivers`) and :class:`SuppressionOptions` (``anchors suppress``,
-see :mod:`mechscope.anchors.suppression`).
+``anchors analyze``; see :mod:`mechscope.anchors.resampling.distributions` and
+:mod:`mechscope.anchors.resampling.metrics`), :class:`ReceiverOptions` (``anchors receivers``, see
+:mod:`mechscope.anchors.attention.receivers`) and :class:`SuppressionOptions` (``anchors suppress``,
+see :mod:`mechscope.anchors.attention.suppression`).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class RolloutSettings:
 
 @dataclass(frozen=True)
 class AdaptiveSettings:
-    """The adaptive design's stopping rule (stated in full in :mod:`mechscope.anchors.adaptive`).
+    """The adaptive design's stopping rule (in full in :mod:`mechscope.anchors.adaptive.rule`).
 
     Every position first gets ``n_min`` rollouts, then ``step`` more per round while one of
     its chunks' importance intervals is wider than ``width`` and not confidently inside
@@ -130,7 +130,7 @@ class AdaptiveSettings:
 
 @dataclass(frozen=True)
 class KLOptions:
-    """How two rollout sets are compared (see :mod:`mechscope.anchors.distributions`)."""
+    """How two rollout sets are compared (see :mod:`mechscope.anchors.resampling.distributions`)."""
 
     alpha: float = 1.0
     weighting: Literal["unsmoothed", "smoothed"] = "unsmoothed"
@@ -191,7 +191,7 @@ class ReceiverOptions:
 
 @dataclass(frozen=True)
 class SuppressionOptions:
-    """Choices of the suppression analysis (see :mod:`mechscope.anchors.suppression`)."""
+    """Choices of the suppression analysis (see :mod:`mechscope.anchors.attention.suppression`)."""
 
     epsilon: float = 1e-9
     temperature: float = 1.0

@@ -12,12 +12,13 @@ read).
 
 Everything is resumable. Base traces are one shard per problem (``shards/anchors_base``),
 rollouts one shard per (trace, position) (``shards/anchors_rollouts``, see
-:mod:`mechscope.anchors.rollouts`; workers sharing the run claim positions), receivers and
-suppression one shard per trace (:mod:`mechscope.anchors.trace_shards`). The tables and
-arrays are named in :mod:`mechscope.anchors.layout`:
+:mod:`mechscope.anchors.resampling.rollouts`; workers sharing the run claim positions),
+receivers and suppression one shard per trace
+(:mod:`mechscope.anchors.attention.trace_shards`). The tables and arrays are named in
+:mod:`mechscope.anchors.layout`:
 
 - ``anchors_traces`` / ``anchors_sentences``: the run's traces and their labelled
-  sentences (:mod:`mechscope.anchors.saved_traces`);
+  sentences (:mod:`mechscope.anchors.traces.saved`);
 - ``anchors_chunks``: one row per analysed chunk (text, category, every metric and the
   counts behind it, rollouts without an answer included), plus the resampling sentence →
   sentence matrices in ``arrays/anchors_resampling_matrix.npz`` (one per trace);
@@ -36,15 +37,22 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mechscope.anchors.chunk_table import trace_chunks
+from mechscope.anchors.adaptive.priors import PRIOR_TABLES, position_priors
+from mechscope.anchors.attention.head_ablation import ablation_study, answer_probe
+from mechscope.anchors.attention.receivers import TraceReceivers, analyze_receivers, trace_receivers
+from mechscope.anchors.attention.suppression import suppression_matrix
+from mechscope.anchors.attention.trace_shards import (
+    checked_tokens,
+    receiver_key,
+    suppression_key,
+    trace_payloads,
+)
 from mechscope.anchors.config import (
     MetricOptions,
     ReceiverOptions,
     RolloutSettings,
     SuppressionOptions,
 )
-from mechscope.anchors.embeddings import Embedder
-from mechscope.anchors.head_ablation import ablation_study, answer_probe
 from mechscope.anchors.layout import (
     ABLATION_TABLE,
     BACKEND_TABLE,
@@ -59,23 +67,16 @@ from mechscope.anchors.layout import (
     SUPPRESSION_PART,
     SUPPRESSION_TABLE,
 )
-from mechscope.anchors.priors import PRIOR_TABLES, position_priors
-from mechscope.anchors.receivers import TraceReceivers, analyze_receivers, trace_receivers
+from mechscope.anchors.resampling.chunk_table import trace_chunks
+from mechscope.anchors.resampling.embeddings import Embedder
+from mechscope.anchors.resampling.rollouts import TraceRollouts, positions, resample_trace
+from mechscope.anchors.resampling.sampler import Sampler
+from mechscope.anchors.resampling.sentence_matrix import sentence_matrix
+from mechscope.anchors.resampling.stored import batch_id, read_rollouts
 from mechscope.anchors.result import ReceiverResult, ResamplingResult, SuppressionResult
-from mechscope.anchors.rollouts import TraceRollouts, positions, resample_trace
-from mechscope.anchors.sampler import Sampler
 from mechscope.anchors.samples import generate_traces
-from mechscope.anchors.sentence_matrix import sentence_matrix
-from mechscope.anchors.stored import batch_id, read_rollouts
-from mechscope.anchors.suppression import suppression_matrix
-from mechscope.anchors.taxonomy import Labeler, RuleLabeler
-from mechscope.anchors.trace import Trace
-from mechscope.anchors.trace_shards import (
-    checked_tokens,
-    receiver_key,
-    suppression_key,
-    trace_payloads,
-)
+from mechscope.anchors.traces.taxonomy import Labeler, RuleLabeler
+from mechscope.anchors.traces.trace import Trace
 from mechscope.data.math import MathProblem
 from mechscope.engine import Engine
 from mechscope.errors import InputError
@@ -260,7 +261,7 @@ def priors_run(
     run: RunDir, lm: LoadedModel, traces: Sequence[Trace], kind: str, max_chunks: int | None
 ) -> dict[str, np.ndarray]:
     """The adaptive design's white-box priors (``kind``: receivers or suppression, see
-    :mod:`mechscope.anchors.priors`), after the step they read when the run lacks its table
+    :mod:`mechscope.anchors.adaptive.priors`), after the step they read when the run lacks its table
     (receivers without head ablation)."""
     if not has_table(run, PRIOR_TABLES[kind]):
         if kind == "receivers":
