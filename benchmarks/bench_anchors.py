@@ -1,6 +1,6 @@
 """Attention suppression of a 40-sentence trace on smollm2-135m: batched vs one forward each.
 
-- mechscope: :func:`mechscope.anchors.suppression.suppression_matrix` — every sentence's
+- mechscope: :func:`mechscope.anchors.attention.suppression.suppression_matrix` — every sentence's
   suppression is a batch row, rows ordered by span end; each batch continues from the
   unsuppressed pass's key/value cache at its earliest span end (nothing before it can
   change), so only later positions are recomputed; KL in fp64 by blocks;
@@ -52,7 +52,7 @@ STEPS = [
 
 def forty_sentence_trace(n: int):
     """A chain of thought with ``n`` chunks (arithmetic steps, checks, backtracking)."""
-    from mechscope.anchors.trace import Trace
+    from mechscope.anchors.traces.trace import Trace
 
     sentences = []
     for k in range(n):
@@ -70,8 +70,8 @@ def forty_sentence_trace(n: int):
 
 
 def run_mechscope(eng, tokens, rows_per_chunk):
+    from mechscope.anchors.attention.suppression import suppression_matrix
     from mechscope.anchors.config import SuppressionOptions
-    from mechscope.anchors.suppression import suppression_matrix
 
     opts = SuppressionOptions(rows_per_chunk=rows_per_chunk)
     start, cpu = time.perf_counter(), time.process_time()
@@ -90,8 +90,8 @@ def run_loop(lm, tokens, model=None):
     """One unbatched forward per sentence with a 4-D mask (the published loop): wall and
     CPU seconds, the matrix, the KL of every position with each sentence suppressed
     ``[sentences, seq]`` and the largest |logit| of any of the passes."""
+    from mechscope.anchors.attention.suppression import sentence_matrix_from_kl
     from mechscope.anchors.config import SuppressionOptions
-    from mechscope.anchors.suppression import sentence_matrix_from_kl
 
     model = model if model is not None else sdpa_copy(lm)
     ids, seq = tokens.input_ids, tokens.seq_len
@@ -125,7 +125,7 @@ def matrix_bound(kl: np.ndarray, top: float, depth: int, ranges) -> np.ndarray:
     ``depth`` stages) differ by rounding alone: a KL moves by
     :func:`mechscope.tolerance.divergence_bound`, its ``log(KL + ε)`` by that over ``KL + ε``,
     and a cell is the mean of those logs over its counted positions (as
-    :func:`~mechscope.anchors.suppression.sentence_matrix_from_kl` with the default
+    :func:`~mechscope.anchors.attention.suppression.sentence_matrix_from_kl` with the default
     options: next-token alignment, every token of the target)."""
     from mechscope.anchors.config import SuppressionOptions
     from mechscope.tolerance import divergence_bound
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> dict:
     n = args.sentences or (8 if args.quick else 40)
     reps = args.reps or (2 if args.quick else 3)
 
-    from mechscope.anchors.trace_tokens import tokenize_trace
+    from mechscope.anchors.attention.trace_tokens import tokenize_trace
     from mechscope.engine import Engine
     from mechscope.models import DEFAULT_MODEL, load_model
     from mechscope.tolerance import pass_depth

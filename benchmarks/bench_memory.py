@@ -89,9 +89,9 @@ def workload(case: str, lm, n: int):
     if case == "suppression":
         from bench_anchors import forty_sentence_trace
 
+        from mechscope.anchors.attention.suppression import suppression_matrix
+        from mechscope.anchors.attention.trace_tokens import tokenize_trace
         from mechscope.anchors.config import SuppressionOptions
-        from mechscope.anchors.suppression import suppression_matrix
-        from mechscope.anchors.trace_tokens import tokenize_trace
 
         tokens = tokenize_trace(lm.tokenizer, forty_sentence_trace(n))
         return lambda: suppression_matrix(eng, tokens, SuppressionOptions())

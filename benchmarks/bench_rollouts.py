@@ -1,7 +1,7 @@
 """Rollouts of one trace on smollm2-135m: the engine's generation vs batched ``generate``.
 
-- mechscope: :class:`mechscope.anchors.sampler.EngineSampler` — the prefix is run once and
-  its key/value cache copied into every row, rows decode together with continuous batching
+- mechscope: :class:`mechscope.anchors.resampling.sampler.EngineSampler` — the prefix is run
+  once and its key/value cache copied into every row, rows decode together with continuous batching
   (a finished row's slot takes the next rollout), a seed per rollout;
 - baseline: transformers' ``model.generate`` on the prefix repeated to a batch of all the
   rollouts (each row prefills the whole prefix), the same sampling settings (T = 0.6,
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.model == RANDOM_8B:
         return random_weights_case(args, n_prefix, n)
 
-    from mechscope.anchors.sampler import EngineSampler
+    from mechscope.anchors.resampling.sampler import EngineSampler
     from mechscope.models import load_model
 
     lm = load_model(args.model, device=args.device, dtype=args.dtype)

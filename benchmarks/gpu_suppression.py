@@ -1,6 +1,6 @@
 """The GPU suite's attention-suppression case: the matrix of a long trace on the 14B shape.
 
-Ours is :func:`mechscope.anchors.suppression.position_kl`; the peer is the published loop
+Ours is :func:`mechscope.anchors.attention.suppression.position_kl`; the peer is the published loop
 (one SDPA forward per sentence with a 4-D mask, KL in fp64) for a few sentences, compared
 where the KL stands above the two implementations' own noise (the KL between their
 unsuppressed passes). The full 380-sentence matrix does not fit the suite's minutes: the
@@ -25,7 +25,7 @@ WORDS = ["then", "we", "check", "the", "boxes", "again", "and", "count", "every"
 
 def long_trace(tok: Any, n_sentences: int, n_tokens: int):
     """A trace of ``n_sentences`` sentences and about ``n_tokens`` tokens."""
-    from mechscope.anchors.trace import Trace
+    from mechscope.anchors.traces.trace import Trace
 
     per = max(4, n_tokens // n_sentences)
     sentences = []
@@ -63,9 +63,9 @@ def kl_fp64(base: torch.Tensor, sup: torch.Tensor, block: int = 256) -> torch.Te
 
 
 def suppression_cases(ctx: Ctx, lm: Any, deadline: float) -> list[harness.Case]:
+    from mechscope.anchors.attention.suppression import position_kl
+    from mechscope.anchors.attention.trace_tokens import tokenize_trace
     from mechscope.anchors.config import SuppressionOptions
-    from mechscope.anchors.suppression import position_kl
-    from mechscope.anchors.trace_tokens import tokenize_trace
     from mechscope.engine import Engine, SuppressAttention
 
     n_sent, n_tok, k, m = (12, 200, 4, 2) if ctx.smoke else (380, 6000, 16, 3)

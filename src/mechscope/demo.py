@@ -15,9 +15,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from mechscope.cli.model_options import ModelOptions
 from mechscope.demo_timing import Session, TimeLeft
 from mechscope.errors import InputError
+from mechscope.models.options import ModelOptions
 from mechscope.progress import shared_progress
 from mechscope.runs import RunDir, weights_fingerprint
 from mechscope.runs.rundir import MANIFEST_FILE
@@ -65,7 +65,7 @@ def run_demo(
 
     Prints a live display (part, sample, time left) while it runs and a table of the time
     of each part at the end; the same times go to the manifest and the report. ``model`` is
-    a spec or the full :class:`~mechscope.cli.model_options.ModelOptions` (dtype, device,
+    a spec or the full :class:`~mechscope.models.options.ModelOptions` (dtype, device,
     threads, memory, card).
     """
     from mechscope.report import build_report

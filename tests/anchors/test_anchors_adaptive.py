@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from mechscope.anchors.adaptive import (
+from mechscope.anchors.adaptive.rule import (
     BUDGET,
     CAP,
     NARROW,

@@ -11,13 +11,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mechscope.anchors.adaptive_result import AdaptiveResult
-from mechscope.anchors.adaptive_run import adaptive_resample_run, batch_id
+from mechscope.anchors.adaptive.result import AdaptiveResult
+from mechscope.anchors.adaptive.run import adaptive_resample_run
 from mechscope.anchors.config import AdaptiveSettings, RolloutSettings
 from mechscope.anchors.layout import ROLLOUTS_PART
-from mechscope.anchors.run import analyze_run, read_rollouts, resample_run
-from mechscope.anchors.sampler import rollout_seed
-from mechscope.anchors.trace import FORCED_ANSWER_CUE, Trace
+from mechscope.anchors.resampling.sampler import rollout_seed
+from mechscope.anchors.resampling.stored import batch_id, read_rollouts
+from mechscope.anchors.run import analyze_run, resample_run
+from mechscope.anchors.traces.trace import FORCED_ANSWER_CUE, Trace
 from mechscope.errors import InputError
 from mechscope.runs import RunDir, ShardStore
 from payload_checks import assert_same
@@ -60,7 +61,7 @@ class Scripted:
         return out
 
     def generate(self, prompts, *, n, temperature, top_p, max_new_tokens, seed, first=0):
-        from mechscope.anchors.sampler import RolloutRequest
+        from mechscope.anchors.resampling.sampler import RolloutRequest
 
         reqs = [RolloutRequest(p, seed, n, first) for p in prompts]
         return self.generate_requests(reqs, temperature=temperature, top_p=top_p,

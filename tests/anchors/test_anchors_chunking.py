@@ -8,7 +8,7 @@ import random
 import pytest
 from anchors_helpers import folder_id, load_json, reference_folders
 
-from mechscope.anchors.chunking import first_chunk_text, reasoning_region, split_into_chunks
+from mechscope.anchors.traces.chunking import first_chunk_text, reasoning_region, split_into_chunks
 
 
 def published_rule(text: str) -> list[str]:
@@ -110,7 +110,7 @@ def test_trailing_text_and_single_short_chunk():
 def test_token_ranges_with_a_real_tokenizer(stories_path):
     from transformers import AutoTokenizer
 
-    from mechscope.anchors.chunking import chunk_token_ranges
+    from mechscope.anchors.traces.chunking import chunk_token_ranges
 
     tokenizer = AutoTokenizer.from_pretrained(stories_path)
     text = (

@@ -11,7 +11,7 @@ from anchors_helpers import folder_id, load_json, reference_folders
 from scipy.stats import entropy
 
 from mechscope.anchors.config import KLOptions
-from mechscope.anchors.distributions import (
+from mechscope.anchors.resampling.distributions import (
     NO_ANSWER,
     accuracy,
     answer_counts,
@@ -19,7 +19,7 @@ from mechscope.anchors.distributions import (
     kl_from_counts,
     next_minus_this,
 )
-from mechscope.anchors.rollouts import Rollout
+from mechscope.anchors.resampling.rollouts import Rollout
 from mechscope.errors import InputError
 
 ATOL = 1e-12

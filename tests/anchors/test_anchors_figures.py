@@ -43,8 +43,8 @@ def test_the_sentence_graph_stays_readable_from_20_to_400_sentences(n):
     import pandas as pd
 
     from mechscope.anchors.figures import LABELLED, MATRIX_FROM, edge_budget, sentence_graph
-    from mechscope.report.figure import GraphSpec, HeatmapSpec
     from mechscope.report.render_graph import GRAPH_WIDTH_PX, diameters_of
+    from mechscope.report.specs import GraphSpec, HeatmapSpec
 
     rng = np.random.default_rng(n)
     chunks = pd.DataFrame(

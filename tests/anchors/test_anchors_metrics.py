@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from mechscope.anchors.config import KLOptions, MetricOptions
-from mechscope.anchors.metrics import chunk_metrics, metrics_frame
-from mechscope.anchors.rollouts import Rollout
-from mechscope.anchors.sentence_matrix import sentence_matrix
+from mechscope.anchors.resampling.metrics import chunk_metrics, metrics_frame
+from mechscope.anchors.resampling.rollouts import Rollout
+from mechscope.anchors.resampling.sentence_matrix import sentence_matrix
 from mechscope.errors import InputError
 
 ATOL = 1e-12

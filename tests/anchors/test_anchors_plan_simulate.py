@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mechscope.anchors.adaptive.plan import continuation_tokens, plan_table
+from mechscope.anchors.adaptive.priors import to_positions
+from mechscope.anchors.adaptive.published import PublishedTrace, load_published
+from mechscope.anchors.adaptive.simulate import per_trace_table, simulate, top_overlap
 from mechscope.anchors.config import AdaptiveSettings
-from mechscope.anchors.plan import continuation_tokens, plan_table
-from mechscope.anchors.priors import to_positions
-from mechscope.anchors.published import PublishedTrace, load_published
-from mechscope.anchors.simulate import per_trace_table, simulate, top_overlap
-from mechscope.anchors.trace import Trace
+from mechscope.anchors.traces.trace import Trace
 
 TEXT = (
     "Question: add 2 and 3. <think>\nFirst read the numbers here. Then add them up now. "

@@ -15,8 +15,7 @@ import torch
 from scipy import stats
 from whitebox_helpers import eager_copy, tiny_setup
 
-from mechscope.anchors.config import ReceiverOptions
-from mechscope.anchors.receivers import (
+from mechscope.anchors.attention.receivers import (
     TraceReceivers,
     analyze_receivers,
     head_kurtosis,
@@ -24,8 +23,9 @@ from mechscope.anchors.receivers import (
     trace_receivers,
     vertical_scores,
 )
-from mechscope.anchors.sentence_attention import sentence_attention
-from mechscope.anchors.trace_tokens import TraceTokens
+from mechscope.anchors.attention.sentence_attention import sentence_attention
+from mechscope.anchors.attention.trace_tokens import TraceTokens
+from mechscope.anchors.config import ReceiverOptions
 from mechscope.engine import Read, Site
 from mechscope.errors import InputError
 from mechscope.stats import split_half_reliability

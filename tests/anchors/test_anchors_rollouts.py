@@ -6,13 +6,13 @@ import pytest
 from anchors_helpers import REFERENCE
 
 from mechscope.anchors.config import RolloutSettings
-from mechscope.anchors.rollouts import (
+from mechscope.anchors.resampling.rollouts import (
     Rollout,
     make_rollout,
     resample_trace,
     shard_id,
 )
-from mechscope.anchors.trace import FORCED_ANSWER_CUE, Trace
+from mechscope.anchors.traces.trace import FORCED_ANSWER_CUE, Trace
 from mechscope.errors import InputError
 
 TEXT = (

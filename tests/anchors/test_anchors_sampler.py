@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from mechscope.anchors.config import RolloutSettings
-from mechscope.anchors.rollouts import resample_trace
-from mechscope.anchors.sampler import EngineSampler, Sampler
-from mechscope.anchors.trace import Trace
+from mechscope.anchors.resampling.rollouts import resample_trace
+from mechscope.anchors.resampling.sampler import EngineSampler, Sampler
+from mechscope.anchors.traces.trace import Trace
 from mechscope.errors import InputError
 from mechscope.models import load_model
 
@@ -74,7 +74,7 @@ def test_end_to_end_with_tiny_model(lm):
 def test_later_rollouts_and_grouped_requests_are_the_same_rollouts(lm):
     """Rollouts ``first…`` of a seed are those of one bigger call; several requests sampled
     together (``generate_requests``) give each request's own rollouts."""
-    from mechscope.anchors.sampler import RolloutRequest, sample_requests
+    from mechscope.anchors.resampling.sampler import RolloutRequest, sample_requests
 
     sampler = EngineSampler(lm, slots=4)
     whole = _gen(sampler, PROMPTS[:1], n=5, temperature=1.0, seed=9)[0]

@@ -14,13 +14,13 @@ import pytest
 import torch
 from whitebox_helpers import eager_copy, masked_logits, tiny_setup
 
-from mechscope.anchors.config import SuppressionOptions
-from mechscope.anchors.suppression import (
+from mechscope.anchors.attention.suppression import (
     position_kl,
     row_normalized,
     sentence_matrix_from_kl,
     suppression_matrix,
 )
+from mechscope.anchors.config import SuppressionOptions
 from mechscope.errors import InputError
 from tolerance import FACTOR, assert_within, depth_of, divergence_bound
 

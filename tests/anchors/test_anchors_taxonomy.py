@@ -9,8 +9,8 @@ import pytest
 from anchors_helpers import load_json, reference_folders
 from pydantic import ValidationError
 
-from mechscope.anchors.llm_labeler import LLMLabeler, first_json_object, validate_entry
-from mechscope.anchors.taxonomy import CATEGORIES, Label, Labeler, RuleLabeler
+from mechscope.anchors.traces.llm_labeler import LLMLabeler, first_json_object, validate_entry
+from mechscope.anchors.traces.taxonomy import CATEGORIES, Label, Labeler, RuleLabeler
 
 
 def test_rule_labeler_beats_majority_baseline(reference_dir):

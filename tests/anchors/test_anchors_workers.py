@@ -80,7 +80,7 @@ def test_a_live_claim_is_respected_and_released(tmp_path):
 def test_two_adaptive_workers_sample_each_batch_once_and_match_one(stories_path, tmp_path):
     from worker_helpers import adaptive_worker
 
-    from mechscope.anchors.adaptive_result import AdaptiveResult
+    from mechscope.anchors.adaptive.result import AdaptiveResult
 
     alone_path, shared = tmp_path / "alone", tmp_path / "shared"
     alone_path.mkdir()

@@ -18,7 +18,7 @@ from mechscope.anchors.samples import (
     parse_inputs,
     reasoning_prompt,
 )
-from mechscope.anchors.saved_traces import load_traces, save_traces
+from mechscope.anchors.traces.saved import load_traces, save_traces
 from mechscope.errors import InputError
 from mechscope.report import build_report
 from mechscope.runs import RunDir, read_table
@@ -188,7 +188,7 @@ def test_demo_quick_on_tiny_model(tmp_path):
 @pytest.mark.parametrize("which", ["receivers", "suppression"])
 def test_a_trace_too_long_is_refused_before_any_pass(tmp_path, tiny, monkeypatch, which):
     from mechscope.anchors import run as run_module
-    from mechscope.anchors.trace import Trace
+    from mechscope.anchors.traces.trace import Trace
 
     lm, _, trace, _ = tiny
     long_text = " ".join(["Then we add one more."] * (lm.max_context // 4 + 50))
@@ -209,7 +209,7 @@ def test_a_trace_too_long_is_refused_before_any_pass(tmp_path, tiny, monkeypatch
 
 def test_an_edited_trace_is_analysed_again(tmp_path, tiny, monkeypatch):
     from mechscope.anchors import run as run_module
-    from mechscope.anchors.trace import Trace
+    from mechscope.anchors.traces.trace import Trace
 
     lm, _, trace, _ = tiny
     run = RunDir.create(tmp_path, "edit", {"t": 1})

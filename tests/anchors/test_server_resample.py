@@ -18,7 +18,7 @@ import pytest
 from llama_server import MODEL_ID, _llama_server_fixture  # noqa: F401
 
 from mechscope.anchors.layout import ROLLOUTS_PART
-from mechscope.anchors.rollouts import Rollout
+from mechscope.anchors.resampling.rollouts import Rollout
 from mechscope.cli.errors import run_app
 from mechscope.cli.main import app
 from mechscope.runs import RunDir, ShardStore
@@ -77,7 +77,7 @@ def test_server_run_matches_the_embedded_run_within_sampling_noise(llama_server,
 
 
 def test_adaptive_run_on_the_server_records_it_and_a_rerun_sends_nothing(llama_server, tmp_path):
-    from mechscope.anchors.adaptive_result import AdaptiveResult
+    from mechscope.anchors.adaptive.result import AdaptiveResult
     from mechscope.anchors.layout import BACKEND_TABLE
     from mechscope.runs import read_table
 

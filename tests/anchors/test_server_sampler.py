@@ -13,8 +13,8 @@ import httpx
 import pytest
 from llama_server import MODEL_ID, _llama_server_fixture, free_port, serve  # noqa: F401
 
-from mechscope.anchors.sampler import Sampler, rollout_seed
-from mechscope.anchors.server_sampler import ServerError, ServerSampler
+from mechscope.anchors.resampling.sampler import Sampler, rollout_seed
+from mechscope.anchors.server.sampler import ServerError, ServerSampler
 from mechscope.errors import InputError
 
 PROMPTS = [

@@ -6,8 +6,8 @@ import copy
 
 import torch
 
-from mechscope.anchors.trace import Trace
-from mechscope.anchors.trace_tokens import TraceTokens, tokenize_trace
+from mechscope.anchors.attention.trace_tokens import TraceTokens, tokenize_trace
+from mechscope.anchors.traces.trace import Trace
 from mechscope.engine import Engine
 from mechscope.models import load_model
 

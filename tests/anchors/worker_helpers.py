@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from mechscope.anchors.config import RolloutSettings
-from mechscope.anchors.trace import Trace
+from mechscope.anchors.traces.trace import Trace
 
 TEXT = (
     "Tell a story. <think>\nOnce upon a time there was a cat. The cat was happy. "
@@ -47,8 +47,8 @@ def _wait_for(ready: Path, n: int) -> None:
 def worker(model: str, run_path: str, die_at: int | None = None, together: int = 1) -> list[int]:
     """Resample the story trace into ``run_path``; returns the positions this process
     sampled (free rollouts, by prefix). ``together``: wait for that many workers."""
+    from mechscope.anchors.resampling.sampler import EngineSampler
     from mechscope.anchors.run import resample_run
-    from mechscope.anchors.sampler import EngineSampler
     from mechscope.models import load_model
     from mechscope.runs import RunDir
 
@@ -64,9 +64,9 @@ def worker(model: str, run_path: str, die_at: int | None = None, together: int =
 def adaptive_worker(model: str, run_path: str, together: int = 1) -> list[str]:
     """Adaptive resampling of the story trace into ``run_path``; returns the batches this
     process sampled (``position:first``). ``together``: wait for that many workers."""
-    from mechscope.anchors.adaptive_run import adaptive_resample_run
+    from mechscope.anchors.adaptive.run import adaptive_resample_run
     from mechscope.anchors.config import AdaptiveSettings
-    from mechscope.anchors.sampler import EngineSampler
+    from mechscope.anchors.resampling.sampler import EngineSampler
     from mechscope.models import load_model
     from mechscope.runs import RunDir
 

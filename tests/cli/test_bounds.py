@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from mechscope.anchors.server_sampler import ServerError, ServerSampler
+from mechscope.anchors.server.sampler import ServerError, ServerSampler
 from refusals import assert_refused
 
 

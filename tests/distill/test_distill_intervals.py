@@ -13,7 +13,7 @@ from mechscope.distill.intervals import (
     method_contrasts,
     paired_difference,
 )
-from mechscope.distill.summarize import summary_table
+from mechscope.distill.method_table import summary_table
 from tolerance import assert_fp64_close
 
 # The intervals and the textbook formulas are float64 sums over the seeds of values at most

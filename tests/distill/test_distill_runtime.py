@@ -8,11 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from mechscope.cli.executor_options import ExecutorOptions
 from mechscope.distill.config import parse_study_config
 from mechscope.distill.demo import demo_config, quick_overrides
 from mechscope.distill.trainer import WandbLogger
 from mechscope.errors import InputError
+from mechscope.runs.options import ExecutorOptions
 
 
 def test_executor_guard_without_ray(monkeypatch, tiny_raw):

@@ -14,9 +14,10 @@ from typer.testing import CliRunner
 from mechscope.cli.errors import run_app
 from mechscope.distill.cli import app
 from mechscope.distill.config import load_study_config
+from mechscope.distill.method_table import summary_table
 from mechscope.distill.report import distill_section
 from mechscope.distill.run import expand_trials, run_study
-from mechscope.distill.summarize import format_summary, summarize_study, summary_table
+from mechscope.distill.summarize import format_summary, summarize_study
 from mechscope.runs import RunDir
 from tolerance import assert_fp64_close
 

@@ -15,10 +15,10 @@ from contextlib import contextmanager
 import numpy as np
 
 from mechscope.anchors import Trace
+from mechscope.anchors.attention.receivers import trace_receivers
+from mechscope.anchors.attention.suppression import suppression_matrix
+from mechscope.anchors.attention.trace_tokens import TraceTokens, tokenize_trace
 from mechscope.anchors.config import ReceiverOptions, SuppressionOptions
-from mechscope.anchors.receivers import trace_receivers
-from mechscope.anchors.suppression import suppression_matrix
-from mechscope.anchors.trace_tokens import TraceTokens, tokenize_trace
 from mechscope.data.pairs import ContrastivePair, tokenize_pair
 from mechscope.data.spans import render
 from mechscope.distill.consistency import causal_effects

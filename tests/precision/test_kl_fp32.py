@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from mechscope.anchors.suppression import _kl_parts, kl_from_parts
+from mechscope.anchors.attention.suppression import _kl_parts, kl_from_parts
 
 KL_RTOL = 1e-5
 KL_ATOL = 1e-14

@@ -249,8 +249,8 @@ def test_distill_result(tiny, tmp_path):
 
 @pytest.fixture(scope="module")
 def trace_tokens(tiny):
-    from mechscope.anchors.trace import Trace
-    from mechscope.anchors.trace_tokens import tokenize_trace
+    from mechscope.anchors.attention.trace_tokens import tokenize_trace
+    from mechscope.anchors.traces.trace import Trace
 
     text = _helpers("anchors", "whitebox_helpers").TRACE_TEXT
     return tokenize_trace(tiny.tokenizer, Trace.from_text("t0", text, "8"))
@@ -260,7 +260,7 @@ def test_resampling_result(tmp_path):
     from mechscope.anchors.config import RolloutSettings
     from mechscope.anchors.result import ResamplingResult
     from mechscope.anchors.run import analyze_run, resample_run
-    from mechscope.anchors.trace import Trace
+    from mechscope.anchors.traces.trace import Trace
     from mechscope.runs import RunDir
 
     anchors = _helpers("anchors", "anchors_helpers")
@@ -284,8 +284,8 @@ def test_resampling_result(tmp_path):
 
 
 def test_receiver_result(tiny, trace_tokens, tmp_path):
+    from mechscope.anchors.attention.receivers import analyze_receivers, trace_receivers
     from mechscope.anchors.config import ReceiverOptions
-    from mechscope.anchors.receivers import analyze_receivers, trace_receivers
     from mechscope.engine import Engine
 
     one = trace_receivers(Engine.of(tiny), trace_tokens)
@@ -299,8 +299,8 @@ def test_receiver_result(tiny, trace_tokens, tmp_path):
 
 
 def test_suppression_result(tiny, trace_tokens, tmp_path):
+    from mechscope.anchors.attention.suppression import suppression_matrix
     from mechscope.anchors.config import SuppressionOptions
-    from mechscope.anchors.suppression import suppression_matrix
     from mechscope.engine import Engine
 
     opts = SuppressionOptions(layers=(0,), first_tokens=4)

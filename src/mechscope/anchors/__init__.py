@@ -12,15 +12,8 @@ from typing import TYPE_CHECKING
 from mechscope.lazy import lazy_package
 
 if TYPE_CHECKING:  # the exports, each imported on first use (mechscope.lazy)
-    from mechscope.anchors.chunking import (
-        Chunk,
-        chunk_token_ranges,
-        first_chunk_text,
-        reasoning_region,
-        split_into_chunks,
-    )
     from mechscope.anchors.config import KLOptions, MetricOptions, RolloutSettings
-    from mechscope.anchors.distributions import (
+    from mechscope.anchors.resampling.distributions import (
         NO_ANSWER,
         accuracy,
         answer_counts,
@@ -28,24 +21,36 @@ if TYPE_CHECKING:  # the exports, each imported on first use (mechscope.lazy)
         kl_from_counts,
         next_minus_this,
     )
-    from mechscope.anchors.embeddings import Embedder, MiniLMEmbedder, embed_unique, minilm_path
-    from mechscope.anchors.llm_labeler import LLMLabeler
-    from mechscope.anchors.metrics import (
+    from mechscope.anchors.resampling.embeddings import (
+        Embedder,
+        MiniLMEmbedder,
+        embed_unique,
+        minilm_path,
+    )
+    from mechscope.anchors.resampling.metrics import (
         ChunkMetrics,
         chunk_metrics,
         metrics_frame,
         overdeterminedness,
     )
-    from mechscope.anchors.rollouts import (
+    from mechscope.anchors.resampling.rollouts import (
         Rollout,
         TraceRollouts,
         make_rollout,
         resample_trace,
     )
-    from mechscope.anchors.sampler import EngineSampler, Sampler
-    from mechscope.anchors.sentence_matrix import sentence_matrix
-    from mechscope.anchors.taxonomy import CATEGORIES, Label, Labeler, RuleLabeler
-    from mechscope.anchors.trace import FORCED_ANSWER_CUE, Trace
+    from mechscope.anchors.resampling.sampler import EngineSampler, Sampler
+    from mechscope.anchors.resampling.sentence_matrix import sentence_matrix
+    from mechscope.anchors.traces.chunking import (
+        Chunk,
+        chunk_token_ranges,
+        first_chunk_text,
+        reasoning_region,
+        split_into_chunks,
+    )
+    from mechscope.anchors.traces.llm_labeler import LLMLabeler
+    from mechscope.anchors.traces.taxonomy import CATEGORIES, Label, Labeler, RuleLabeler
+    from mechscope.anchors.traces.trace import FORCED_ANSWER_CUE, Trace
     from mechscope.data.math_answers import (
         extract_answer,
         extract_boxed,

@@ -3,26 +3,44 @@
 Every class checks itself when made, before any trace is read or written:
 :class:`RolloutSettings` (how rollouts are sampled, ``anchors resample``),
 :class:`AdaptiveSettings` (when the adaptive design stops sampling a position, ``anchors
-resample --adaptive``, see :mod:`mechscope.anchors.adaptive`),
+resample --adaptive``, see :mod:`mechscope.anchors.adaptive.rule`),
 :class:`KLOptions` and :class:`MetricOptions` (how chunk metrics compare rollout sets,
-``anchors analyze``; see :mod:`mechscope.anchors.distributions` and
-:mod:`mechscope.anchors.metrics`), :class:`ReceiverOptions` (``anchors receivers``, see
-:mod:`mechscope.anchors.receivers`) and :class:`SuppressionOptions` (``anchors suppress``,
-see :mod:`mechscope.anchors.suppression`).
+``anchors analyze``; see :mod:`mechscope.anchors.resampling.distributions` and
+:mod:`mechscope.anchors.resampling.metrics`), :class:`ReceiverOptions` (``anchors receivers``, see
+:mod:`mechscope.anchors.attention.receivers`) and :class:`SuppressionOptions` (``anchors suppress``,
+see :mod:`mechscope.anchors.attention.suppression`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from mechscope.anchors.embeddings import DEFAULT_THRESHOLD
-from mechscope.anchors.sampler import _check_generation_args
 from mechscope.errors import InputError
 
 Alignment = Literal["next_token", "same_position"]
 Correction = Literal["looks", "none"]
 Prior = Literal["none", "receivers", "suppression"]
+
+#: Cosine at which two sentences are the same idea (the published analysis, all-MiniLM-L6-v2).
+DEFAULT_THRESHOLD = 0.8
+
+
+def check_generation_args(
+    prompts: Sequence[str], n: int, temperature: float, top_p: float, max_new_tokens: int
+) -> None:
+    """The arguments of a sampling call, checked before any rollout (one line each)."""
+    if any(not isinstance(p, str) or not p for p in prompts):
+        raise InputError("non-empty prompt strings", field="prompts")
+    if n < 1:
+        raise InputError(f"n >= 1, got {n}", field="n")
+    if temperature < 0:
+        raise InputError(f"temperature >= 0, got {temperature}", field="temperature")
+    if not 0 < top_p <= 1:
+        raise InputError(f"0 < top_p <= 1, got {top_p}", field="top_p")
+    if max_new_tokens < 1:
+        raise InputError(f"max_new_tokens >= 1, got {max_new_tokens}", field="max_new_tokens")
 
 
 @dataclass(frozen=True)
@@ -39,7 +57,7 @@ class RolloutSettings:
 
     def __post_init__(self) -> None:
         """Checked when the settings are made, before any trace is read or written."""
-        _check_generation_args(["-"], self.n, self.temperature, self.top_p, self.max_new_tokens)
+        check_generation_args(["-"], self.n, self.temperature, self.top_p, self.max_new_tokens)
         if self.n_forced < 0:
             raise InputError(f"n_forced >= 0, got {self.n_forced}", field="n_forced")
         if self.forced_max_new_tokens < 1:
@@ -51,7 +69,7 @@ class RolloutSettings:
 
 @dataclass(frozen=True)
 class AdaptiveSettings:
-    """The adaptive design's stopping rule (stated in full in :mod:`mechscope.anchors.adaptive`).
+    """The adaptive design's stopping rule (in full in :mod:`mechscope.anchors.adaptive.rule`).
 
     Every position first gets ``n_min`` rollouts, then ``step`` more per round while one of
     its chunks' importance intervals is wider than ``width`` and not confidently inside
@@ -112,7 +130,7 @@ class AdaptiveSettings:
 
 @dataclass(frozen=True)
 class KLOptions:
-    """How two rollout sets are compared (see :mod:`mechscope.anchors.distributions`)."""
+    """How two rollout sets are compared (see :mod:`mechscope.anchors.resampling.distributions`)."""
 
     alpha: float = 1.0
     weighting: Literal["unsmoothed", "smoothed"] = "unsmoothed"
@@ -173,7 +191,7 @@ class ReceiverOptions:
 
 @dataclass(frozen=True)
 class SuppressionOptions:
-    """Choices of the suppression analysis (see :mod:`mechscope.anchors.suppression`)."""
+    """Choices of the suppression analysis (see :mod:`mechscope.anchors.attention.suppression`)."""
 
     epsilon: float = 1e-9
     temperature: float = 1.0

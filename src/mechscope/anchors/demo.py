@@ -16,8 +16,9 @@ from dataclasses import asdict, dataclass
 import pandas as pd
 
 from mechscope.anchors.config import ReceiverOptions, RolloutSettings, SuppressionOptions
-from mechscope.anchors.embeddings import Embedder, MiniLMEmbedder, minilm_path
 from mechscope.anchors.layout import RECEIVERS_SKIPPED_TABLE, SETTINGS_TABLE
+from mechscope.anchors.resampling.embeddings import Embedder, MiniLMEmbedder, minilm_path
+from mechscope.anchors.resampling.sampler import EngineSampler
 from mechscope.anchors.run import (
     analyze_run,
     base_traces,
@@ -25,9 +26,8 @@ from mechscope.anchors.run import (
     resample_run,
     suppression_run,
 )
-from mechscope.anchors.sampler import EngineSampler
 from mechscope.anchors.samples import demo_problems, reasoning_prompt
-from mechscope.anchors.saved_traces import save_traces
+from mechscope.anchors.traces.saved import save_traces
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 from mechscope.runs import RunDir, write_table

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from mechscope.anchors.result import ReceiverResult, ResamplingResult, SuppressionResult
-from mechscope.anchors.taxonomy import CATEGORIES
+from mechscope.anchors.traces.taxonomy import CATEGORIES
 from mechscope.report import Edge, Figure, Node, Series, bars, curves, graph, heatmap
 from mechscope.report.text_fit import cut
 from mechscope.stats import mean_ci as stats_mean_ci

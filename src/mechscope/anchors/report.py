@@ -134,7 +134,7 @@ def _receivers(run: RunDir, sentences: pd.DataFrame | None) -> Part:
         if fig is not None:
             part.figures.append(FigureBlock(fig, name="anchors-receivers-category"))
     if has_table(run, ABLATION_TABLE):
-        from mechscope.anchors.head_ablation import ablation_summary
+        from mechscope.anchors.attention.head_ablation import ablation_summary
 
         part.tables.append(
             TableBlock(

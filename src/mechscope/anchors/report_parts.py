@@ -34,8 +34,8 @@ def adaptive_part(run: RunDir) -> Part:
     """Adaptive resampling: the rollouts it saved against the fixed design, per-chunk
     importances with the intervals it stopped with, and its per-trace and per-position
     tables."""
-    from mechscope.anchors import figures_adaptive as FA
-    from mechscope.anchors.adaptive_result import AdaptiveResult
+    from mechscope.anchors.adaptive import figures as FA
+    from mechscope.anchors.adaptive.result import AdaptiveResult
 
     result = AdaptiveResult.from_run(run)
     drawn, fixed = result.total

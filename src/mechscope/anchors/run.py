@@ -7,16 +7,18 @@ Black box (no model internals): :func:`base_traces` (a greedy trace per problem)
 :func:`receivers_run` (receiver heads and head ablation, ``anchors receivers``, a
 :class:`~mechscope.anchors.result.ReceiverResult`) and :func:`suppression_run` (attention
 suppression, ``anchors suppress``, one :class:`~mechscope.anchors.result.SuppressionResult`
-per trace).
+per trace); :func:`priors_run` (the adaptive design's white-box priors, after the step they
+read).
 
 Everything is resumable. Base traces are one shard per problem (``shards/anchors_base``),
 rollouts one shard per (trace, position) (``shards/anchors_rollouts``, see
-:mod:`mechscope.anchors.rollouts`; workers sharing the run claim positions), receivers and
-suppression one shard per trace (:mod:`mechscope.anchors.trace_shards`). The tables and
-arrays are named in :mod:`mechscope.anchors.layout`:
+:mod:`mechscope.anchors.resampling.rollouts`; workers sharing the run claim positions),
+receivers and suppression one shard per trace
+(:mod:`mechscope.anchors.attention.trace_shards`). The tables and arrays are named in
+:mod:`mechscope.anchors.layout`:
 
 - ``anchors_traces`` / ``anchors_sentences``: the run's traces and their labelled
-  sentences (:mod:`mechscope.anchors.saved_traces`);
+  sentences (:mod:`mechscope.anchors.traces.saved`);
 - ``anchors_chunks``: one row per analysed chunk (text, category, every metric and the
   counts behind it, rollouts without an answer included), plus the resampling sentence →
   sentence matrices in ``arrays/anchors_resampling_matrix.npz`` (one per trace);
@@ -32,18 +34,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from mechscope.anchors.adaptive_run import batch_id, read_batches
-from mechscope.anchors.chunk_table import trace_chunks
+from mechscope.anchors.adaptive.priors import PRIOR_TABLES, position_priors
+from mechscope.anchors.attention.head_ablation import ablation_study, answer_probe
+from mechscope.anchors.attention.receivers import TraceReceivers, analyze_receivers, trace_receivers
+from mechscope.anchors.attention.suppression import suppression_matrix
+from mechscope.anchors.attention.trace_shards import (
+    checked_tokens,
+    receiver_key,
+    suppression_key,
+    trace_payloads,
+)
 from mechscope.anchors.config import (
     MetricOptions,
     ReceiverOptions,
     RolloutSettings,
     SuppressionOptions,
 )
-from mechscope.anchors.embeddings import Embedder
-from mechscope.anchors.head_ablation import ablation_study, answer_probe
 from mechscope.anchors.layout import (
     ABLATION_TABLE,
     BACKEND_TABLE,
@@ -58,21 +67,16 @@ from mechscope.anchors.layout import (
     SUPPRESSION_PART,
     SUPPRESSION_TABLE,
 )
-from mechscope.anchors.receivers import TraceReceivers, analyze_receivers, trace_receivers
+from mechscope.anchors.resampling.chunk_table import trace_chunks
+from mechscope.anchors.resampling.embeddings import Embedder
+from mechscope.anchors.resampling.rollouts import TraceRollouts, positions, resample_trace
+from mechscope.anchors.resampling.sampler import Sampler
+from mechscope.anchors.resampling.sentence_matrix import sentence_matrix
+from mechscope.anchors.resampling.stored import batch_id, read_rollouts
 from mechscope.anchors.result import ReceiverResult, ResamplingResult, SuppressionResult
-from mechscope.anchors.rollouts import Rollout, TraceRollouts, resample_trace, shard_id
-from mechscope.anchors.sampler import Sampler
 from mechscope.anchors.samples import generate_traces
-from mechscope.anchors.sentence_matrix import sentence_matrix
-from mechscope.anchors.suppression import suppression_matrix
-from mechscope.anchors.taxonomy import Labeler, RuleLabeler
-from mechscope.anchors.trace import Trace
-from mechscope.anchors.trace_shards import (
-    checked_tokens,
-    receiver_key,
-    suppression_key,
-    trace_payloads,
-)
+from mechscope.anchors.traces.taxonomy import Labeler, RuleLabeler
+from mechscope.anchors.traces.trace import Trace
 from mechscope.data.math import MathProblem
 from mechscope.engine import Engine
 from mechscope.errors import InputError
@@ -100,12 +104,6 @@ def base_traces(
         payload = store.read(problem.id)
         out.append(Trace.from_text(problem.id, payload["text"], payload["gold"]))
     return out
-
-
-def positions(trace: Trace, max_chunks: int | None) -> range:
-    """Positions to resample so that chunks ``0 … m-1`` get both their rollout sets."""
-    m = trace.n_chunks if max_chunks is None else min(trace.n_chunks, max_chunks)
-    return range(m + 1)
 
 
 def resample_run(
@@ -155,20 +153,6 @@ def record_backend(run: RunDir, description: dict[str, Any]) -> None:
     if has_table(run, BACKEND_TABLE):
         table = pd.concat([read_table(run, BACKEND_TABLE), table], ignore_index=True)
     write_table(run, BACKEND_TABLE, table)
-
-
-def read_rollouts(run: RunDir, trace: Trace) -> TraceRollouts:
-    """The rollouts stored for ``trace`` (positions never sampled are absent): a position's
-    shard (fixed design) or its batches in order (adaptive design)."""
-    store = ShardStore(run, ROLLOUTS_PART)
-    result = TraceRollouts(trace)
-    for p in range(trace.n_chunks + 1):
-        sid = shard_id(trace.id, p)
-        payload = store.read(sid) if store.done(sid) else read_batches(store, trace.id, p)
-        if payload is not None:
-            result.resampled[p] = [Rollout.from_dict(d) for d in payload["resampled"]]
-            result.forced[p] = [Rollout.from_dict(d) for d in payload["forced"]]
-    return result
 
 
 def analyze_run(
@@ -271,3 +255,17 @@ def suppression_run(
     ]
     write_table(run, SUPPRESSION_TABLE, pd.concat([r.to_frame() for r in results]))
     return results
+
+
+def priors_run(
+    run: RunDir, lm: LoadedModel, traces: Sequence[Trace], kind: str, max_chunks: int | None
+) -> dict[str, np.ndarray]:
+    """The adaptive design's white-box priors (``kind``: receivers or suppression, see
+    :mod:`mechscope.anchors.adaptive.priors`), after the step they read when the run lacks its table
+    (receivers without head ablation)."""
+    if not has_table(run, PRIOR_TABLES[kind]):
+        if kind == "receivers":
+            receivers_run(run, lm, traces, ablate=False)
+        else:
+            suppression_run(run, lm, traces)
+    return position_priors(run, traces, kind, max_chunks)

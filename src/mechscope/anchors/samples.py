@@ -20,8 +20,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from mechscope.anchors.sampler import Sampler
-from mechscope.anchors.trace import Trace
+from mechscope.anchors.resampling.sampler import Sampler
+from mechscope.anchors.traces.trace import Trace
 from mechscope.data.loaders import check_text, read_text
 from mechscope.data.math import MathProblem
 from mechscope.data.math_answers import extract_gsm8k

@@ -23,10 +23,10 @@ from mechscope.errors import InputError
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from mechscope.cli.executor_options import ExecutorOptions
-    from mechscope.cli.model_options import ModelOptions
     from mechscope.models.loaded import LoadedModel
+    from mechscope.models.options import ModelOptions
     from mechscope.runs import RunDir
+    from mechscope.runs.options import ExecutorOptions
 
 T = TypeVar("T")
 

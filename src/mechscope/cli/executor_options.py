@@ -2,54 +2,27 @@
 
 ``--executor inline|local|ray``, ``--workers N``, ``--address A`` and ``--worker-gpus G``
 say which processes compute a command's samples, and on which GPUs
-(:mod:`mechscope.runs.executor`). A command declares
-``ex: ExecutorOptions`` and is decorated with :func:`executor_options`, which adds the
-options to its signature and checks them (:meth:`ExecutorOptions.check`) before the command
-runs, so before any model work; the command computes inside ``with ex.alongside():`` (or
-:func:`mechscope.cli.common.computing`).
+(:mod:`mechscope.runs.executor`). A command declares ``ex:``
+:class:`~mechscope.runs.options.ExecutorOptions` and is decorated with
+:func:`executor_options`, which adds the options to its signature and checks them
+(:meth:`ExecutorOptions.check`) before the command runs, so before any model work; the
+command computes inside ``with ex.alongside():`` (or :func:`mechscope.cli.common.computing`).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import typer
 
 from mechscope.cli.options import number
 from mechscope.runs.executor import MAX_WORKERS
+from mechscope.runs.options import ExecutorOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-@dataclass(frozen=True)
-class ExecutorOptions:
-    """Where the samples are computed: this process only, local workers, or Ray."""
-
-    executor: str = "inline"
-    workers: int = 2
-    address: str | None = None
-    worker_gpus: float = 0.0
-
-    def check(self) -> None:
-        from mechscope.runs.executor import check_executor
-
-        check_executor(self.executor, self.workers, self.address, self.worker_gpus)
-
-    @contextmanager
-    def alongside(self, units: int | None = None) -> Iterator[None]:
-        """The workers compute beside this process for the block; ``units``: the units of
-        work the command shares, when known (it bounds the workers)."""
-        from mechscope.runs.executor import workers_alongside
-
-        with workers_alongside(
-            self.executor, self.workers, self.address, self.worker_gpus, units=units
-        ):
-            yield
 
 
 #: name -> (flag, type, help, range of a number)

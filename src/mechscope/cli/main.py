@@ -17,8 +17,9 @@ from rich.console import Console
 from mechscope.cli import model_commands
 from mechscope.cli.errors import run_app
 from mechscope.cli.help import App
-from mechscope.cli.model_options import ModelOptions, model_options
+from mechscope.cli.model_options import model_options
 from mechscope.cli.mount import mount_workflows
+from mechscope.models.options import ModelOptions
 
 app = App(
     name="mechscope",

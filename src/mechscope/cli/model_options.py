@@ -3,9 +3,10 @@
 ``--model``, ``--dtype``, ``--device``, ``--device-map``, ``--threads``, ``--memory`` and
 ``--card`` mean the same on every command, read the same environment variables
 (``MECHSCOPE_MODEL``, ``MECHSCOPE_DTYPE`` …) when not given, and are the keywords of
-:func:`mechscope.models.load_model`. A command declares ``opts: ModelOptions`` and is
-decorated with :func:`model_options`; the decorator adds the options to its signature, so
-typer shows them in ``--help`` and no command repeats them.
+:func:`mechscope.models.load_model`. A command declares ``opts:``
+:class:`~mechscope.models.options.ModelOptions` and is decorated with :func:`model_options`;
+the decorator adds the options to its signature, so typer shows them in ``--help`` and no
+command repeats them.
 """
 
 from __future__ import annotations
@@ -13,41 +14,14 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 import typer
 
 from mechscope.cli.options import number
-from mechscope.models.aliases import DEFAULT_MODEL
+from mechscope.models.options import ModelOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-@dataclass(frozen=True)
-class ModelOptions:
-    """Which model, in which precision, where, and with what resources."""
-
-    model: str = DEFAULT_MODEL
-    dtype: str | None = None
-    device: str | None = None
-    device_map: str | None = None
-    threads: int | None = None
-    memory: str | None = None
-    card: str | None = None
-
-    def load(self) -> Any:  # -> LoadedModel
-        """The model, loaded with every option."""
-        from mechscope.models import load_model
-
-        kwargs = {k: v for k, v in asdict(self).items() if k != "model"}
-        return load_model(self.model, **kwargs)
-
-    def config(self) -> dict[str, Any]:
-        """What a run directory's config records of the model: its spec. Its precision is in
-        the weights' fingerprint, which a resume also checks; where and with how many
-        threads it runs does not change results."""
-        return {"model": self.model}
 
 
 #: name -> (flags, environment variable, help)

@@ -64,7 +64,7 @@ _EXPORTS = {
     "validate_study": "run",
     "DistillResult": "result",
     "summarize_study": "summarize",
-    "summary_table": "summarize",
+    "summary_table": "method_table",
     "mean_ci": "intervals",
     "method_contrasts": "intervals",
     "run_pilot": "pilot",

@@ -12,10 +12,12 @@ from rich.console import Console
 from rich.table import Table
 
 from mechscope.cli.common import workflow_app
-from mechscope.cli.executor_options import ExecutorOptions, executor_options
-from mechscope.cli.model_options import ModelOptions, model_options
+from mechscope.cli.executor_options import executor_options
+from mechscope.cli.model_options import model_options
 from mechscope.cli.options import number
 from mechscope.errors import InputError
+from mechscope.models.options import ModelOptions
+from mechscope.runs.options import ExecutorOptions
 
 app = workflow_app(help="RCID distillation: keep the teacher's causal mechanism.")
 console = Console()

@@ -23,13 +23,13 @@ from typing import Any
 
 import yaml
 
-from mechscope.cli.executor_options import ExecutorOptions
 from mechscope.distill.config import StudyConfig, builtin_config_path, load_study_config
 from mechscope.distill.run import run_study
 from mechscope.distill.summarize import summarize_study
 from mechscope.models import LoadedModel
 from mechscope.runs import RunDir, atomic_write_text
 from mechscope.runs.executor import ARGV
+from mechscope.runs.options import ExecutorOptions
 
 DEMO_METHODS = ("untrained", "standard_kd", "rcid")
 QUICK_STEPS = 4

@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 
 from mechscope.distill.config import METHODS
+from mechscope.distill.method_table import summary_table
 from mechscope.distill.result import DistillResult
 from mechscope.distill.robustness import MEASURES, distilled, robustness_table
-from mechscope.distill.summarize import summary_table
 from mechscope.report import Figure, Series, bars, scatter
 
 

@@ -26,7 +26,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from mechscope.cli.executor_options import ExecutorOptions
 from mechscope.distill.config import StudyConfig
 from mechscope.distill.result import DistillResult
 from mechscope.distill.samples import check_task
@@ -37,6 +36,7 @@ from mechscope.errors import InputError
 from mechscope.models import LoadedModel, load_model
 from mechscope.runs import RunDir, ShardStore
 from mechscope.runs.executor import shared_work_done
+from mechscope.runs.options import ExecutorOptions
 from mechscope.runs.shared_work import claimed_loop
 
 TrialDone = Callable[[Trial, pd.DataFrame], None]

@@ -21,19 +21,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mechscope.distill.config import METHODS
-from mechscope.distill.intervals import RANGES, format_contrasts, mean_ci, method_contrasts
-from mechscope.distill.sweep import with_loss_columns
+from mechscope.distill.experiments import experiment_tables
+from mechscope.distill.figures import summary_figures
+from mechscope.distill.intervals import format_contrasts, method_contrasts
+from mechscope.distill.method_table import GROUP, METRICS, method_order, summary_table
+from mechscope.distill.result import DistillResult
 from mechscope.errors import DamagedFileError, InputError
 from mechscope.runs import RunDir, has_table, read_table, write_table
 from mechscope.runs.integrity import REBUILD, Damaged, json_object, read_parquet
 
-#: ``consistency``: Pearson pooled over every (checkpoint, pair) effect; ``consistency_mean``:
-#: the mean of the per-checkpoint Pearsons. The pooled value is dominated by how the
-#: checkpoints' mean effects compare (docs/distill.md, Pitfalls); read both.
-METRICS = ("accuracy", "consistency", "consistency_mean", "perplexity", "ood_degradation")
 HEADERS = {"consistency": "consistency (pooled)", "consistency_mean": "consistency (per-ckpt mean)"}
-GROUP = ["student", "task", "method"]
 
 
 def collect_trials(study: Path) -> pd.DataFrame:
@@ -48,46 +45,6 @@ def collect_trials(study: Path) -> pd.DataFrame:
             f"expected finished trials under {Path(study) / 'trials'}; found none", field="study"
         )
     return pd.concat(rows, ignore_index=True)
-
-
-def _method_order(df: pd.DataFrame) -> pd.DataFrame:
-    """Methods in the note's order; a method's weight variants after it, by the weight ratio
-    λ_method / λ_KL (the variant with the study's own weights first)."""
-    order = {m: i for i, m in enumerate(METHODS)}
-    base = df["base_method"] if "base_method" in df else df["method"]
-    key = pd.DataFrame(
-        {
-            "student": df["student"],
-            "task": df["task"],
-            "base": base.map(order).fillna(len(order)),
-            "variant": (df["method"] != base).astype(int),
-            "ratio": (df["lambda_method"] / df["lambda_kl"]) if "lambda_kl" in df else 0.0,
-        }
-    )
-    return df.loc[key.sort_values(list(key.columns), kind="stable").index]
-
-
-def summary_table(trials: pd.DataFrame) -> pd.DataFrame:
-    """Mean, sample standard deviation (ddof=1) and 95 % t-interval of the mean over seeds
-    (NaN for one seed) of every metric. A seed whose value is undefined (NaN: e.g. the
-    consistency of a checkpoint whose effects are constant) is left out of that metric's
-    numbers, and ``<metric>_n`` says how many seeds they are computed from."""
-    rows = []
-    trials = with_loss_columns(trials)
-    for key, g in trials.groupby(GROUP, sort=False):
-        row = dict(zip(GROUP, key, strict=True))
-        row.update({c: g[c].iloc[0] for c in ("base_method", "lambda_kl", "lambda_method")})
-        for m in METRICS:
-            x = g[m].to_numpy(np.float64) if m in g else np.full(len(g), np.nan)
-            low, high = mean_ci(x, bounds=RANGES.get(m))
-            finite = x[np.isfinite(x)]
-            row[f"{m}_mean"] = float(finite.mean()) if finite.size else float("nan")
-            row[f"{m}_std"] = float(finite.std(ddof=1)) if finite.size > 1 else float("nan")
-            row[f"{m}_ci_low"], row[f"{m}_ci_high"] = low, high
-            row[f"{m}_n"] = int(finite.size)
-        row["n_seeds"] = g["seed"].nunique()
-        rows.append(row)
-    return _method_order(pd.DataFrame(rows)).reset_index(drop=True)
 
 
 def _cell(mean: float, low: float, high: float, digits: int) -> str:
@@ -202,7 +159,7 @@ def checkpoint_consistency(study: Path) -> pd.DataFrame:
     keys = [*GROUP, "checkpoint", "student_layer"]
     cols = ["mean_delta_teacher", "mean_delta_student", "consistency"]
     out = df.groupby(keys, sort=False)[cols].mean().reset_index()
-    return _method_order(out).reset_index(drop=True)
+    return method_order(out).reset_index(drop=True)
 
 
 #: Headings of the Markdown sections :func:`summarize_study` returns, in order.
@@ -230,10 +187,6 @@ def summary_sections(
     study: Path | str, out: RunDir | None = None
 ) -> tuple[pd.DataFrame, dict[str, str]]:
     """:func:`summarize_study`'s work: the tables and figures, and the Markdown per section."""
-    from mechscope.distill.experiments import experiment_tables
-    from mechscope.distill.figures import summary_figures
-    from mechscope.distill.result import DistillResult
-
     study = Path(study)
     out = out if out is not None else RunDir.open(study)
     ckpts, purity = teacher_tables(study)

@@ -10,10 +10,12 @@ from rich.console import Console
 from rich.table import Table
 
 from mechscope.cli.common import OUT_HELP, checked_run, computing, finish, workflow_app
-from mechscope.cli.executor_options import ExecutorOptions, executor_options
-from mechscope.cli.model_options import ModelOptions, model_options
+from mechscope.cli.executor_options import executor_options
+from mechscope.cli.model_options import model_options
 from mechscope.cli.options import SEED_OPTION, config_from, number
 from mechscope.errors import InputError
+from mechscope.models.options import ModelOptions
+from mechscope.runs.options import ExecutorOptions
 
 if TYPE_CHECKING:
     from mechscope.heads.config import HeadsConfig

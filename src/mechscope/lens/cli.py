@@ -8,10 +8,12 @@ import typer
 from rich.console import Console
 
 from mechscope.cli.common import OUT_HELP, checked_run, computing, finish, parse_list, workflow_app
-from mechscope.cli.executor_options import ExecutorOptions, executor_options
-from mechscope.cli.model_options import ModelOptions, model_options
+from mechscope.cli.executor_options import executor_options
+from mechscope.cli.model_options import model_options
 from mechscope.cli.options import RESAMPLES_OPTION, SEED_OPTION, config_from, number
 from mechscope.errors import InputError
+from mechscope.models.options import ModelOptions
+from mechscope.runs.options import ExecutorOptions
 
 app = workflow_app()
 console = Console(stderr=True)

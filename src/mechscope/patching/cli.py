@@ -15,10 +15,12 @@ from mechscope.cli.common import (
     validated,
     workflow_app,
 )
-from mechscope.cli.executor_options import ExecutorOptions, executor_options
-from mechscope.cli.model_options import ModelOptions, model_options
+from mechscope.cli.executor_options import executor_options
+from mechscope.cli.model_options import model_options
 from mechscope.cli.options import SEED_OPTION, number
 from mechscope.errors import InputError
+from mechscope.models.options import ModelOptions
+from mechscope.runs.options import ExecutorOptions
 
 app = workflow_app()
 console = Console(stderr=True)

@@ -1,7 +1,7 @@
 """Figures of results and the self-contained HTML report of a run."""
 
 from mechscope.report.builders import bars, curves, graph, heatmap, panels, scatter
-from mechscope.report.figure import Edge, Figure, Node, Series
+from mechscope.report.figure import Figure
 from mechscope.report.html import build_report
 from mechscope.report.registry import load_sections
 from mechscope.report.sections import (
@@ -17,6 +17,7 @@ from mechscope.report.sections import (
     unregister_section,
     walk,
 )
+from mechscope.report.specs import Edge, Node, Series
 
 __all__ = [
     "Block",

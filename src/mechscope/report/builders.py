@@ -11,11 +11,12 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from mechscope.errors import InputError
-from mechscope.report.figure import (
+from mechscope.report.figure import Figure
+from mechscope.report.layout import circular_layout, line_layout
+from mechscope.report.specs import (
     BarsSpec,
     CurvesSpec,
     Edge,
-    Figure,
     GraphSpec,
     HeatmapSpec,
     Node,
@@ -23,7 +24,6 @@ from mechscope.report.figure import (
     ScatterSpec,
     Series,
 )
-from mechscope.report.layout import circular_layout, line_layout
 
 
 def _vector(values, n: int | None, field: str) -> np.ndarray:

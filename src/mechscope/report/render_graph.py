@@ -18,7 +18,6 @@ import plotly.graph_objects as go
 from matplotlib.figure import Figure as MplFigure
 from matplotlib.lines import Line2D
 
-from mechscope.report.figure import GraphSpec
 from mechscope.report.layout import (
     arrow_anchor,
     edge_points,
@@ -27,6 +26,7 @@ from mechscope.report.layout import (
     node_size,
 )
 from mechscope.report.plotly_text import esc, esc_hover, rgba
+from mechscope.report.specs import GraphSpec
 from mechscope.report.style import NEGATIVE_COLOR, POSITIVE_COLOR, color_for
 from mechscope.report.text_fit import cut
 

@@ -11,19 +11,11 @@ from __future__ import annotations
 
 import math
 from functools import singledispatch
+from typing import TYPE_CHECKING
 
 import numpy as np
 import plotly.graph_objects as go
 
-from mechscope.report.figure import (
-    BarsSpec,
-    CurvesSpec,
-    Figure,
-    GraphSpec,
-    HeatmapSpec,
-    PanelsSpec,
-    ScatterSpec,
-)
 from mechscope.report.plotly_text import (
     COLORBAR_TITLE_CHARS,
     Y_TITLE_CHARS,
@@ -36,6 +28,14 @@ from mechscope.report.plotly_text import (
     ticks,
 )
 from mechscope.report.render_graph import graph_plotly
+from mechscope.report.specs import (
+    BarsSpec,
+    CurvesSpec,
+    GraphSpec,
+    HeatmapSpec,
+    PanelsSpec,
+    ScatterSpec,
+)
 from mechscope.report.style import (
     BAND_ALPHA,
     DIVERGING_PLOTLY,
@@ -46,6 +46,9 @@ from mechscope.report.style import (
     plotly_template,
 )
 from mechscope.report.text_fit import cut, wrap
+
+if TYPE_CHECKING:
+    from mechscope.report.figure import Figure
 
 TEMPLATE = plotly_template()
 TITLE_SIZE = 14  # px

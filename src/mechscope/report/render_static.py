@@ -15,6 +15,7 @@ import math
 import warnings
 from functools import singledispatch
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib as mpl
 import numpy as np
@@ -23,16 +24,15 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure as MplFigure
 from matplotlib.lines import Line2D
 
-from mechscope.report.figure import (
+from mechscope.report.render_graph import graph_static
+from mechscope.report.specs import (
     BarsSpec,
     CurvesSpec,
-    Figure,
     GraphSpec,
     HeatmapSpec,
     PanelsSpec,
     ScatterSpec,
 )
-from mechscope.report.render_graph import graph_static
 from mechscope.report.style import (
     BAND_ALPHA,
     DIVERGING_MPL,
@@ -44,6 +44,9 @@ from mechscope.report.style import (
 )
 from mechscope.report.text_fit import cut, width, wrap
 from mechscope.runs.atomic import atomic_path
+
+if TYPE_CHECKING:
+    from mechscope.report.figure import Figure
 
 MAX_TICKS = 40
 #: The files every figure is written as, with their ``savefig`` options and the metadata that

@@ -13,7 +13,8 @@ if TYPE_CHECKING:  # the exports, each imported on first use (mechscope.lazy)
     )
     from mechscope.runs.fingerprint import weights_fingerprint
     from mechscope.runs.rundir import RunDir
-    from mechscope.runs.shards import ShardStore, run_sharded, shard_stem
+    from mechscope.runs.shards import ShardStore, shard_stem
+    from mechscope.runs.shared_work import run_sharded
     from mechscope.runs.tables import (
         has_arrays,
         has_table,

@@ -24,9 +24,9 @@ import uuid
 from pathlib import Path
 
 from mechscope.runs.atomic import TEMP_MARKER, disk_full_named
+from mechscope.runs.rundir import CLAIM_SUFFIX
 from mechscope.runs.shards import ShardStore, shard_stem
 
-SUFFIX = ".claim"
 #: Seconds after which a claim file that does not parse counts as damaged, not in writing.
 DAMAGED_AFTER_S = 10.0
 
@@ -49,7 +49,7 @@ class Claims:
         self.me = {"host": socket.gethostname(), "pid": os.getpid()}
 
     def _path(self, sample_id: str) -> Path:
-        return self.dir / f"{shard_stem(sample_id)}{SUFFIX}"
+        return self.dir / f"{shard_stem(sample_id)}{CLAIM_SUFFIX}"
 
     def claim(self, sample_id: str) -> bool:
         """Whether this process now holds ``sample_id`` (False: a live worker does)."""

@@ -47,7 +47,7 @@ RESULT_TYPES = (
     "mechscope.steering.result:SteeringResult",
     "mechscope.heads.result:HeadsResult",
     "mechscope.anchors.result:ResamplingResult",
-    "mechscope.anchors.adaptive_result:AdaptiveResult",
+    "mechscope.anchors.adaptive.result:AdaptiveResult",
     "mechscope.anchors.result:ReceiverResult",
     "mechscope.anchors.result:SuppressionResult",
     "mechscope.distill.result:DistillResult",

@@ -52,6 +52,8 @@ from mechscope.runs.manifest import (
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MANIFEST_FILE = "manifest.json"
 CONFIG_FILE = "config.yaml"
+#: A claim on a unit of work beside its part's shards (:mod:`mechscope.runs.claims`).
+CLAIM_SUFFIX = ".claim"
 SUBDIRS = ("figures", "tables", "arrays", "shards")
 
 #: Run directories this process created (not resumed), each with the highest folder above
@@ -363,8 +365,6 @@ def undo_runs(since: tuple[int, int] = (0, 0), *, keep_work: bool = False) -> li
 def holds_work(path: Path) -> bool:
     """Whether a run directory holds anything but its config, its manifest, claims and the
     temporary files of writes: a finished unit that a rerun would reuse."""
-    from mechscope.runs.claims import SUFFIX as CLAIM_SUFFIX  # claims import this module
-
     bookkeeping = {CONFIG_FILE, MANIFEST_FILE}
     return any(
         p.is_file()

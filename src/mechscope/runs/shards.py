@@ -5,9 +5,9 @@ holds arrays, one ``.npz`` file. The JSON is written last and is the commit mark
 a sample is done exactly when its JSON exists and is intact, so a crash at any point
 leaves either a finished shard or nothing that counts. The JSON carries a checksum of
 itself and of its arrays file: a shard damaged on disk (truncated, emptied, edited) is
-found when its sample is looked up, removed and computed again. :func:`run_sharded` skips finished
-samples and returns results read back from disk, so a resumed run returns exactly
-what an uninterrupted one would.
+found when its sample is looked up, removed and computed again.
+:func:`mechscope.runs.shared_work.run_sharded` skips finished samples and returns results
+read back from disk, so a resumed run returns exactly what an uninterrupted one would.
 """
 
 from __future__ import annotations
@@ -17,16 +17,15 @@ import io
 import re
 import sys
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
 from mechscope.errors import DamagedFileError, InputError
-from mechscope.progress import make_progress, progress_mode
+from mechscope.progress import progress_mode
 from mechscope.runs.atomic import atomic_write_bytes, atomic_write_text, is_temp_name
-from mechscope.runs.content_key import content_key
 from mechscope.runs.integrity import Damaged, load_npz, seal, sha256, unseal
 from mechscope.runs.payload import join_payload, split_payload
 from mechscope.runs.rundir import RunDir, check_name
@@ -247,64 +246,3 @@ def report_reuse(store: ShardStore, label: str, ids: Sequence[str], todo: Sequen
     if dropped:
         line += f"; {dropped} stored sample(s) not in the input are left out"
     print(line, file=sys.stderr, flush=True)
-
-
-def run_sharded(
-    store: ShardStore,
-    items: Sequence[tuple[str, T]],
-    fn: Callable[[T], dict[str, Any]],
-    progress: bool = True,
-    description: str | None = None,
-    key: Callable[[T], str] | None = content_key,
-) -> list[dict[str, Any]]:
-    """Compute ``fn(item)`` for every ``(sample_id, item)`` without a finished shard of
-    the same content (``key(item)``; ``None``: by id alone).
-
-    Each result is written atomically as soon as it is computed, so an exception (or
-    a kill) loses at most the sample in flight. Returns every sample's payload, in
-    input order, as read back from the store: identical whether it was computed now
-    or in an earlier, interrupted run. Samples that were in the store but are not in
-    ``items`` are left out; a line says what was reused and what recomputed. Each sample is
-    claimed before it is computed (:func:`~mechscope.runs.shared_work.claimed_loop`), so
-    several processes can fill one run directory.
-    """
-    ids = [sample_id for sample_id, _ in items]
-    seen: set[str] = set()
-    for sample_id in ids:
-        shard_stem(sample_id)  # validates
-        if sample_id in seen:
-            raise InputError("unique sample ids within a part", sample=sample_id, field=store.part)
-        seen.add(sample_id)
-    keys = {sample_id: key(item) if key is not None else None for sample_id, item in items}
-    todo = [(i, item) for i, item in items if not store.done(i, keys[i])]
-    report_reuse(store, description or store.part, ids, [i for i, _ in todo])
-    if todo:
-        from mechscope.runs.shared_work import claimed_loop
-
-        bar = make_progress() if progress else None  # honours MECHSCOPE_PROGRESS=0
-        label = description or store.part
-        if bar is not None:
-            bar.start()
-            task = bar.add_task(label, total=len(ids), completed=len(ids) - len(todo))
-
-        def one(unit: tuple[str, T]) -> None:
-            sample_id, item = unit
-            if bar is not None:  # which sample is in flight
-                bar.update(task, description=f"{label} · {sample_id[:32]}")
-            payload = fn(item)
-            if not isinstance(payload, dict):
-                raise InputError(
-                    f"fn to return a dict, got {type(payload).__name__}",
-                    sample=sample_id,
-                    field=store.part,
-                )
-            store.write(sample_id, payload, keys[sample_id])
-            if bar is not None:
-                bar.advance(task)
-
-        try:  # claimed: other processes on this run directory can share the samples
-            claimed_loop(store, todo, lambda u: u[0], lambda u: store.done(u[0], keys[u[0]]), one)
-        finally:
-            if bar is not None:
-                bar.stop()
-    return [store.read(sample_id) for sample_id in ids]

@@ -7,18 +7,22 @@ never compute a unit at the same time. Units another live process holds are wait
 a dead process's claim is taken over, so a worker killed mid-unit loses nothing. With one
 process it is the plain loop plus a claim file per unit. :func:`claimed_groups` claims
 several units at once and works on them together (rollouts of several positions sampled in
-one batch).
+one batch). :func:`run_sharded` is the loop of a part with one shard per sample.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from mechscope.errors import InputError
+from mechscope.progress import make_progress
 from mechscope.runs.claims import Claims
-from mechscope.runs.shards import ShardStore
+from mechscope.runs.content_key import content_key
+from mechscope.runs.shards import ShardStore, report_reuse, shard_stem
 
+T = TypeVar("T")
 U = TypeVar("U")
 
 #: Seconds between looks at units other processes hold.
@@ -87,3 +91,62 @@ def _work_and_release(
     for unit in group:
         claims.release(unit_id(unit))
     group.clear()
+
+
+def run_sharded(
+    store: ShardStore,
+    items: Sequence[tuple[str, T]],
+    fn: Callable[[T], dict[str, Any]],
+    progress: bool = True,
+    description: str | None = None,
+    key: Callable[[T], str] | None = content_key,
+) -> list[dict[str, Any]]:
+    """Compute ``fn(item)`` for every ``(sample_id, item)`` without a finished shard of
+    the same content (``key(item)``; ``None``: by id alone).
+
+    Each result is written atomically as soon as it is computed, so an exception (or
+    a kill) loses at most the sample in flight. Returns every sample's payload, in
+    input order, as read back from the store: identical whether it was computed now
+    or in an earlier, interrupted run. Samples that were in the store but are not in
+    ``items`` are left out; a line says what was reused and what recomputed. Each sample is
+    claimed before it is computed (:func:`claimed_loop`), so
+    several processes can fill one run directory.
+    """
+    ids = [sample_id for sample_id, _ in items]
+    seen: set[str] = set()
+    for sample_id in ids:
+        shard_stem(sample_id)  # validates
+        if sample_id in seen:
+            raise InputError("unique sample ids within a part", sample=sample_id, field=store.part)
+        seen.add(sample_id)
+    keys = {sample_id: key(item) if key is not None else None for sample_id, item in items}
+    todo = [(i, item) for i, item in items if not store.done(i, keys[i])]
+    report_reuse(store, description or store.part, ids, [i for i, _ in todo])
+    if todo:
+        bar = make_progress() if progress else None  # honours MECHSCOPE_PROGRESS=0
+        label = description or store.part
+        if bar is not None:
+            bar.start()
+            task = bar.add_task(label, total=len(ids), completed=len(ids) - len(todo))
+
+        def one(unit: tuple[str, T]) -> None:
+            sample_id, item = unit
+            if bar is not None:  # which sample is in flight
+                bar.update(task, description=f"{label} · {sample_id[:32]}")
+            payload = fn(item)
+            if not isinstance(payload, dict):
+                raise InputError(
+                    f"fn to return a dict, got {type(payload).__name__}",
+                    sample=sample_id,
+                    field=store.part,
+                )
+            store.write(sample_id, payload, keys[sample_id])
+            if bar is not None:
+                bar.advance(task)
+
+        try:  # claimed: other processes on this run directory can share the samples
+            claimed_loop(store, todo, lambda u: u[0], lambda u: store.done(u[0], keys[u[0]]), one)
+        finally:
+            if bar is not None:
+                bar.stop()
+    return [store.read(sample_id) for sample_id in ids]

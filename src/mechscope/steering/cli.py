@@ -8,9 +8,10 @@ import typer
 from rich.console import Console
 
 from mechscope.cli.common import OUT_HELP, checked_run, finish, parse_list, validated, workflow_app
-from mechscope.cli.model_options import ModelOptions, model_options
+from mechscope.cli.model_options import model_options
 from mechscope.cli.options import SEED_OPTION, number
 from mechscope.errors import InputError
+from mechscope.models.options import ModelOptions
 
 app = workflow_app()
 console = Console(stderr=True)

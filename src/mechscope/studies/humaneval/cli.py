@@ -8,8 +8,9 @@ import typer
 from rich.console import Console
 
 from mechscope.cli.common import OUT_HELP, checked_run, computing, finish, parse_list, workflow_app
-from mechscope.cli.model_options import ModelOptions, model_options
+from mechscope.cli.model_options import model_options
 from mechscope.cli.options import RESAMPLES_OPTION, SEED_OPTION, config_from, number
+from mechscope.models.options import ModelOptions
 
 app = workflow_app()
 console = Console(stderr=True)

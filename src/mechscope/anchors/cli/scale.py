@@ -1,0 +1,199 @@
+"""``mechscope anchors plan`` and ``mechscope anchors simulate``: the cost of a resampling run
+before it runs, and the adaptive design checked against the published results.
+
+Neither writes a run directory: ``plan`` prints a table (and ``--csv``), ``simulate``
+prints the validation table and writes its tables and figures to ``--out``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from mechscope.anchors.cli.adaptive import adaptive_options
+from mechscope.anchors.cli.server import check_server, server_sampler
+from mechscope.anchors.config import AdaptiveSettings
+from mechscope.cli.model_options import model_options
+from mechscope.cli.options import SEED_OPTION, number
+from mechscope.errors import InputError
+from mechscope.models.options import ModelOptions
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+console = Console(stderr=True)
+PUBLISHED_HELP = "Folder of published traces (model/solution/problem_*/chunks_labeled.json)."
+FOLDER_HELP = "Keep one model folder of --published (e.g. deepseek-r1-distill-qwen-14b)."
+FIXED_NS = (10, 20, 30, 50, 70, 100)
+FRONTIER_THRESHOLDS = (0.15, 0.2, 0.3, 0.35)
+
+
+def print_table(table: pd.DataFrame, title: str) -> None:
+    """``table`` on stdout, numbers rounded for reading."""
+    import pandas as pd
+
+    out = Table(title=title)
+    out.add_column(table.index.name or "")
+    for col in table.columns:
+        out.add_column(str(col), justify="right")
+    for name, row in table.iterrows():
+        cells = ["" if pd.isna(v) else f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}" for v in row]
+        out.add_row(str(name), *cells)
+    Console().print(out)
+
+
+@model_options
+@adaptive_options
+def plan(
+    input: Path | None = typer.Argument(None, help="JSON/JSONL of traces (id, text, gold)."),
+    published: Path | None = typer.Option(None, "--published", help=PUBLISHED_HELP),
+    model_folder: str | None = typer.Option(None, "--model-folder", help=FOLDER_HELP),
+    n: int = number(100, "--n", min=1, help="Rollouts per position of the fixed design."),
+    max_new_tokens: int = number(16384, "--max-new-tokens", min=1, help="Tokens per rollout."),
+    throughput: float | None = number(
+        None,
+        "--throughput",
+        min=0.0,
+        above=0.0,
+        help="Generated tokens/s per GPU (else measured: --probe).",
+    ),
+    probe: bool = typer.Option(False, "--probe", help="Measure the throughput first."),
+    probe_rollouts: int = number(16, "--probe-rollouts", min=1, help="Rollouts of the probe."),
+    probe_tokens: int = number(64, "--probe-tokens", min=1, help="Tokens per probe rollout."),
+    server: str | None = typer.Option(
+        None, "--server", help="--probe: this server (else the local model)."
+    ),
+    server_model: str | None = typer.Option(None, "--server-model", help="--server: model id."),
+    seeds: int = number(10, "--seeds", min=1, help="Simulated adaptive runs per trace."),
+    csv: Path | None = typer.Option(None, "--csv", help="Write the table here too."),
+    rule: AdaptiveSettings = AdaptiveSettings(),
+    opts: ModelOptions = ModelOptions(),
+) -> None:
+    """Rollouts, generated tokens and GPU-hours of the fixed and the adaptive design, per
+    trace and in total, from traces or the published folders and a throughput."""
+    from mechscope.anchors.adaptive.plan import plan_table
+    from mechscope.anchors.adaptive.published import load_published
+    from mechscope.anchors.samples import load_inputs
+    from mechscope.anchors.traces.trace import Trace
+    from mechscope.models import load_tokenizer
+
+    if (input is None) == (published is None):
+        raise InputError("either INPUT or --published, not both", field="input")
+    if throughput is None and not probe:
+        raise InputError("a throughput: --throughput TOKENS_PER_S or --probe", field="--throughput")
+    check_server(server, server_model)
+    if server is not None and not probe:
+        raise InputError("--server only with --probe (it measures that server)", field="--server")
+    rule.check_against(n)
+    if published is not None:
+        pubs = load_published(published, model_folder)
+        traces: list[Trace] = [p.trace() for p in pubs]
+        positions = [p.n_positions for p in pubs]  # the published design: one per chunk
+    else:
+        traces, problems = load_inputs(input)
+        if problems:
+            raise InputError("traces (id, text, gold), not problems", field="input")
+        pubs, positions = None, None
+    tokenizer = load_tokenizer(opts.model)
+    if probe:
+        throughput = _probe(opts, server, server_model, tokenizer, traces[0], probe_rollouts,
+                            probe_tokens)  # fmt: skip
+    table = plan_table(
+        traces,
+        tokenizer,
+        n=n,
+        max_new_tokens=max_new_tokens,
+        throughput=float(throughput),  # type: ignore[arg-type]
+        adaptive=rule,
+        published=pubs,
+        n_positions=positions,
+        seeds=seeds,
+    )
+    if published is not None:
+        from mechscope.anchors.adaptive.simulate import short_name
+
+        table.index = [short_name(str(t)) for t in table.index]
+        table.index.name = "trace"
+    print_table(table, f"Plan: n = {n}, {throughput:,.0f} generated tokens/s per GPU")
+    if csv is not None:
+        table.to_csv(csv)
+
+
+def _probe(opts, server, server_model, tokenizer, trace, rollouts, tokens) -> float:
+    from mechscope.anchors.adaptive.plan import measure_throughput
+
+    if server is not None:
+        sampler = server_sampler(server, server_model, concurrency=rollouts)
+    else:
+        from mechscope.anchors.resampling.sampler import EngineSampler
+
+        sampler = EngineSampler(opts.load(), slots=rollouts)
+    rate, count, seconds = measure_throughput(
+        sampler, tokenizer, trace.prefix(0), rollouts=rollouts, max_new_tokens=tokens
+    )
+    console.print(f"probe: {count} tokens in {seconds:.1f} s = {rate:,.0f} tokens/s")
+    return rate
+
+
+@adaptive_options
+def simulate(
+    published: Path = typer.Option(..., "--published", help=PUBLISHED_HELP),
+    model_folder: str | None = typer.Option(
+        "deepseek-r1-distill-qwen-14b", "--model-folder", help=FOLDER_HELP
+    ),
+    n: int = number(100, "--n", min=1, help="Rollouts per position of the fixed design."),
+    seeds: int = number(20, "--seeds", min=1, help="Simulated runs per trace and design."),
+    seed: int = SEED_OPTION,
+    frontier: bool = typer.Option(
+        True, "--frontier/--no-frontier", help="Also fixed N and other thresholds (figure)."
+    ),
+    out: Path | None = typer.Option(None, "--out", help="Folder for tables and figures."),
+    rule: AdaptiveSettings = AdaptiveSettings(),
+) -> None:
+    """The adaptive design on Bernoulli rollouts drawn from the published accuracies: rollouts
+    against the fixed design and recovery of the published importances, per trace."""
+    from mechscope.anchors.adaptive.figures import frontier_figure
+    from mechscope.anchors.adaptive.published import load_published
+    from mechscope.anchors.adaptive.simulate import (
+        design_summary,
+        markdown,
+        per_trace_table,
+        short_name,
+        simulate,
+    )
+
+    rule.check_against(n)
+    if out is not None and out.exists() and not out.is_dir():
+        raise InputError(f"a folder, got the file {out}", field="--out")
+    traces = load_published(published, model_folder)
+    designs: dict[str, AdaptiveSettings | int] = {"adaptive": rule, f"fixed {n}": n}
+    if frontier:
+        designs |= {f"fixed {k}": k for k in FIXED_NS if k < n}
+        for tau in FRONTIER_THRESHOLDS:
+            if tau != rule.threshold:
+                designs[f"adaptive τ={tau:g}"] = replace(rule, threshold=tau)
+    frame = simulate(traces, designs, n=n, seeds=seeds, seed=seed, confidence=rule.confidence)
+    table = per_trace_table(frame, "adaptive", f"fixed {n}")
+    table.index = [short_name(t) for t in table.index]
+    table.index.name = "trace"
+    print_table(table, f"Adaptive vs fixed {n}: {len(traces)} traces × {seeds} seeds")
+    summary = design_summary(frame)
+    print_table(summary, "Per design (means over traces and seeds)")
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        table.to_csv(out / "anchors-adaptive-validation.csv")
+        summary.to_csv(out / "anchors-adaptive-designs.csv")
+        (out / "anchors-adaptive-validation.md").write_text(
+            markdown(table) + "\n" + markdown(summary)
+        )
+        if frontier:
+            for metric in ("top5", "spearman"):
+                frontier_figure(summary, metric, rule).save_static(
+                    out, f"anchors-adaptive-{metric}"
+                )
+        console.print(f"tables and figures in {out}")
