@@ -11,15 +11,11 @@ was imported first.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (``import mechscope``)
-if TYPE_CHECKING:
-    from collections.abc import Callable
-    from typing import Any
+from collections.abc import Callable
+from typing import Any
 
-    from mechscope.engine.analysis.attribution import LogitAttribution
-    from mechscope.engine.api import Engine
-    from mechscope.models.loaded import LoadedModel
-    from mechscope.report.figure import Figure
+# The calls are typed loosely on purpose: naming the engine's and the models' types here,
+# even for type checkers only, would draw the loop this module exists to avoid.
 
 
 def _unbound(*args: Any, **kwargs: Any) -> Any:
@@ -27,7 +23,7 @@ def _unbound(*args: Any, **kwargs: Any) -> Any:
 
 
 #: ``engine_of(lm)``: the model's engine (``Engine.of``), for ``LoadedModel.run_with_cache``.
-engine_of: Callable[[LoadedModel], Engine] = _unbound
+engine_of: Callable[[Any], Any] = _unbound
 #: ``logit_attribution_figure(dla)``: its heads × layers heatmap, for
 #: ``LogitAttribution.figure``.
-logit_attribution_figure: Callable[[LogitAttribution], Figure] = _unbound
+logit_attribution_figure: Callable[[Any], Any] = _unbound

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from mechscope import bindings
+import mechscope.bindings as bindings
 from mechscope.errors import SiteError
 from mechscope.models.card import ModelCard
 from mechscope.models.memory import human_bytes
-
-if TYPE_CHECKING:
-    from mechscope.engine.analysis.cache import Cache
 
 
 def _attr(config: Any, name: str | None) -> Any:
@@ -157,7 +154,7 @@ class LoadedModel:
     def dtype(self) -> torch.dtype:
         return self.embed_module().weight.dtype
 
-    def run_with_cache(self, inputs: Any, names_filter: Any = None, **kwargs: Any) -> Cache:
+    def run_with_cache(self, inputs: Any, names_filter: Any = None, **kwargs: Any) -> Any:
         """``Engine.of(self).run_with_cache(...)``: one pass that keeps the sites asked for,
         as a :class:`mechscope.engine.analysis.cache.Cache` (TransformerLens' name). The engine sits
         above this module, so it is reached through :mod:`mechscope.bindings`, not

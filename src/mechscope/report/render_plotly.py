@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from functools import singledispatch
-from typing import TYPE_CHECKING
 
 import numpy as np
 import plotly.graph_objects as go
@@ -31,6 +30,7 @@ from mechscope.report.render_graph import graph_plotly
 from mechscope.report.specs import (
     BarsSpec,
     CurvesSpec,
+    Drawable,
     GraphSpec,
     HeatmapSpec,
     PanelsSpec,
@@ -47,9 +47,6 @@ from mechscope.report.style import (
 )
 from mechscope.report.text_fit import cut, wrap
 
-if TYPE_CHECKING:
-    from mechscope.report.figure import Figure
-
 TEMPLATE = plotly_template()
 TITLE_SIZE = 14  # px
 TITLE_CHARS = 62  # about 480 px at TITLE_SIZE: a title line fits a figure half the page wide
@@ -62,7 +59,7 @@ def _range(spec: HeatmapSpec) -> dict:
     return {"zmin": spec.zmid - spec.spread, "zmax": spec.zmid + spec.spread}
 
 
-def render_plotly(figure: Figure) -> go.Figure:
+def render_plotly(figure: Drawable) -> go.Figure:
     """The plotly figure of ``figure`` (title and shared styling applied). A long title is
     broken into lines that fit half the report's width (figures sit two by two behind a
     disclosure), since plotly never wraps a title and would draw it past the figure."""

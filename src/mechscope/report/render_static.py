@@ -15,7 +15,6 @@ import math
 import warnings
 from functools import singledispatch
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import matplotlib as mpl
 import numpy as np
@@ -28,6 +27,7 @@ from mechscope.report.render_graph import graph_static
 from mechscope.report.specs import (
     BarsSpec,
     CurvesSpec,
+    Drawable,
     GraphSpec,
     HeatmapSpec,
     PanelsSpec,
@@ -44,9 +44,6 @@ from mechscope.report.style import (
 )
 from mechscope.report.text_fit import cut, width, wrap
 from mechscope.runs.atomic import atomic_path
-
-if TYPE_CHECKING:
-    from mechscope.report.figure import Figure
 
 MAX_TICKS = 40
 #: The files every figure is written as, with their ``savefig`` options and the metadata that
@@ -74,7 +71,7 @@ def wrap_title(title: str, width_in: float, fontsize: float = 11) -> str:
     return "\n".join(wrap(title, chars)) or title
 
 
-def save_static(figure: Figure, directory: Path, stem: str) -> list[Path]:
+def save_static(figure: Drawable, directory: Path, stem: str) -> list[Path]:
     """Draw ``figure`` and write ``<stem>.png`` (150 dpi), ``.svg`` and ``.pdf`` atomically."""
     with mpl.rc_context(mpl_rc()), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"Glyph .* missing from")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -115,3 +116,18 @@ class GraphSpec:
 
 
 FigureSpec = HeatmapSpec | CurvesSpec | PanelsSpec | BarsSpec | ScatterSpec | GraphSpec
+
+
+class Drawable(Protocol):
+    """What a renderer reads of a figure (:class:`mechscope.report.figure.Figure`): its
+    spec, its title and its height. The renderers take this, not ``Figure``, whose methods
+    call them."""
+
+    @property
+    def spec(self) -> FigureSpec: ...
+
+    @property
+    def title(self) -> str: ...
+
+    @property
+    def height(self) -> int | None: ...

@@ -30,7 +30,7 @@ from mechscope.runs.result import HtmlRepr, frame_from_payload, frame_to_payload
 from mechscope.stats import wilson_intervals
 
 if TYPE_CHECKING:
-    from mechscope.anchors.adaptive.run import TraceState
+    from mechscope.anchors.adaptive.state import TraceState
 
 
 def trace_frame(state: TraceState, n: int, adaptive: AdaptiveSettings) -> pd.DataFrame:

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from mechscope.anchors.adaptive.result import AdaptiveResult, trace_frame
 from mechscope.anchors.adaptive.rule import decide
+from mechscope.anchors.adaptive.state import TraceState
 from mechscope.anchors.config import AdaptiveSettings, RolloutSettings
 from mechscope.anchors.layout import ADAPTIVE_TABLE, ADAPTIVE_TRACES_TABLE, ROLLOUTS_PART
 from mechscope.anchors.resampling.rollouts import (
@@ -56,32 +57,6 @@ class Batch:
     @property
     def id(self) -> str:
         return batch_id(self.trace.id, self.position, self.first)
-
-
-@dataclass
-class TraceState:
-    """One trace's counts so far, per position ``0 … P-1`` (arrays ``[P]``)."""
-
-    trace: Trace
-    n_positions: int
-    prior: np.ndarray | None = None
-    drawn: np.ndarray = field(init=False)
-    usable: np.ndarray = field(init=False)
-    correct: np.ndarray = field(init=False)
-    no_answer: np.ndarray = field(init=False)
-    rounds: np.ndarray = field(init=False)
-
-    def __post_init__(self) -> None:
-        zeros = lambda: np.zeros(self.n_positions, dtype=np.int64)  # noqa: E731
-        self.drawn, self.usable, self.correct = zeros(), zeros(), zeros()
-        self.no_answer, self.rounds = zeros(), zeros()
-
-    def record(self, position: int, rollouts: Sequence[Rollout], count_no_answer: bool) -> None:
-        self.drawn[position] += len(rollouts)
-        self.usable[position] += sum(r.has_answer or count_no_answer for r in rollouts)
-        self.correct[position] += sum(r.is_correct for r in rollouts)
-        self.no_answer[position] += sum(not r.has_answer for r in rollouts)
-        self.rounds[position] += 1
 
 
 def _payload(batch: Batch, sampled: list[str], forced: list[str], settings, adaptive) -> dict:

@@ -16,20 +16,17 @@ are not linear in ``h`` and are refused, as is a head the engine cannot read as 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 import torch
 
-from mechscope import bindings
+import mechscope.bindings as bindings
 from mechscope.engine.analysis.decompose import check_sum, writer
 from mechscope.engine.core.norms import norm_factors
 from mechscope.engine.core.unembed import vocab_chunk
 from mechscope.errors import InputError, UnsupportedInterventionError
 from mechscope.runs.result import HtmlRepr
-
-if TYPE_CHECKING:
-    from mechscope.report.figure import Figure
 
 WHAT = "logit_attribution"
 
@@ -91,7 +88,7 @@ class LogitAttribution(HtmlRepr):
             }
         )
 
-    def figure(self) -> Figure:
+    def figure(self) -> Any:  # a mechscope.report.Figure (the report sits above the engine)
         """Heads × layers heatmap of the mean attribution over rows (``fig.show()``), drawn
         by the report (:func:`mechscope.report.logit_attribution.logit_attribution_figure`,
         which sits above the engine: :mod:`mechscope.bindings`)."""
