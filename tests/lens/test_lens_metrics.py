@@ -53,10 +53,10 @@ def _plain(lpa: np.ndarray, lpb: np.ndarray, target: int) -> tuple[float, ...]:
 V = 512
 
 
-def _stats_bound(z: torch.Tensor) -> np.ndarray:
-    """``[5, rows]``: what rounding may move each of paired_stats' rows computed in fp32
-    from the given logits ``z [rows, 2, V]`` (one stage, depth 1). NLL: ``z − max z − log Σe``
-    at :func:`logprob_scale`; JS and the KLs: the log-probabilities each term subtracts,
+def _stats_scales(z: torch.Tensor) -> np.ndarray:
+    """``[5, rows]``: the scale rounding acts on in each of paired_stats' rows, computed in
+    fp32 from the given logits ``z [rows, 2, V]``. NLL: ``z − max z − log Σe`` at
+    :func:`logprob_scale`; JS and the KLs: the log-probabilities each term subtracts,
     weighted by its probability (:func:`weighted_logp_scale`)."""
     lp = torch.log_softmax(z.double(), -1)  # [rows, 2, V]
     la, lb = lp[:, 0], lp[:, 1]
@@ -71,7 +71,12 @@ def _stats_bound(z: torch.Tensor) -> np.ndarray:
             weighted_logp_scale(lb, la),
         ]
     )
-    return rounding_tolerance(scales, 1)
+    return scales
+
+
+def _stats_bound(z: torch.Tensor) -> np.ndarray:
+    """``[5, rows]``: what rounding may move each statistic: one stage (depth 1)."""
+    return rounding_tolerance(_stats_scales(z), 1)
 
 
 def _assert_stats_close(got, want, z: torch.Tensor, msg: str = "") -> None:
@@ -116,7 +121,9 @@ def test_paired_stats_equal_plain_loop_on_random_logits(kernel):
 )
 def test_paired_stats_accuracy_across_regimes(kernel, scale, kind):
     """Flat, peaked, nearly identical (JS ~ 1e-5) and nearly disjoint (JS ~ ln 2) pairs:
-    every statistic within its rounding (:func:`_stats_bound`)."""
+    every statistic within its rounding (:func:`_stats_bound`). For nearly identical pairs
+    that bound (~3e-5: log-probabilities near −6 rounded in fp32) exceeds JS and the KLs
+    themselves, so there the check is that no term blows up, not their relative accuracy."""
     z = _logits(1, 12, scale)
     if kind == "close":
         z[:, 1] = z[:, 0] + 0.01 * torch.randn(12, V, generator=torch.Generator().manual_seed(2))
@@ -176,7 +183,7 @@ def test_js_symmetric_and_kl_swap(kernel):
     torch.testing.assert_close(ab[2], ba[2], atol=0, rtol=0)  # JS(A‖B) = JS(B‖A)
     torch.testing.assert_close(ab[3], ba[4], atol=0, rtol=0)  # KL(A‖B) = KL(B‖A) swapped
     torch.testing.assert_close(ab[0], ba[1], atol=0, rtol=0)
-    kl_scale = float(_stats_bound(z)[3:].max() / rounding_tolerance(1.0, 1))
+    kl_scale = float(_stats_scales(z)[3:].max())
     assert_beyond_rounding(ab[3], ab[4], depth=1, scale=kl_scale, msg="KL is not symmetric")
 
 
