@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -225,3 +226,26 @@ def correlation_bound(x: Any, t: float) -> float:
     centred = a - a.mean()
     own = rounding_tolerance(1.0, a.size, torch.float64)
     return float(a.size * t**2 / (centred @ centred)) + own
+
+
+def mean_scale(values: Any, axis: int | None = -1) -> float:
+    """The scale of means of ``values`` over ``axis``: a mean's partial sums reach at most
+    ``Σ|v|`` and dividing by the count divides their rounding too, so the largest mean of
+    magnitudes ``mean(|v|)`` (NaN left out). Pass it with ``depth`` the count summed."""
+    a = np.abs(np.asarray(values, dtype=np.float64))
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN row has no mean
+        means = np.nanmean(a, axis=axis)
+    return float(np.nanmax(means)) if np.any(np.isfinite(means)) else 0.0
+
+
+def weighted_logp_scale(logp: Any, *others: Any) -> np.ndarray:
+    """Per row (the last axis summed), ``Σ p·(|log p| + Σ|other logs|)`` with ``p = exp(logp)``:
+    the scale of a divergence computed from given log-probabilities (``KL(p‖q)``: ``others``
+    is ``log q``; entropy: none). Each term ``p·(log p − log q)`` rounds its logs at their
+    own magnitude and is weighted by ``p``, so a log-probability of −200 counts only where
+    its weight does (``p = 0`` adds nothing). Pass it with the depth of the stages behind."""
+    lp = torch.as_tensor(logp).double()
+    p = lp.exp()
+    mags = lp.abs() + sum((torch.as_tensor(o).double().abs() for o in others), torch.zeros(()))
+    return torch.where(p > 0, p * mags, torch.zeros_like(p)).sum(dim=-1).numpy()

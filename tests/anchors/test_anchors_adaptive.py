@@ -25,9 +25,12 @@ from mechscope.anchors.adaptive.rule import (
 )
 from mechscope.anchors.config import AdaptiveSettings
 from mechscope.errors import InputError
+from tolerance import assert_decimal, assert_fp64_close, assert_within, decimal_bound
 
-#: Hand computation to 6 decimals (see the module docstring).
-HAND = 1e-6
+#: Hand computation to 6 decimals (see the module docstring): an interval of a difference
+#: takes a hypot of two written bounds, each within half a unit of its 6th decimal, with
+#: slope at most 1 in each.
+HAND = 2 * decimal_bound("0.236593")
 W5_10 = (0.236593, 0.763407)
 W10_10 = (0.722467, 1.0)
 
@@ -50,14 +53,14 @@ def test_intervals_and_statuses_of_a_hand_computed_trace():
     # chunk 0: 5/10 - 5/10 = 0, half-width sqrt(2) * (0.5 - 0.236593)
     half0 = math.hypot(0.5 - W5_10[0], W5_10[1] - 0.5)
     assert d.importance[0] == 0.0
-    assert d.low[0] == pytest.approx(-half0, abs=HAND) and d.high[0] == pytest.approx(
-        half0, abs=HAND
-    )
+    assert_within(d.low[0], -half0, HAND, msg="low 0")
+    assert_within(d.high[0], half0, HAND, msg="high 0")
     # chunk 1: 10/10 - 5/10 = 0.5
     assert d.importance[1] == 0.5
     low1 = 0.5 - math.hypot(1.0 - W10_10[0], W5_10[1] - 0.5)
     high1 = 0.5 + math.hypot(1.0 - 1.0, 0.5 - W5_10[0])
-    assert d.low[1] == pytest.approx(low1, abs=HAND) and d.high[1] == pytest.approx(high1, abs=HAND)
+    assert_within(d.low[1], low1, HAND, msg="low 1")
+    assert_within(d.high[1], high1, HAND, msg="high 1")
     assert d.chunk_status.tolist() == [OPEN, OPEN]  # 0.745 and 0.646 wide, not inside ±0.2
     # every position is open, each gets a step (cap 20 - 10 = 10 left)
     assert d.is_open.tolist() == [True, True, True] and d.add.tolist() == [10, 10, 10]
@@ -81,8 +84,8 @@ def test_negligible_narrow_and_cap():
     # 0/20 vs 0/20: interval ±0.161125 (0.322 wide > 0.3) inside ±0.2 -> negligible
     drawn = np.array([20, 20])
     d = decide(drawn, drawn, np.array([0, 0]), 100, _rule())
-    assert d.low[0] == pytest.approx(-0.161125, abs=HAND)
-    assert d.high[0] == pytest.approx(0.161125, abs=HAND)
+    assert_decimal(d.low[0], "-0.161125")
+    assert_decimal(d.high[0], "0.161125")
     assert d.chunk_status.tolist() == [NEGLIGIBLE] and d.done
     assert d.position_status().tolist() == [RESOLVED, RESOLVED]
     # without the threshold it stays open; a width of 0.33 makes it narrow
@@ -100,7 +103,7 @@ def test_negligible_narrow_and_cap():
 def test_the_looks_correction():
     rule = AdaptiveSettings(n_min=10, step=10, correction="looks", confidence=0.95)
     assert max_looks(rule, 100) == 19  # K = 1 + 90 / 10 = 10 sizes, 2K - 1 looks
-    assert decision_confidence(rule, 100) == pytest.approx(1 - 0.05 / 19, abs=1e-15)
+    assert_fp64_close(decision_confidence(rule, 100), 1 - 0.05 / 19, terms=3)  # 1 − α / m
     assert max_looks(AdaptiveSettings(n_min=10, step=25), 100) == 2 * (1 + 4) - 1  # ceil(90/25)
     assert decision_confidence(_rule(), 100) == 0.95
 

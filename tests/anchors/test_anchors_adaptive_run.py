@@ -7,7 +7,6 @@ the real backends.
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -22,6 +21,7 @@ from mechscope.anchors.traces.trace import FORCED_ANSWER_CUE, Trace
 from mechscope.errors import InputError
 from mechscope.runs import RunDir, ShardStore
 from payload_checks import assert_same
+from tolerance import assert_fp64_close
 
 TEXT = (
     "Solve: 2 + 3? Put the answer in \\boxed{}. <think>\nFirst I read the problem carefully. "
@@ -96,7 +96,7 @@ def test_rounds_stop_early_and_the_tables_say_so(tmp_path, trace):
     assert jump["importance"] > 0.4 and jump["importance_low"] > 0
     assert AdaptiveResult.from_run(run).to_frame().equals(pos)
     row = result.traces.iloc[0]
-    assert row["rollouts"] == drawn and row["saving"] == pytest.approx(1 - drawn / fixed)
+    assert row["rollouts"] == drawn and row["saving"] == 1 - drawn / fixed  # the same counts
 
 
 def test_a_killed_run_resumes_to_the_same_rollouts_and_decisions(tmp_path, trace):
@@ -140,9 +140,10 @@ def test_analyze_reads_an_adaptive_run(tmp_path, trace):
     chunks = analyze_run(run, [trace]).to_frame()
     pos = result.positions.set_index("position")
     assert chunks["n_rollouts"].tolist() == pos["rollouts"].iloc[:-1].tolist()
-    np.testing.assert_allclose(  # the same importances, from the analysis's own counts
-        chunks["resampling_importance_accuracy"], pos["importance"].iloc[:-1], atol=1e-12
-    )
+    # The same importances, from the analysis's own counts: a difference of two rates in
+    # [0, 1], each a rounded quotient of counts.
+    got, want = chunks["resampling_importance_accuracy"], pos["importance"].iloc[:-1]
+    assert_fp64_close(got.to_numpy(), want.to_numpy(), terms=2, scale=1.0)
 
 
 def test_mixing_designs_in_one_run_is_refused(tmp_path, trace):

@@ -11,6 +11,7 @@ import pytest
 from scipy import stats
 
 from mechscope.anchors.figures import mean_ci
+from tolerance import assert_fp64_close, assert_sampling_close, scale_of
 
 
 @pytest.mark.parametrize("n", [10, 30, 100])
@@ -20,22 +21,31 @@ def test_mean_ci_is_the_percentile_bootstrap_of_the_mean(n):
     exact = stats.bootstrap(
         (v,), np.mean, n_resamples=2000, method="percentile", confidence_level=0.95, rng=3
     ).confidence_interval
-    assert mean == pytest.approx(v.mean())
-    assert (low, high) == pytest.approx((exact.low, exact.high), rel=1e-12)
+    # Means of n resampled values: float64 sums of n terms at the data's scale.
+    assert_fp64_close(mean, v.mean(), terms=n, scale=scale_of(v), msg="mean")
+    got, want = np.array([low, high]), np.array([exact.low, exact.high])
+    assert_fp64_close(got, want, terms=n, scale=scale_of(v), msg="bounds")
     # the former hand-rolled call (scipy's legacy RandomState stream): the same interval up to
     # the Monte-Carlo noise of 2,000 resamples
     legacy = stats.bootstrap(
         (v,), np.mean, n_resamples=2000, method="percentile", random_state=3
     ).confidence_interval
-    width = high - low
-    assert abs(legacy.low - low) < 0.05 * width and abs(legacy.high - high) < 0.05 * width
+    se = np.sqrt(2) * _quantile_se(0.025, 2000, v.std() / np.sqrt(n))  # two independent draws
+    assert_sampling_close(np.array([legacy.low, legacy.high]), got, se=se, msg="legacy")
+
+
+def _quantile_se(p: float, resamples: int, sd: float) -> float:
+    """Monte-Carlo standard error of the ``p`` quantile of ``resamples`` draws of a nearly
+    normal bootstrap distribution with standard deviation ``sd``: ``√(p(1 − p)/B) / f(q_p)``."""
+    return float(np.sqrt(p * (1 - p) / resamples) / stats.norm.pdf(stats.norm.ppf(p)) * sd)
 
 
 def test_mean_ci_without_enough_values_has_no_bounds():
     assert all(np.isnan(mean_ci(np.array([np.nan, np.nan]))))
     for values in ([1.0, 2.0], [0.5, 0.5, 0.5, np.nan]):
         mean, low, high = mean_ci(np.array(values))
-        assert mean == pytest.approx(np.nanmean(values)) and np.isnan(low) and np.isnan(high)
+        # Means of binary fractions (1.5 / 2, 1.5 / 3): exact.
+        assert mean == np.nanmean(values) and np.isnan(low) and np.isnan(high)
 
 
 @pytest.mark.parametrize("n", [20, 64, 400])

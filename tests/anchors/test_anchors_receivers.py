@@ -1,8 +1,8 @@
 """Receiver heads: streaming sentence matrices, vertical scores, kurtosis, head choice.
 
 Attention read off a model is compared up to the rounding of the probabilities (their
-scores' scale, the pass's depth: tests/tolerance.py); float64 formulas on given arrays to
-1e-12, their own rounding.
+scores' scale, the pass's depth: tests/tolerance.py); float64 formulas on given arrays up to
+their own rounding (the length of their sums, the values' scale).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from mechscope.anchors.config import ReceiverOptions
 from mechscope.engine import Read, Site
 from mechscope.errors import InputError
 from mechscope.stats import split_half_reliability
-from tolerance import assert_rounding_close, depth_of, score_scale
+from tolerance import assert_fp64_close, assert_rounding_close, depth_of, scale_of, score_scale
 
 
 @pytest.fixture(scope="module")
@@ -88,10 +88,11 @@ def test_vertical_scores_plain_loop(proximity):
     m = rng.random((12, 12))
     m[7, 2] = np.nan  # a missing block is skipped, not averaged as 0
     got = vertical_scores(m, proximity)
-    np.testing.assert_allclose(got, _loop_vertical(m, proximity), atol=1e-12, equal_nan=True)
+    # Means of up to 12 values in [0, 1): float64 sums of 12 terms.
+    assert_fp64_close(got, _loop_vertical(m, proximity), terms=12, scale=1.0, msg="loop")
     assert np.isnan(got[-1]) == (proximity > 0)
     batched = vertical_scores(np.stack([m, 2 * m]), proximity)  # [2, n]
-    np.testing.assert_allclose(batched[1], 2 * got, atol=1e-12, equal_nan=True)
+    assert_fp64_close(batched[1], 2 * got, terms=12, scale=2.0, msg="batched")
 
 
 def test_vertical_scores_control_depth_plain_loop():
@@ -103,7 +104,7 @@ def test_vertical_scores_control_depth_plain_loop():
         if cols:
             ranked[i, cols] = stats.rankdata(m[i, cols]) / len(cols)
     got = vertical_scores(m, proximity, control_depth=True)
-    np.testing.assert_allclose(got, _loop_vertical(ranked, proximity), atol=1e-12, equal_nan=True)
+    assert_fp64_close(got, _loop_vertical(ranked, proximity), terms=9, scale=1.0)  # ranks / n
 
 
 def test_kurtosis_per_head_matches_scipy():
@@ -115,7 +116,8 @@ def test_kurtosis_per_head_matches_scipy():
         for h in range(2):
             v = vert[layer, h]
             ref = stats.kurtosis(v[~np.isnan(v)], fisher=True, bias=True)
-            assert got[layer, h] == pytest.approx(ref, abs=1e-12)
+            # Moments of 11 values; the excess kurtosis is rounded at m4 / m2² = ref + 3.
+            assert_fp64_close(got[layer, h], ref, terms=11, scale=ref + 3, msg=f"{layer},{h}")
 
 
 def test_analyze_receivers_against_plain_computation():
@@ -137,9 +139,11 @@ def test_analyze_receivers_against_plain_computation():
     assert all(layer != 0 for layer, _ in result.heads)
     for t in traces:
         ref = np.mean([t.vertical[lay, h] for lay, h in result.heads], axis=0)
-        np.testing.assert_allclose(result.scores[t.trace_id], ref, atol=1e-12)
+        got = result.scores[t.trace_id]  # the mean of 4 heads' scores
+        assert_fp64_close(got, ref, terms=4, scale=scale_of(t.vertical), msg=t.trace_id)
     expected = split_half_reliability(kurt[:, 1:].reshape(5, -1), n_splits=20, seed=0)
-    assert result.reliability.reliability == pytest.approx(expected.reliability, abs=1e-12)
+    # the same kurtoses in the same order, the same seed: the same call, bit for bit
+    assert result.reliability.reliability == expected.reliability
     frame = result.heads_frame()
     assert len(frame) == n_layers * n_heads and frame["is_receiver"].sum() == 4
     assert analyze_receivers(traces[:1], opts).reliability is None

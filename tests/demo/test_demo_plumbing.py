@@ -4,16 +4,19 @@ table, and loops nesting their progress bars into the demo's display."""
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import pytest
 from rich.console import Console
 
+from mechscope import demo_timing
 from mechscope import progress as progress_module
 from mechscope.demo import demo_parts, finished, select_parts
 from mechscope.demo_timing import Session, TimeLeft, reference_seconds
 from mechscope.errors import InputError
 from mechscope.progress import NestedProgress, make_progress, shared_progress, track
 from mechscope.runs import RunDir
+from tolerance import assert_fp64_close
 
 
 def test_parts_are_selected_in_report_order_and_unknown_ones_refused():
@@ -34,15 +37,20 @@ def test_finished_needs_every_selected_part_done(tmp_path):
     assert not finished(run.path, ["overview", "lens"])
 
 
-def test_time_left_starts_from_reference_and_recalibrates():
+def test_time_left_starts_from_reference_and_recalibrates(monkeypatch):
+    now = 1000.0  # a clock that stands still: the estimate is a float64 formula
+    monkeypatch.setattr(demo_timing, "time", SimpleNamespace(monotonic=lambda: now))
     eta = TimeLeft(quick=True)
     parts = ["overview", "lens", "patching"]
     expected = sum(reference_seconds(p, True) for p in parts)
-    assert eta.finish_at(parts) - time.monotonic() == pytest.approx(expected, abs=1.0)
+    # now + left − now: a few sums of seconds, rounded at the clock's reading
+    scale = now + 2 * expected
+    assert_fp64_close(eta.finish_at(parts) - now, expected, terms=3, scale=scale, msg="first")
     eta.observe("overview", 2 * reference_seconds("overview", True))  # this machine: 2x slower
-    assert eta.speed == pytest.approx(2.0)
-    left = eta.finish_at(parts[1:]) - time.monotonic()
-    assert left == pytest.approx(2 * (expected - reference_seconds("overview", True)), abs=1.0)
+    assert eta.speed == 2.0  # 2r / r
+    left = eta.finish_at(parts[1:]) - now
+    want = 2 * (expected - reference_seconds("overview", True))
+    assert_fp64_close(left, want, terms=3, scale=scale, msg="recalibrated")
     assert reference_seconds("a-new-part", False) > 0
 
 

@@ -62,7 +62,7 @@ def anchors_asset(original: dict) -> dict:
 def given_traces(run, sampler, tokenizer, problems, max_new_tokens: int) -> list:
     """The anchors problems' traces: the prompt, then :data:`REASONING` and the answer."""
     from mechscope.anchors.samples import reasoning_prompt
-    from mechscope.anchors.trace import Trace
+    from mechscope.anchors.traces.trace import Trace
 
     traces = []
     for p in problems:

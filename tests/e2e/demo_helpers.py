@@ -53,13 +53,16 @@ def saved_results(run: Path) -> dict[str, object]:
 
 
 def differences(a: dict[str, object], b: dict[str, object]) -> list[str]:
-    """Where two :func:`saved_results` differ (``[]`` when they are the same)."""
+    """Where two :func:`saved_results` differ (``[]`` when they are the same), bit for bit:
+    a resumed part recomputes whole units (a sample, a group of pairs, a trial) exactly as
+    an uninterrupted run does on the same machine, so nothing may move, not even by
+    rounding."""
     diffs = [f"only in one run: {k}" for k in sorted(set(a) ^ set(b))]
     for key in sorted(set(a) & set(b)):
         x, y = a[key], b[key]
         if isinstance(x, pd.DataFrame):
             try:
-                pd.testing.assert_frame_equal(x, y, check_exact=False, rtol=1e-6, atol=1e-9)
+                pd.testing.assert_frame_equal(x, y, check_exact=True)
             except AssertionError as exc:
                 diffs.append(f"{key}: {str(exc).splitlines()[0]}")
         else:
@@ -76,5 +79,5 @@ def _same_array(x: np.ndarray, y: np.ndarray) -> bool:
     if x.shape != y.shape or x.dtype.kind != y.dtype.kind:
         return False
     if x.dtype.kind in "fc":
-        return bool(np.allclose(x, y, rtol=1e-6, atol=1e-9, equal_nan=True))
+        return bool(np.array_equal(x, y, equal_nan=True))
     return bool(np.array_equal(x, y))

@@ -13,7 +13,14 @@ from mechscope.lens.candidates import CandidateSample, candidate_scores, prepare
 from mechscope.lens.config import CandidatesConfig
 from mechscope.lens.run import run_candidates
 from mechscope.runs import RunDir, read_table
-from tolerance import assert_rounding_close, depth_of, logprob_scale
+from tolerance import (
+    assert_exact,
+    assert_fp64_close,
+    assert_rounding_close,
+    depth_of,
+    logprob_scale,
+    scale_of,
+)
 
 PROMPT = "She said, in a furious voice: I just won the lottery! The speaker sounds"
 WORDS = ["happy", "sad", "angry", "Mary"]
@@ -74,10 +81,13 @@ def test_curves_equal_plain_loop():
         win = int(np.argmax(scores[layer]))
         assert got["win_a"][layer] == (win == 0) and got["win_b"][layer] == (win == 2)
         assert got["win_other"][layer] == (win not in (0, 2))
-        assert got["margin"][layer] == pytest.approx(scores[layer, 2] - scores[layer, 0])
+        assert got["margin"][layer] == scores[layer, 2] - scores[layer, 0]  # one subtraction
         p = np.exp(scores[layer]) / np.exp(scores[layer]).sum()
-        assert got["restricted_p_a"][layer] == pytest.approx(p[0])
-        assert got["restricted_p_b"][layer] == pytest.approx(p[2])
+        # p = exp(log p): its error is p times that of log p, rounded at a log-probability's
+        # scale; a probability is at most 1.
+        scale = logprob_scale(scale_of(scores[layer]), 4)
+        got_p = [got["restricted_p_a"][layer], got["restricted_p_b"][layer]]
+        assert_fp64_close(np.array(got_p), p[[0, 2]], terms=4, scale=scale, msg=f"layer {layer}")
 
 
 def test_run_warns_about_multi_token_words_and_keeps_conflicts(tiny, tmp_path):
@@ -93,7 +103,8 @@ def test_run_warns_about_multi_token_words_and_keeps_conflicts(tiny, tmp_path):
     assert [s["sample_id"] for s in result.samples] == ["e1", "e2"]  # e3's labels agree
     curves = read_table(run, "lens_candidates_curves")
     win = curves[curves.metric.isin(["win_a", "win_b", "win_other"])]
-    np.testing.assert_allclose(win.groupby("layer")["mean"].sum(), 1.0, atol=1e-12)
+    # One indicator of three is 1 per sample; means over 2 samples are halves: exact.
+    assert_exact(win.groupby("layer")["mean"].sum().to_numpy(), 1.0)
     frame = read_table(run, "lens_candidates")
     assert len(frame) == 2 * tiny.n_layers * len(WORDS)
 

@@ -12,6 +12,7 @@ import pytest
 from mechscope.errors import InputError
 from mechscope.report import Edge, Node, Series, bars, curves, graph, heatmap, scatter
 from mechscope.report.layout import arrow_anchor, circular_layout, edge_points
+from tolerance import assert_exact, assert_fp64_close
 
 
 def _valid(fig: go.Figure) -> go.Figure:
@@ -76,10 +77,11 @@ def test_curves_band_equals_interval():
     band, line, other = pfig.data
     assert band.fill == "toself" and band.showlegend is False
     assert band.mode == "lines"  # a band has no markers of its own
-    np.testing.assert_allclose(band.y, np.concatenate([high, low[::-1]]), atol=0)
-    np.testing.assert_allclose(band.x, [0, 1, 2, 3, 3, 2, 1, 0], atol=0)
-    np.testing.assert_allclose(line.y, mean, atol=0)
-    np.testing.assert_allclose(np.asarray(line.customdata), np.stack([low, high], -1), atol=0)
+    # The figure carries the given numbers themselves: equal bit for bit.
+    assert_exact(np.asarray(band.y), np.concatenate([high, low[::-1]]))
+    assert_exact(np.asarray(band.x), np.array([0, 1, 2, 3, 3, 2, 1, 0]))
+    assert_exact(np.asarray(line.y), mean)
+    assert_exact(np.asarray(line.customdata), np.stack([low, high], -1))
     assert band.legendgroup == line.legendgroup == "agentic"  # the legend toggles both
     assert other.legendgroup == "assisted" and other.customdata is None
     assert "shaded bands" in fig.caption
@@ -95,7 +97,7 @@ def test_curves_band_skips_missing_points_and_groups_toggle_together():
     )
     band, line, second = fig.to_plotly().data
     assert list(band.x) == ["a", "c", "c", "a"]
-    np.testing.assert_allclose(band.y, [2.0, 4.0, 2.0, 0.0], atol=0)
+    assert_exact(np.asarray(band.y), np.array([2.0, 4.0, 2.0, 0.0]))  # the given bounds
     assert line.legendgroup == second.legendgroup == "g"
     assert line.legendgrouptitle.text == "g" and second.legendgrouptitle.text is None
 
@@ -113,14 +115,15 @@ def test_bars_error_bars_equal_interval():
     mean, low, high = np.array([1.0, -2.0]), np.array([0.5, -3.0]), np.array([2.0, -1.5])
     pfig = _valid(bars(["a", "b"], [Series("s", mean, low, high)], "t").to_plotly())
     bar = pfig.data[0]
-    np.testing.assert_allclose(bar.y, mean, atol=0)
-    np.testing.assert_allclose(bar.error_y.array, high - mean, atol=0)
-    np.testing.assert_allclose(bar.error_y.arrayminus, mean - low, atol=0)
+    # The given means, and the same two subtractions for the whiskers: bit for bit.
+    assert_exact(np.asarray(bar.y), mean)
+    assert_exact(np.asarray(bar.error_y.array), high - mean)
+    assert_exact(np.asarray(bar.error_y.arrayminus), mean - low)
     hbar = (
         bars(["a", "b"], [Series("s", mean, low, high)], "t", horizontal=True).to_plotly().data[0]
     )
     assert hbar.orientation == "h"
-    np.testing.assert_allclose(hbar.x, mean, atol=0)
+    assert_exact(np.asarray(hbar.x), mean)
     with pytest.raises(InputError, match="unique"):
         bars(["a", "a"], [Series("s", mean)], "t")
 
@@ -131,8 +134,8 @@ def test_scatter_groups_keep_every_point():
     fig = scatter(x, y, "t", text=text, groups=list("ababab"), diagonal=True)
     pfig = _valid(fig.to_plotly())
     a, b, diag = pfig.data
-    np.testing.assert_allclose(a.x, [0, 2, 4], atol=0)
-    np.testing.assert_allclose(b.y, [1, 9, 25], atol=0)
+    assert_exact(np.asarray(a.x), np.array([0.0, 2.0, 4.0]))  # the given points
+    assert_exact(np.asarray(b.y), np.array([1.0, 9.0, 25.0]))
     assert list(b.text) == ["p1", "p3", "&lt;p5&gt;"]
     assert list(diag.x) == [0.0, 25.0] and list(diag.y) == [0.0, 25.0]
     with pytest.raises(InputError):
@@ -154,7 +157,8 @@ def test_graph_nodes_edges_and_layout():
     assert list(node_traces[0].hovertext) == ["head a", "C"]
     xs = [x for t in node_traces for x in t.x]
     ys = [y for t in node_traces for y in t.y]
-    np.testing.assert_allclose(np.hypot(xs, ys), 1.0, atol=1e-12)  # on the unit circle
+    # on the unit circle: sin and cos of angles up to 2π, rounded at the angle's magnitude
+    assert_fp64_close(np.hypot(xs, ys), 1.0, terms=3, scale=2 * math.pi)
     heads = next(t for t in pfig.data if t.name == "edges")
     assert list(heads.hovertext) == ["a → b: 2", "b → c: -1"]
     assert graph(nodes, edges, "t").to_plotly().to_dict() == pfig.to_dict()  # deterministic
@@ -168,11 +172,15 @@ def test_graph_nodes_edges_and_layout():
 
 def test_layout_geometry():
     pts = circular_layout(4)
-    np.testing.assert_allclose(pts, [(0, 1), (1, 0), (0, -1), (-1, 0)], atol=1e-12)
+    # sin and cos of 2πi/4: the angle rounds at its magnitude (up to 2π), then the sine
+    want = np.array([(0, 1), (1, 0), (0, -1), (-1, 0)], dtype=float)
+    assert_fp64_close(np.array(pts), want, terms=2, scale=2 * math.pi)
     line = edge_points((0.0, 0.0), (2.0, 0.0), curved=False)
     assert line[0] == (0.0, 0.0) and line[-1] == (2.0, 0.0)
     _, _, right = arrow_anchor(line)
     _, _, up = arrow_anchor(edge_points((0.0, 0.0), (0.0, 1.0), curved=False))
-    assert math.isclose(right, 90.0) and math.isclose(up, 0.0, abs_tol=1e-12)
+    # atan2 in radians, then degrees: two roundings at an angle's scale (180°)
+    assert_fp64_close(np.array([right, up]), np.array([90.0, 0.0]), terms=2, scale=180.0)
     arc = edge_points((0.0, 0.0), (2.0, 0.0), curved=True)
-    assert max(p[1] for p in arc) == pytest.approx(0.3, abs=1e-9)  # apex = half the 0.6 bend
+    # apex = half the 0.6 bend: a quadratic curve's point, rounded at the coordinates (≤ 2)
+    assert_fp64_close(max(p[1] for p in arc), 0.3, terms=4, scale=2.0)

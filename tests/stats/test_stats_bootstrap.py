@@ -13,6 +13,7 @@ from mechscope.stats import (
     group_difference_ci,
     stratified_curve_ci,
 )
+from tolerance import assert_exact, assert_fp64_close, assert_sampling_close, scale_of
 
 
 def _values(n: int = 30, points: int = 7, seed: int = 1) -> np.ndarray:
@@ -35,9 +36,11 @@ def test_curve_ci_equals_scipy_bootstrap(method: str, batch: int | None) -> None
         method=method,
         rng=np.random.default_rng(7),
     )
-    np.testing.assert_allclose(got.low, ref.confidence_interval.low, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(got.high, ref.confidence_interval.high, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(got.mean, x.mean(axis=0), rtol=0, atol=1e-12)
+    # Replicates are means of 30 resampled values: float64 sums of 30 terms at the data's scale.
+    scale = scale_of(x)
+    assert_fp64_close(got.low, ref.confidence_interval.low, terms=30, scale=scale, msg="low")
+    assert_fp64_close(got.high, ref.confidence_interval.high, terms=30, scale=scale, msg="high")
+    assert_fp64_close(got.mean, x.mean(axis=0), terms=30, scale=scale, msg="mean")
     assert got.n == 30 and got.method == method and got.confidence == 0.9
     assert got.mean.shape == got.low.shape == got.high.shape == (7,)
 
@@ -55,8 +58,9 @@ def test_curve_ci_skips_nan_like_scipy_with_nanmean() -> None:
         method="percentile",
         rng=np.random.default_rng(3),
     )
-    np.testing.assert_allclose(got.low, ref.confidence_interval.low, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(got.mean[2], np.nanmean(x[:, 2]), rtol=0, atol=1e-12)
+    scale = scale_of(x)
+    assert_fp64_close(got.low, ref.confidence_interval.low, terms=30, scale=scale, msg="low")
+    assert_fp64_close(got.mean[2], np.nanmean(x[:, 2]), terms=30, scale=scale, msg="mean")
     assert np.all(np.isfinite(got.low)) and np.all(got.low <= got.mean)
 
 
@@ -74,7 +78,7 @@ def test_curve_ci_keeps_trailing_point_shape() -> None:
     ci = curve_ci(x, n_resamples=200, seed=0)
     flat = curve_ci(x.reshape(20, 12), n_resamples=200, seed=0)
     assert ci.low.shape == (3, 4)
-    np.testing.assert_allclose(ci.low.reshape(12), flat.low, rtol=0, atol=1e-12)
+    assert_fp64_close(ci.low.reshape(12), flat.low, terms=20, scale=scale_of(x))
 
 
 def test_curve_ci_is_reproducible_and_seed_dependent() -> None:
@@ -100,8 +104,10 @@ def test_stratified_keeps_stratum_sizes() -> None:
     x = np.repeat(np.array([0.0, 0.0, 0.0, 0.0, 1, 1, 1, 1, 1, 1])[:, None], 3, axis=1)
     strata = ["a"] * 4 + ["b"] * 6
     ci = stratified_curve_ci(x, strata, n_resamples=400, seed=0)
-    np.testing.assert_allclose(ci.low, 0.6, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(ci.high, 0.6, rtol=0, atol=1e-12)
+    # Every replicate sums 6 ones and divides by 10, and the percentiles of equal values
+    # are that value: 6 / 10 bit for bit.
+    assert_exact(ci.low, np.full(3, 6 / 10))
+    assert_exact(ci.high, np.full(3, 6 / 10))
     plain = curve_ci(x, n_resamples=400, seed=0)
     assert np.all(plain.high - plain.low > 0.1)
 
@@ -119,8 +125,10 @@ def test_stratified_width_matches_analytic_standard_error() -> None:
     # Bootstrap variance of the stratified mean: Σ (n_s/n)² · var_s(ddof=0) / n_s.
     n = x.shape[0]
     se = np.sqrt(sum((p.shape[0] / n) ** 2 * p.var(axis=0) / p.shape[0] for p in parts))
-    ratio = (ci.high - ci.low) / (2 * stats.norm.ppf(0.975) * se)
-    assert abs(np.mean(ratio) - 1.0) < 0.03
+    ratio = (ci.high - ci.low) / (2 * stats.norm.ppf(0.975) * se)  # [25], each 1 in expectation
+    # The 25 points are independent data sets: their ratios' spread is the Monte-Carlo error
+    # of one band's width, and their mean's standard error is that over √25.
+    assert_sampling_close(np.mean(ratio), 1.0, se=np.std(ratio, ddof=1) / np.sqrt(ratio.size))
     # Between-strata differences are huge here; ignoring strata would widen the band a lot.
     plain = curve_ci(x, n_resamples=1000, seed=1)
     assert np.all(plain.high - plain.low > 2 * (ci.high - ci.low))
@@ -133,9 +141,11 @@ def test_stratified_singleton_stratum_is_a_fixed_contribution() -> None:
     shifted = x.copy()
     shifted[5] += 6.0  # moves the overall mean of every replicate by exactly 6/6 = 1
     moved = stratified_curve_ci(shifted, strata, n_resamples=300, seed=4)
-    np.testing.assert_allclose(moved.low - base.low, 1.0, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(moved.high - base.high, 1.0, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(base.mean, x.mean(axis=0), rtol=0, atol=1e-12)
+    # Differences of replicates (means of 6 values) rounded at the shifted data's scale.
+    scale = scale_of(shifted)
+    assert_fp64_close(moved.low - base.low, 1.0, terms=6, scale=scale, msg="low")
+    assert_fp64_close(moved.high - base.high, 1.0, terms=6, scale=scale, msg="high")
+    assert_fp64_close(base.mean, x.mean(axis=0), terms=6, scale=scale, msg="mean")
 
 
 def test_stratified_bca_runs_and_brackets_mean() -> None:
@@ -150,7 +160,7 @@ def test_group_curve_cis_per_group() -> None:
     groups = ["g1"] * 8 + ["g0"] * 12
     cis = group_curve_cis(x, groups, n_resamples=300, seed=9)
     assert sorted(cis) == ["g0", "g1"]
-    np.testing.assert_allclose(cis["g1"].mean, x[:8].mean(axis=0), rtol=0, atol=1e-12)
+    assert_fp64_close(cis["g1"].mean, x[:8].mean(axis=0), terms=8, scale=scale_of(x[:8]))
     assert cis["g0"].n == 12 and cis["g1"].n == 8
     # The first group (sorted order) draws first from a fresh generator seeded with 9.
     ref = stats.bootstrap(
@@ -162,7 +172,7 @@ def test_group_curve_cis_per_group() -> None:
         method="percentile",
         rng=np.random.default_rng(9),
     )
-    np.testing.assert_allclose(cis["g0"].low, ref.confidence_interval.low, rtol=0, atol=1e-12)
+    assert_fp64_close(cis["g0"].low, ref.confidence_interval.low, terms=12, scale=scale_of(x))
 
 
 def test_group_difference_equals_two_sample_scipy_bootstrap() -> None:
@@ -183,9 +193,12 @@ def test_group_difference_equals_two_sample_scipy_bootstrap() -> None:
         method="percentile",
         rng=np.random.default_rng(2),
     )
-    np.testing.assert_allclose(got.low, ref.confidence_interval.low, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(got.high, ref.confidence_interval.high, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(got.mean, x[:10].mean(0) - x[10:].mean(0), rtol=0, atol=1e-12)
+    # A difference of two means (of 10 and 15 values): rounded at the data's scale.
+    scale = scale_of(x)
+    assert_fp64_close(got.low, ref.confidence_interval.low, terms=15, scale=scale, msg="low")
+    assert_fp64_close(got.high, ref.confidence_interval.high, terms=15, scale=scale, msg="high")
+    want = x[:10].mean(0) - x[10:].mean(0)
+    assert_fp64_close(got.mean, want, terms=15, scale=scale, msg="mean")
     assert got.n == 25
 
 
@@ -198,7 +211,7 @@ def test_group_difference_detects_a_shift() -> None:
     assert np.all(ci.low > 0.5)  # the shift of 2 is far outside sampling noise
     assert np.sum((ci.low <= 2.0) & (ci.high >= 2.0)) >= 4  # and the band covers it
     rev = group_difference_ci(x, groups, "lo", "hi", n_resamples=1000, seed=0)
-    np.testing.assert_allclose(rev.mean, -ci.mean, rtol=0, atol=1e-12)
+    assert_exact(rev.mean, -ci.mean)  # b − a is −(a − b) bit for bit in IEEE arithmetic
     assert np.all(rev.high < -0.5)
 
 

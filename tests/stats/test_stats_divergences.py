@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 import torch
 from scipy import stats
@@ -12,11 +11,25 @@ from scipy.spatial.distance import jensenshannon
 
 from mechscope.errors import InputError
 from mechscope.stats import entropy_from_logp, js_from_logp, kl_from_logp, nll_of_targets
+from tolerance import assert_exact, assert_rounding_close, scale_of, weighted_logp_scale
 
 
 def _logps(shape: tuple[int, ...], scale: float = 3.0, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.log_softmax(torch.randn(shape, generator=g) * scale, dim=-1)  # fp32
+
+
+def _kl_scale(lp: torch.Tensor, lq: torch.Tensor) -> float:
+    """What the rounding of ``Σ p·(log p − log q)`` acts on: the largest row of
+    ``Σ p·(|log p| + |log q|)``. Each function is one fp32 stage on given log-probabilities
+    (depth 1: its sum over the vocabulary is inside the stage, as a layer's matmuls are)."""
+    return scale_of(weighted_logp_scale(lp, lq))
+
+
+def _js_scale(lp: torch.Tensor, lq: torch.Tensor) -> float:
+    """The same for JS: both halves' terms against the mixture ``log m``."""
+    logm = torch.logaddexp(lp.double(), lq.double()) - math.log(2)
+    return scale_of((weighted_logp_scale(lp, logm) + weighted_logp_scale(lq, logm)) / 2)
 
 
 def test_js_matches_scipy_jensenshannon_squared() -> None:
@@ -25,18 +38,18 @@ def test_js_matches_scipy_jensenshannon_squared() -> None:
     p, q = lp.double().exp().numpy(), lq.double().exp().numpy()
     ref = jensenshannon(p, q, axis=-1) ** 2  # natural log by default
     assert got.shape == (3, 4) and got.dtype == torch.float32
-    np.testing.assert_allclose(got.numpy(), ref, rtol=0, atol=1e-5)
+    # fp32 against float64 from the same log-probabilities.
+    assert_rounding_close(got, ref, depth=1, scale=_js_scale(lp, lq))
 
 
 def test_kl_and_entropy_match_scipy_entropy() -> None:
     lp, lq = _logps((5, 64), seed=3), _logps((5, 64), seed=4)
     p, q = lp.double().exp().numpy(), lq.double().exp().numpy()
-    np.testing.assert_allclose(
-        kl_from_logp(lp, lq).numpy(), stats.entropy(p, q, axis=-1), rtol=0, atol=1e-5
-    )
-    np.testing.assert_allclose(
-        entropy_from_logp(lp).numpy(), stats.entropy(p, axis=-1), rtol=0, atol=1e-5
-    )
+    kl_ref = stats.entropy(p, q, axis=-1)
+    assert_rounding_close(kl_from_logp(lp, lq), kl_ref, depth=1, scale=_kl_scale(lp, lq))
+    h_ref = stats.entropy(p, axis=-1)
+    h_scale = scale_of(weighted_logp_scale(lp))
+    assert_rounding_close(entropy_from_logp(lp), h_ref, depth=1, scale=h_scale)
 
 
 def test_js_symmetric_and_bounded_kl_nonnegative() -> None:
@@ -45,17 +58,18 @@ def test_js_symmetric_and_bounded_kl_nonnegative() -> None:
     torch.testing.assert_close(js, js_from_logp(lq, lp), rtol=0, atol=0)
     assert torch.all(js >= 0) and torch.all(js <= math.log(2))
     assert torch.all(kl_from_logp(lp, lq) >= 0)
-    torch.testing.assert_close(kl_from_logp(lp, lp), torch.zeros(200), rtol=0, atol=1e-6)
-    torch.testing.assert_close(js_from_logp(lp, lp), torch.zeros(200), rtol=0, atol=1e-6)
+    assert_exact(kl_from_logp(lp, lp), torch.zeros(200))  # every term is p · (lp − lp) = 0
+    # log m = log(2p) − ln 2 is lp only up to rounding.
+    assert_rounding_close(js_from_logp(lp, lp), 0.0, depth=1, scale=_js_scale(lp, lp))
 
 
 def test_disjoint_supports_reach_the_bounds() -> None:
     inf = float("inf")
     lp = torch.tensor([0.0, -inf, -inf])  # p = (1, 0, 0)
     lq = torch.tensor([-inf, math.log(0.5), math.log(0.5)])  # q = (0, .5, .5)
-    torch.testing.assert_close(js_from_logp(lp, lq), torch.tensor(math.log(2)), rtol=0, atol=1e-6)
+    assert_rounding_close(js_from_logp(lp, lq), math.log(2), depth=1, scale=_js_scale(lp, lq))
     assert torch.isinf(kl_from_logp(lp, lq))
-    torch.testing.assert_close(entropy_from_logp(lq), torch.tensor(math.log(2)), rtol=0, atol=1e-6)
+    assert_rounding_close(entropy_from_logp(lq), math.log(2), depth=1, scale=math.log(2))
 
 
 def test_extreme_distributions_stay_finite() -> None:
@@ -70,7 +84,7 @@ def test_extreme_distributions_stay_finite() -> None:
     assert torch.all(torch.isfinite(entropy_from_logp(sharp)))
     # Reference in fp64 for the tiny-probability case.
     ref = js_from_logp(tiny.double(), sharp.double())
-    torch.testing.assert_close(js_from_logp(tiny, sharp).double(), ref, rtol=0, atol=1e-5)
+    assert_rounding_close(js_from_logp(tiny, sharp), ref, depth=1, scale=_js_scale(tiny, sharp))
 
 
 def test_masked_vocab_gives_finite_gradients() -> None:
@@ -95,12 +109,13 @@ def test_nll_of_targets_matches_loop() -> None:
     lp = _logps((2, 5, 11), seed=9)  # [batch, seq, vocab]
     targets = torch.randint(0, 11, (2, 5), generator=torch.Generator().manual_seed(0))
     got = nll_of_targets(lp, targets)
+    # Picking an entry and negating it rounds nothing: equal bit for bit.
     for b in range(2):
         for t in range(5):
-            assert got[b, t].item() == pytest.approx(-lp[b, t, targets[b, t]].item(), abs=1e-7)
+            assert got[b, t].item() == -lp[b, t, targets[b, t]].item()
     # Cross-check against torch's own loss as a second reference.
     ref = torch.nn.functional.nll_loss(lp.reshape(10, 11), targets.reshape(10), reduction="none")
-    torch.testing.assert_close(got.reshape(10), ref, rtol=0, atol=1e-6)
+    assert_exact(got.reshape(10), ref)
 
 
 def test_nll_ignore_index_gives_nan() -> None:
@@ -108,7 +123,7 @@ def test_nll_ignore_index_gives_nan() -> None:
     targets = torch.tensor([1, 2, -100, 3, -100, 0])
     got = nll_of_targets(lp, targets, ignore_index=-100)
     assert torch.isnan(got[2]) and torch.isnan(got[4])
-    assert got[0].item() == pytest.approx(-lp[0, 1].item(), abs=1e-7)
+    assert got[0].item() == -lp[0, 1].item()  # an entry negated: exact
 
 
 def test_bad_inputs_raise_input_error() -> None:

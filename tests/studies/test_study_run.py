@@ -20,6 +20,7 @@ from mechscope.studies.humaneval.report import study_section
 from mechscope.studies.humaneval.result import StudyResult
 from mechscope.studies.humaneval.run import run_study
 from payload_checks import assert_same
+from tolerance import assert_exact
 
 #: Arms whose completion passes, per task index mod 4 (tests: G11, G10, G01, G00).
 PASSING = {
@@ -97,9 +98,8 @@ def test_lens_curves_per_quadrant_with_the_difference(study):
         diff = part[(part.kind == "difference") & (part.metric == "dnll")].sort_values("layer")
         g10 = part[(part.group == "G10") & (part.metric == "dnll")].sort_values("layer")
         g01 = part[(part.group == "G01") & (part.metric == "dnll")].sort_values("layer")
-        np.testing.assert_allclose(
-            diff["mean"], g10["mean"].to_numpy() - g01["mean"].to_numpy(), atol=1e-9
-        )
+        # the difference row subtracts the same two group means the group rows show
+        assert_exact(diff["mean"].to_numpy(), g10["mean"].to_numpy() - g01["mean"].to_numpy())
     att = read_table(study["run"], TABLES["attention"])
     tool = att[(att.segment == "tool_response") & (att.condition == "agentic")]
     assert set(tool.variant) == {"tests", "spec", "other_tests"}  # empty has no tokens
