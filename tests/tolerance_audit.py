@@ -12,11 +12,14 @@ nothing is imported or run) and lists what does neither:
   all literal zeros (a call with no tolerance argument has the library's default, a
   hand-made tolerance too);
 - a comparison of an absolute difference against a float literal
-  (``abs(a - b) < 1e-6``, ``np.abs(x - y).max() <= 0.05 * w``).
+  (``abs(a - b) < 1e-6``, ``np.abs(x - y).max() <= 0.05 * w``);
+- a claim that a value lies below a small float literal (``loss < 1e-10``: below
+  :data:`SMALL`, a number of that size is a tolerance in all but name);
+- a name for a tolerance given a float literal (``KL_RTOL = 1e-5``).
 
 The Python blocks of ``README.md`` and ``docs/*.md`` count too: the tests run them, and a
-reader copies them. Each finding is ``path:line: function: what``. ``tests/tolerance_allowed.py`` names the
-deliberate exceptions, each with its reason.
+reader copies them. Each finding is ``path:line: function: what``.
+``tests/tolerance_allowed.py`` names the deliberate exceptions, each with its reason.
 """
 
 from __future__ import annotations
@@ -43,6 +46,26 @@ CLOSE_CALLS = frozenset(
 #: Keyword arguments that set a tolerance.
 TOLERANCE_KWARGS = frozenset(
     {"atol", "rtol", "abs", "rel", "rel_tol", "abs_tol", "decimal", "places", "delta"}
+)
+#: A float literal below this in magnitude, compared against, is a tolerance.
+SMALL = 1e-2
+#: A name that holds a tolerance (``ATOL``, ``kl_rtol``, ``TOLERANCE``).
+TOLERANCE_NAME = re.compile(r"tol", re.IGNORECASE)
+#: The functions of ``mechscope.tolerance`` and ``tests/tolerance.py`` that derive a bound.
+TOLERANCE_FUNCTIONS = frozenset(
+    {
+        "rounding_tolerance",
+        "rounding_margin",
+        "divergence_bound",
+        "divergence_scale",
+        "logprob_scale",
+        "score_scale",
+        "eps",
+        "decimal_bound",
+        "correlation_bound",
+        "mean_scale",
+        "weighted_logp_scale",
+    }
 )
 #: Files that define the tolerances themselves.
 EXEMPT = frozenset({"tests/tolerance.py", "tests/tolerance_audit.py", "src/mechscope/tolerance.py"})
@@ -98,6 +121,38 @@ def _float_literal(node: ast.expr) -> bool:
     )
 
 
+def _small_literal(node: ast.expr) -> bool:
+    """The expression is a float literal (or its negation) smaller than :data:`SMALL`."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        node = node.operand
+    return (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, float)
+        and 0 < abs(node.value) < SMALL
+    )
+
+
+def _derived(node: ast.expr) -> bool:
+    """The expression calls a function of the tolerance modules (``rounding_tolerance(100.0,
+    depth)``): its literals are inputs of a derived bound, not a bound."""
+    return any(
+        isinstance(n, ast.Call) and _name(n.func) in TOLERANCE_FUNCTIONS for n in ast.walk(node)
+    )
+
+
+def _below_small(node: ast.Compare) -> bool:
+    """Some value is claimed to lie below a small float literal (``x < 1e-9``, ``1e-6 >
+    x``): a claim of equality to zero up to a hand-made tolerance. A claim that a value
+    lies *above* one (``effect > 1e-3``: a change is visible) is not flagged."""
+    sides = [node.left, *node.comparators]
+    for left, op, right in zip(sides[:-1], node.ops, sides[1:], strict=True):
+        if isinstance(op, ast.Lt | ast.LtE) and _small_literal(right):
+            return True
+        if isinstance(op, ast.Gt | ast.GtE) and _small_literal(left):
+            return True
+    return False
+
+
 def _abs_difference(node: ast.expr) -> bool:
     """The expression takes the absolute value of a difference."""
     for n in ast.walk(node):
@@ -138,7 +193,14 @@ class _Visitor(ast.NodeVisitor):
     def visit_Compare(self, node: ast.Compare) -> None:
         sides = [node.left, *node.comparators]
         ordered = all(isinstance(op, ast.Lt | ast.LtE | ast.Gt | ast.GtE) for op in node.ops)
-        if ordered and any(map(_abs_difference, sides)) and any(map(_float_literal, sides)):
+        by_difference = any(map(_abs_difference, sides)) and any(map(_float_literal, sides))
+        if ordered and (by_difference or _below_small(node)):
+            self._add(node)
+        self.generic_visit(node)
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        named = any(isinstance(t, ast.Name) and TOLERANCE_NAME.search(t.id) for t in node.targets)
+        if named and _float_literal(node.value) and not _derived(node.value):
             self._add(node)
         self.generic_visit(node)
 

@@ -66,7 +66,7 @@ def test_teacher_task_checkpoints_are_diverse(ioi_task):
     assert len(ioi_task.checkpoints) == 3
     # IO and S1 precede the modified S2 token: a causal model's difference there is exactly 0
     io = ioi_task.names.index("IO")
-    assert float(ioi_task.scores[:, io].abs().max()) < 1e-5
+    assert float(ioi_task.scores[:, io].abs().max()) == 0.0
 
 
 def test_inert_last_layer_sites_are_excluded(ioi_task):

@@ -3,12 +3,12 @@
 Reference: the textbook ``Σ p (log p − log q)`` in float64 from the same fp32 logits.
 Tolerance ``|got − ref| ≤ KL_RTOL·ref + KL_ATOL``:
 
-- ``KL_RTOL = 1e-5``: each term of the centred sum has fp32's relative precision
+- ``KL_RTOL`` (``K·eps·√7 ≈ 1e-5``): each term of the centred sum has fp32's relative precision
   (``u = 2^-24 ≈ 6e-8`` per op, a few ops, plus the ``e^-ε − 1 + ε`` series' truncation,
   at most 4e-7); the ``vocab``-term sums add ~``√vocab·u``. Measured: at most 2.5e-6.
-- ``KL_ATOL = 1e-14``: the float64 reference's own floor. Its terms ``p·log p`` are ~10
-  and cancel to the KL, leaving ~``2^-53 × 10 × √vocab`` ≈ 1e-14 of noise (measured
-  differences at KL ≈ 4e-13: 1e-15 to 2e-15).
+- ``KL_ATOL`` (``K·eps64·10·√vocab ≈ 5e-13``): the float64 reference's own floor. Its terms
+  ``p·log p`` are ~10 and cancel to the KL, leaving ~``2^-53 × 10 × √vocab`` ≈ 1e-14 of noise
+  (measured differences at KL ≈ 4e-13: 1e-15 to 2e-15).
 
 The textbook formula in fp32 leaves ~1e-7 nats of noise (measured 1e-7 to 2e-7 absolute,
 70× the KL at KL ≈ 4e-9), which is why the fp32 form is centred; the last test measures
@@ -22,10 +22,13 @@ import pytest
 import torch
 
 from mechscope.anchors.attention.suppression import _kl_parts, kl_from_parts
+from mechscope.tolerance import rounding_tolerance
 
-KL_RTOL = 1e-5
-KL_ATOL = 1e-14
 VOCAB, POSITIONS = 4096, 6
+#: Relative: each centred term rounds in fp32 through a few operations (about 7).
+KL_RTOL = rounding_tolerance(1.0, depth=7)
+#: The float64 reference's own floor: ``VOCAB`` terms ``p·log p`` of size ~10 that cancel.
+KL_ATOL = rounding_tolerance(10.0, depth=VOCAB, dtype=torch.float64)
 
 
 def reference(base: torch.Tensor, sup: torch.Tensor, temperature: float) -> np.ndarray:

@@ -4,7 +4,7 @@ The reference is independent of :mod:`mechscope.engine.core.unembed`: deep copie
 own final norm and unembedding converted to float64 (whole, with ``Module.double()``),
 applied to the same hidden states, then the logit scale and soft-cap in float64.
 
-Tolerance ``READOUT_RTOL = 1e-5`` of the largest logit. fp32's unit roundoff is
+Tolerance ``READOUT_RTOL`` (``K·eps·√2 ≈ 5e-6``) of the largest logit. fp32's unit roundoff is
 ``u = 2^-24 ≈ 6e-8``; the readout is a norm (a mean of ``d`` squares, a root, two
 products) and a ``d``-term dot product, whose rounding grows like ``√d·u`` times
 ``Σ|x_i w_i| / |logit|`` (≈ 5e-7 for ``d = 64``); measured: 2e-7 to 4e-7 on every family
@@ -28,7 +28,8 @@ from mechscope.models import LoadedModel, load_model
 from mechscope.tolerance import eps, rounding_tolerance
 from tolerance import assert_rounding_close, assert_within
 
-READOUT_RTOL = 1e-5
+#: Of the largest logit: two fp32 stages (the norm, the unembedding), ``K·eps·√2 ≈ 5e-6``.
+READOUT_RTOL = rounding_tolerance(1.0, depth=2)
 #: Families with something particular in their head: LayerNorm with bias (gpt2), Gemma's
 #: ``1 + w`` norm and soft-cap (gemma2), a logit scale (cohere), a two-module head
 #: (modernbert, not causal).
