@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from mechscope.data.pairs import ContrastivePair
     from mechscope.engine import (
         Ablate,
+        Edit,
+        EditContext,
         Engine,
         Gate,
         Patch,
@@ -37,8 +39,8 @@ if TYPE_CHECKING:
     from mechscope.engine.analysis.attribution import LogitAttribution
     from mechscope.engine.analysis.cache import Cache
     from mechscope.engine.analysis.components import Components
-    from mechscope.engine.analysis.inputs import Tokens, to_tokens
     from mechscope.engine.analysis.run_cache import run_with_cache
+    from mechscope.engine.core.inputs import Tokens, to_tokens
     from mechscope.engine.core.unembed import logit_diff, unembed
     from mechscope.engine.generation.generate import Completion, Prompt
     from mechscope.engine.generation.sampling import Sampling
@@ -79,6 +81,8 @@ EXPORTS = {
     "SuppressAttention": "mechscope.engine.interventions.values",
     "ReduceAttention": "mechscope.engine.interventions.values",
     "Steer": "mechscope.engine.interventions.values",
+    "Edit": "mechscope.engine.interventions.function",
+    "EditContext": "mechscope.engine.interventions.function",
     "Resume": "mechscope.engine.interventions.prefix",
     "KVCache": "mechscope.engine.interventions.prefix",
     # the cache and its decompositions
@@ -99,8 +103,8 @@ EXPORTS = {
     "steer_sweep": "mechscope.steering.run",
     "SteeringResult": "mechscope.steering.result",
     # helpers
-    "to_tokens": "mechscope.engine.analysis.inputs",
-    "Tokens": "mechscope.engine.analysis.inputs",
+    "to_tokens": "mechscope.engine.core.inputs",
+    "Tokens": "mechscope.engine.core.inputs",
     "unembed": "mechscope.engine.core.unembed",
     "logit_diff": "mechscope.engine.core.unembed",
     "Prompt": "mechscope.engine.generation.generate",
@@ -121,6 +125,8 @@ __all__ = [
     "Components",
     "Contrast",
     "ContrastivePair",
+    "Edit",
+    "EditContext",
     "Engine",
     "Gate",
     "InputError",

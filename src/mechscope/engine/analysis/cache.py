@@ -22,7 +22,7 @@ import torch
 from mechscope.engine.analysis.attribution import LogitAttribution, logit_attribution
 from mechscope.engine.analysis.components import Components
 from mechscope.engine.analysis.decompose import head_results
-from mechscope.engine.analysis.inputs import Tokens
+from mechscope.engine.core.inputs import Tokens
 from mechscope.engine.core.norms import norm_factors
 from mechscope.engine.core.sites import SITE_NAMES, Site
 from mechscope.engine.core.unembed import fp32_twin, unembed

@@ -20,8 +20,8 @@ from typing import Any
 import torch
 
 from mechscope.engine.analysis.cache import Cache
-from mechscope.engine.analysis.inputs import TextOrIds, to_tokens
 from mechscope.engine.analysis.memory_model import FP32, Dims, Pass, pass_bytes
+from mechscope.engine.core.inputs import TextOrIds, to_tokens
 from mechscope.engine.core.sites import (
     ATTENTION_SITES,
     LAYER_SITES,
@@ -35,6 +35,7 @@ from mechscope.engine.interventions.values import Intervention, Read
 from mechscope.errors import MemoryBudgetError, SiteError
 from mechscope.models.loaded import LoadedModel
 from mechscope.models.memory import free_bytes, human_bytes, memory_budget
+from mechscope.models.placement import check_device
 
 #: What a cache holds by default: every site at a module boundary, cheap to keep. Attention
 #: internals (q, k, v, scores, patterns: the explicit fp32 path) and mixture-of-experts sites
@@ -165,7 +166,7 @@ def run_with_cache(
     """Run once and keep the sites asked for (module docstring).
 
     ``inputs``: a prompt, prompts (left-padded into one batch,
-    :mod:`mechscope.engine.analysis.inputs`) or ids ``[batch, seq]`` (with their
+    :mod:`mechscope.engine.core.inputs`) or ids ``[batch, seq]`` (with their
     ``attention_mask``). ``names_filter``: None (every cheap site the model supports:
     :data:`DEFAULT_NAMES`), a site name, a list of names, or a predicate ``fn(name) ->
     bool``. ``sites``: more sites to keep (``Site.module(...)``, one head, ...).
@@ -180,6 +181,8 @@ def run_with_cache(
     counted (their shapes are the module's).
     """
     lm = engine.lm
+    if device is not None:
+        check_device(device)
     tokens = to_tokens(lm, inputs, attention_mask)
     pos = None if positions is None else tuple(int(p) for p in positions)
     names = chosen_names(engine, names_filter)
