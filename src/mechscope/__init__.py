@@ -21,6 +21,8 @@ import mechscope.bindings as _bindings
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without the 10 ms of importing typing
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from mechscope.data.pairs import ContrastivePair
     from mechscope.engine import (
         Ablate,
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from mechscope.engine.core.unembed import logit_diff, unembed
     from mechscope.engine.generation.generate import Completion, Prompt
     from mechscope.engine.generation.sampling import Sampling
+    from mechscope.engine.generation.text import Generation
     from mechscope.engine.interventions.prefix import KVCache, Resume
     from mechscope.errors import (
         InputError,
@@ -110,6 +113,7 @@ EXPORTS = {
     "Prompt": "mechscope.engine.generation.generate",
     "Sampling": "mechscope.engine.generation.sampling",
     "Completion": "mechscope.engine.generation.generate",
+    "Generation": "mechscope.engine.generation.text",
     # errors
     "MechscopeError": "mechscope.errors",
     "InputError": "mechscope.errors",
@@ -129,6 +133,7 @@ __all__ = [
     "EditContext",
     "Engine",
     "Gate",
+    "Generation",
     "InputError",
     "KVCache",
     "LoadedModel",
@@ -178,10 +183,34 @@ def _logit_attribution_figure(dla: LogitAttribution) -> Figure:
     return logit_attribution_figure(dla)
 
 
+def _generate_text(lm: LoadedModel, inputs: object, *args: object, **kwargs: object) -> object:
+    from mechscope.engine.api import Engine
+    from mechscope.engine.generation.text import generate_text
+
+    return generate_text(Engine.of(lm), inputs, *args, **kwargs)
+
+
+def _input_helper(name: str) -> Callable[..., object]:
+    """The engine's ``core.inputs.<name>``, imported on the first call."""
+
+    def call(*args: object, **kwargs: object) -> object:
+        import importlib
+
+        return getattr(importlib.import_module("mechscope.engine.core.inputs"), name)(
+            *args, **kwargs
+        )
+
+    return call
+
+
 # The root sits above every layer and runs before any submodule does: it binds the calls
 # a layer makes into one above it (mechscope.bindings), without that layer importing it.
 _bindings.engine_of = _engine_of
 _bindings.logit_attribution_figure = _logit_attribution_figure
+_bindings.generate_text = _generate_text
+_bindings.to_tokens = _input_helper("to_tokens")
+_bindings.to_str_tokens = _input_helper("to_str_tokens")
+_bindings.to_single_token = _input_helper("to_single_token")
 
 
 def __getattr__(name: str) -> object:

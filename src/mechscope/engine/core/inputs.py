@@ -256,12 +256,23 @@ def to_str_tokens(
     """Each token of ``inputs`` as its own string (``" Mary"``, spaces kept): a list for one
     prompt (a string, ``[seq]`` ids), a list per row for a batch (its real tokens only)."""
     tokens = to_tokens(lm, inputs, prepend_bos=prepend_bos)
-    tok = lm.tokenizer
-    rows = [
-        [tok.decode([t], clean_up_tokenization_spaces=False) for t in tokens.row(i)]
-        for i in range(int(tokens.ids.shape[0]))
-    ]
-    return rows[0] if _single(inputs) else rows
+    rows = [pieces(lm.tokenizer, tokens.row(i)) for i in range(int(tokens.ids.shape[0]))]
+    return rows[0] if is_single(inputs) else rows
+
+
+def pieces(tok: Any, ids: list[int], window: int = 8) -> list[str]:
+    """Each token's text as it reads in context: what decoding it adds after the tokens
+    before it (a SentencePiece token's leading space, which it loses decoded alone, is
+    kept); the pieces join to the decoded text. A token that ends inside a character
+    falls back to its own decoding."""
+    out = []
+    for i, t in enumerate(ids):
+        lo = max(0, i - window)
+        before = tok.decode(ids[lo:i], clean_up_tokenization_spaces=False)
+        both = tok.decode(ids[lo : i + 1], clean_up_tokenization_spaces=False)
+        alone = tok.decode([t], clean_up_tokenization_spaces=False)
+        out.append(both[len(before) :] if both.startswith(before) else alone)
+    return out
 
 
 def to_single_token(lm: LoadedModel, string: str) -> int:
@@ -271,14 +282,14 @@ def to_single_token(lm: LoadedModel, string: str) -> int:
         raise InputError(f"expected a string, got {type(string).__name__}", field="string")
     ids = list(lm.tokenizer(string, add_special_tokens=False)["input_ids"])
     if len(ids) != 1:
-        pieces = [lm.tokenizer.decode([t], clean_up_tokenization_spaces=False) for t in ids]
         raise InputError(
-            f"expected one token, got {string!r} = {len(ids)} tokens {pieces}", field="string"
+            f"expected one token, got {string!r} = {len(ids)} tokens {pieces(lm.tokenizer, ids)}",
+            field="string",
         )
     return int(ids[0])
 
 
-def _single(inputs: TextOrIds) -> bool:
+def is_single(inputs: TextOrIds) -> bool:
     """Whether ``inputs`` is one prompt (a string, ``[seq]`` ids) rather than a batch."""
     if isinstance(inputs, str):
         return True
