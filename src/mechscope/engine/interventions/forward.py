@@ -107,7 +107,9 @@ class Forward:
         and ``generate`` read them (:func:`~mechscope.engine.core.inputs.to_tokens`: float
         ids, ids outside the vocabulary and a mask of the wrong shape are refused in one
         line before any model work). A padded batch gets position ids counting its real
-        tokens, so each row computes what it computes alone.
+        tokens, so each row computes what it computes alone (not under ``expand``, whose
+        rows share the input's positions, nor with ``model_inputs``, whose model places
+        its own).
         ``logits``: True for all positions, False to skip them, an int ``n`` for the last n
         positions, or a 1-D tensor of positions. ``expand=(layer, n)``: the input has one row;
         at ``resid_pre[layer]`` it is repeated to ``n`` rows, so layers below ``layer`` are
@@ -132,8 +134,8 @@ class Forward:
         if past is None:  # a decode step's tokens come from the model: nothing to check
             tokens = to_tokens(lm, inputs, attention_mask, check_range=not model_inputs)
             attention_mask = attention_mask if attention_mask is not None else tokens.attention_mask
-            if position_ids is None and not model_inputs:
-                position_ids = tokens.position_ids
+            if position_ids is None and not model_inputs and expand is None:
+                position_ids = tokens.position_ids  # (rows gathered by expand share them)
             inputs = tokens.ids
         input_ids = inputs.to(device)
         refused = {**self.refusals, **lm.refused}
