@@ -21,9 +21,13 @@ import mechscope.bindings as _bindings
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without the 10 ms of importing typing
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from mechscope.data.pairs import ContrastivePair
     from mechscope.engine import (
         Ablate,
+        Edit,
+        EditContext,
         Engine,
         Gate,
         Patch,
@@ -37,11 +41,12 @@ if TYPE_CHECKING:
     from mechscope.engine.analysis.attribution import LogitAttribution
     from mechscope.engine.analysis.cache import Cache
     from mechscope.engine.analysis.components import Components
-    from mechscope.engine.analysis.inputs import Tokens, to_tokens
     from mechscope.engine.analysis.run_cache import run_with_cache
+    from mechscope.engine.core.inputs import Tokens, to_tokens
     from mechscope.engine.core.unembed import logit_diff, unembed
     from mechscope.engine.generation.generate import Completion, Prompt
     from mechscope.engine.generation.sampling import Sampling
+    from mechscope.engine.generation.text import Generation
     from mechscope.engine.interventions.prefix import KVCache, Resume
     from mechscope.errors import (
         InputError,
@@ -79,6 +84,8 @@ EXPORTS = {
     "SuppressAttention": "mechscope.engine.interventions.values",
     "ReduceAttention": "mechscope.engine.interventions.values",
     "Steer": "mechscope.engine.interventions.values",
+    "Edit": "mechscope.engine.interventions.function",
+    "EditContext": "mechscope.engine.interventions.function",
     "Resume": "mechscope.engine.interventions.prefix",
     "KVCache": "mechscope.engine.interventions.prefix",
     # the cache and its decompositions
@@ -99,13 +106,14 @@ EXPORTS = {
     "steer_sweep": "mechscope.steering.run",
     "SteeringResult": "mechscope.steering.result",
     # helpers
-    "to_tokens": "mechscope.engine.analysis.inputs",
-    "Tokens": "mechscope.engine.analysis.inputs",
+    "to_tokens": "mechscope.engine.core.inputs",
+    "Tokens": "mechscope.engine.core.inputs",
     "unembed": "mechscope.engine.core.unembed",
     "logit_diff": "mechscope.engine.core.unembed",
     "Prompt": "mechscope.engine.generation.generate",
     "Sampling": "mechscope.engine.generation.sampling",
     "Completion": "mechscope.engine.generation.generate",
+    "Generation": "mechscope.engine.generation.text",
     # errors
     "MechscopeError": "mechscope.errors",
     "InputError": "mechscope.errors",
@@ -121,8 +129,11 @@ __all__ = [
     "Components",
     "Contrast",
     "ContrastivePair",
+    "Edit",
+    "EditContext",
     "Engine",
     "Gate",
+    "Generation",
     "InputError",
     "KVCache",
     "LoadedModel",
@@ -172,10 +183,34 @@ def _logit_attribution_figure(dla: LogitAttribution) -> Figure:
     return logit_attribution_figure(dla)
 
 
+def _generate_text(lm: LoadedModel, inputs: object, *args: object, **kwargs: object) -> object:
+    from mechscope.engine.api import Engine
+    from mechscope.engine.generation.text import generate_text
+
+    return generate_text(Engine.of(lm), inputs, *args, **kwargs)
+
+
+def _input_helper(name: str) -> Callable[..., object]:
+    """The engine's ``core.inputs.<name>``, imported on the first call."""
+
+    def call(*args: object, **kwargs: object) -> object:
+        import importlib
+
+        return getattr(importlib.import_module("mechscope.engine.core.inputs"), name)(
+            *args, **kwargs
+        )
+
+    return call
+
+
 # The root sits above every layer and runs before any submodule does: it binds the calls
 # a layer makes into one above it (mechscope.bindings), without that layer importing it.
 _bindings.engine_of = _engine_of
 _bindings.logit_attribution_figure = _logit_attribution_figure
+_bindings.generate_text = _generate_text
+_bindings.to_tokens = _input_helper("to_tokens")
+_bindings.to_str_tokens = _input_helper("to_str_tokens")
+_bindings.to_single_token = _input_helper("to_single_token")
 
 
 def __getattr__(name: str) -> object:

@@ -1,8 +1,10 @@
 """Calls from a layer into a layer above it, bound by the package root.
 
-Two conveniences sit on objects of a lower layer while their work lives higher up:
-``lm.run_with_cache(...)`` is on the loaded model (``models``) and runs the engine, and
-``dla.figure()`` is on the engine's direct logit attribution and draws with the report.
+Conveniences sit on objects of a lower layer while their work lives higher up:
+``lm.run_with_cache(...)``, ``lm.generate(...)`` and the token helpers (``lm.to_tokens``,
+``lm.to_str_tokens``, ``lm.to_single_token``) are on the loaded model (``models``) and run
+the engine, and ``dla.figure()`` is on the engine's direct logit attribution and draws with
+the report.
 The lower layer calls the function held here; :mod:`mechscope` (the package root, above
 every layer) binds it when it is imported, which every import of a submodule does first.
 So no module imports a layer above its own, and each convenience works whichever module
@@ -24,6 +26,15 @@ def _unbound(*args: Any, **kwargs: Any) -> Any:
 
 #: ``engine_of(lm)``: the model's engine (``Engine.of``), for ``LoadedModel.run_with_cache``.
 engine_of: Callable[[Any], Any] = _unbound
+#: ``to_tokens(lm, inputs, ...)``, ``to_str_tokens(lm, inputs, ...)``,
+#: ``to_single_token(lm, string)``: the engine's input handling, for ``LoadedModel``'s token
+#: helpers.
+to_tokens: Callable[..., Any] = _unbound
+to_str_tokens: Callable[..., Any] = _unbound
+to_single_token: Callable[..., Any] = _unbound
+#: ``generate_text(lm, inputs, ...)``: one continuation per prompt on the model's engine,
+#: for ``LoadedModel.generate``.
+generate_text: Callable[..., Any] = _unbound
 #: ``logit_attribution_figure(dla)``: its heads × layers heatmap, for
 #: ``LogitAttribution.figure``.
 logit_attribution_figure: Callable[[Any], Any] = _unbound

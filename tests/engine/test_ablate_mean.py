@@ -16,7 +16,7 @@ import torch
 from engine_tiny import one_thread  # noqa: F401  (autouse fixture)
 
 from mechscope.engine import Ablate, Engine, Read, Site
-from mechscope.engine.analysis.inputs import to_tokens
+from mechscope.engine.core.inputs import to_tokens
 from mechscope.errors import InputError
 from mechscope.models import load_model
 from tolerance import assert_beyond_rounding, assert_rounding_close, depth_of, scale_of

@@ -8,7 +8,7 @@ import torch
 from engine_tiny import one_thread  # noqa: F401  (autouse fixture)
 
 from mechscope.engine import Engine
-from mechscope.engine.analysis.inputs import to_tokens
+from mechscope.engine.core.inputs import to_tokens
 from mechscope.models import load_model
 
 

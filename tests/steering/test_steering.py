@@ -133,7 +133,7 @@ def test_a_steered_run_with_cache_equals_the_steered_runs_reads(lm):
     those of ``Engine.run`` with the same steers and explicit reads, and of the steered run
     with no read at all (reading never changes a number). Padded rows, a residual steer and
     a per-head steer of the queries, so the attention work is exercised too."""
-    from mechscope.engine.analysis.inputs import to_tokens
+    from mechscope.engine.core.inputs import to_tokens
 
     eng = Engine.of(lm)
     gen = torch.Generator().manual_seed(5)

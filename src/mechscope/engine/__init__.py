@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # the exports, each imported on first use (mechscope.lazy)
     from mechscope.engine.api import Engine
     from mechscope.engine.core.sites import SITE_NAMES, Site
     from mechscope.engine.interventions.forward import RunOutput
+    from mechscope.engine.interventions.function import Edit, EditContext
     from mechscope.engine.interventions.values import (
         Ablate,
         Gate,
@@ -28,6 +29,8 @@ if TYPE_CHECKING:  # the exports, each imported on first use (mechscope.lazy)
 __all__ = [
     "SITE_NAMES",
     "Ablate",
+    "Edit",
+    "EditContext",
     "Engine",
     "Gate",
     "Intervention",

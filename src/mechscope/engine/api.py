@@ -17,6 +17,7 @@ from typing import Any
 from mechscope.engine.analysis.cache import Cache
 from mechscope.engine.analysis.run_cache import NamesFilter, run_with_cache
 from mechscope.engine.conformance.probe import apply_probe
+from mechscope.engine.core.inputs import TextOrIds
 from mechscope.engine.generation.generate import generate
 from mechscope.engine.generation.rollouts import Completion, Prompt
 from mechscope.engine.generation.sampling import Sampling
@@ -40,11 +41,13 @@ class Engine(Forward):
         return engine
 
     def generate(
-        self, prompts: Sequence[Prompt], sampling: Sampling, **kwargs: Any
+        self, prompts: Sequence[Prompt] | TextOrIds, sampling: Sampling, **kwargs: Any
     ) -> list[list[Completion]]:
         """Rollouts of ``prompts`` on this engine's hooks
         (:func:`mechscope.engine.generation.generate.generate`: shared prefixes, continuous
-        batching, a seed per rollout)."""
+        batching, a seed per rollout). ``prompts``: :class:`Prompt` objects, or text, texts,
+        ids or a padded batch with ``attention_mask=`` as :meth:`run` takes them (one
+        rollout per row)."""
         return generate(self, prompts, sampling, **kwargs)
 
     def run_with_cache(self, inputs: Any, names_filter: NamesFilter = None, **kwargs: Any) -> Cache:

@@ -161,6 +161,35 @@ class LoadedModel:
         imported."""
         return bindings.engine_of(self).run_with_cache(inputs, names_filter, **kwargs)
 
+    def generate(self, inputs: Any, max_new_tokens: int = 16, **kwargs: Any) -> Any:
+        """Continue a prompt (or each of a batch) once, greedy unless ``temperature=`` is
+        given: a :class:`~mechscope.engine.generation.text.Generation` (``.text``, ``.ids``;
+        ``str()`` is prompt + continuation), a list for a batch. ``interventions=[...]``
+        apply at the prompt and at every new token (``Steer``, ``Edit``, ``Gate``). Built on
+        ``Engine.generate`` (:func:`mechscope.engine.generation.text.generate_text`)."""
+        return bindings.generate_text(self, inputs, max_new_tokens, **kwargs)
+
+    # --- tokens (TransformerLens' names) ---------------------------------------------------
+    def to_tokens(
+        self, inputs: Any, prepend_bos: bool | None = None, attention_mask: Any = None
+    ) -> Any:
+        """Text, texts or ids as one checked, left-padded batch
+        (:class:`~mechscope.engine.core.inputs.Tokens`: ``.ids [batch, seq]``, and its
+        ``attention_mask`` and ``position_ids`` where rows were padded), what every pass
+        reads. ``prepend_bos``: None keeps the tokenizer's own special tokens, True puts
+        the BOS first, False adds none (:func:`mechscope.engine.core.inputs.to_tokens`)."""
+        return bindings.to_tokens(self, inputs, attention_mask, prepend_bos=prepend_bos)
+
+    def to_str_tokens(self, inputs: Any, prepend_bos: bool | None = None) -> Any:
+        """Each token as its own string (``" Mary"``): a list for one prompt, a list per
+        row (its real tokens) for a batch."""
+        return bindings.to_str_tokens(self, inputs, prepend_bos=prepend_bos)
+
+    def to_single_token(self, string: str) -> int:
+        """The id of ``string`` when it is exactly one token; anything else is refused in
+        one line naming its tokens (:class:`~mechscope.errors.InputError`)."""
+        return bindings.to_single_token(self, string)
+
     @property
     def n_params(self) -> int:
         return sum(p.numel() for p in self.model.parameters())

@@ -15,18 +15,32 @@ def check_placement(device: str | torch.device | None, threads: int | None, memo
         raise InputError(f"expected a positive number of threads, got {threads}", field="threads")
     if memory is not None:
         parse_memory(memory)
-    if device is None:
-        return
+    if device is not None:
+        check_device(device)
+
+
+def check_device(device: str | torch.device, *, field: str = "device") -> torch.device:
+    """``device`` as a torch device, refused in one line where it cannot be used here (a
+    name torch does not know, CUDA without CUDA, a CUDA index this machine lacks)."""
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise InputError(
-            f"expected a device like cpu, cuda or cuda:1, got {device!r}", field="device"
+            f"expected a device like cpu, cuda or cuda:1, got {device!r}", field=field
         ) from exc
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise InputError(
-            f"{device!r} requested, but no CUDA device is available here", field="device"
-        )
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError(
+                f"{str(device)!r} requested, but no CUDA device is available here", field=field
+            )
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            raise InputError(
+                f"{str(device)!r} requested, but this machine has {count} CUDA device(s): "
+                f"cuda:0..cuda:{count - 1}",
+                field=field,
+            )
+    return dev
 
 
 #: The placement strategies accelerate's ``device_map`` takes by name.

@@ -3,7 +3,9 @@ decompositions of the residual stream.
 
 TransformerLens' ``ActivationCache`` with mechscope's sites: index it by site
 (``cache["resid_post", 3]``, ``cache[Site("z", 3, head=2)]``, ``cache["ln_final_scale"]``,
-``cache["model.layers.3.mlp.act_fn"]`` for a module site's output), and ask it for the
+``cache["model.layers.3.mlp.act_fn"]`` for a module site's output, or a TransformerLens
+hook name, ``cache["blocks.3.attn.hook_pattern"]``:
+:mod:`mechscope.engine.core.tl_names`), and ask it for the
 residual stream layer by layer (:meth:`Cache.accumulated_resid`), split into what each
 sublayer wrote (:meth:`Cache.decompose_resid`), per head (:meth:`Cache.stack_head_results`),
 and read against a logit difference (:meth:`Cache.logit_attribution`). Decompositions are
@@ -22,11 +24,12 @@ import torch
 from mechscope.engine.analysis.attribution import LogitAttribution, logit_attribution
 from mechscope.engine.analysis.components import Components
 from mechscope.engine.analysis.decompose import head_results
-from mechscope.engine.analysis.inputs import Tokens
+from mechscope.engine.core.inputs import Tokens
 from mechscope.engine.core.norms import norm_factors
 from mechscope.engine.core.sites import SITE_NAMES, Site
+from mechscope.engine.core.tl_names import tl_site
 from mechscope.engine.core.unembed import fp32_twin, unembed
-from mechscope.errors import InputError
+from mechscope.errors import InputError, SiteError
 from mechscope.models.loaded import LoadedModel
 from mechscope.runs.result import HtmlRepr
 
@@ -80,6 +83,9 @@ class Cache(HtmlRepr):
         if isinstance(item, str):
             if item in SITE_NAMES:
                 return (item, None), None
+            tl = tl_site(self.lm, item)  # TransformerLens' hook names: their sites
+            if tl is not None:
+                return site_key(tl), None
             return ("module", f"{item}:output"), None
         if isinstance(item, tuple) and item and isinstance(item[0], str):
             name, layer = item[0], item[1] if len(item) > 1 else None
@@ -113,6 +119,9 @@ class Cache(HtmlRepr):
         ):
             why = f" (the run stopped at layer {self.stop_at_layer})"
         where = "" if layer is None else f" layer {layer}"
+        if name == "module":
+            path, io = str(layer).rsplit(":", 1)
+            name, where = f"Site.module({path!r}" + (", 'input')" if io == "input" else ")"), ""
         return f"{name}{where} is not in the cache{why}; it holds {', '.join(kept)}"
 
     def ablation_reference(self, site: Site) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -131,7 +140,7 @@ class Cache(HtmlRepr):
     def __contains__(self, item: Any) -> bool:
         try:
             return self.key(item)[0] in self.reads
-        except KeyError:
+        except (KeyError, SiteError):
             return False
 
     def __iter__(self) -> Iterator[Key]:

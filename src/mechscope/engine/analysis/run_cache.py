@@ -20,8 +20,8 @@ from typing import Any
 import torch
 
 from mechscope.engine.analysis.cache import Cache
-from mechscope.engine.analysis.inputs import TextOrIds, to_tokens
 from mechscope.engine.analysis.memory_model import FP32, Dims, Pass, pass_bytes
+from mechscope.engine.core.inputs import TextOrIds, to_tokens
 from mechscope.engine.core.sites import (
     ATTENTION_SITES,
     LAYER_SITES,
@@ -30,11 +30,13 @@ from mechscope.engine.core.sites import (
     SITE_NAMES,
     Site,
 )
+from mechscope.engine.core.tl_names import is_tl_name, tl_names, tl_site
 from mechscope.engine.interventions.forward import Forward
 from mechscope.engine.interventions.values import Intervention, Read
 from mechscope.errors import MemoryBudgetError, SiteError
 from mechscope.models.loaded import LoadedModel
 from mechscope.models.memory import free_bytes, human_bytes, memory_budget
+from mechscope.models.placement import check_device
 
 #: What a cache holds by default: every site at a module boundary, cheap to keep. Attention
 #: internals (q, k, v, scores, patterns: the explicit fp32 path) and mixture-of-experts sites
@@ -50,7 +52,7 @@ NamesFilter = str | Sequence[str] | Callable[[str], bool] | None
 def chosen_names(engine: Forward, names_filter: NamesFilter) -> list[str]:
     """Site names to cache: the defaults the model supports, the names given (each checked
     when the pass runs: a refused one raises), or those a predicate accepts and the model
-    supports."""
+    supports. TransformerLens' hook names are :func:`hook_sites`'."""
     refused = {**engine.refusals, **engine.lm.refused}
     if names_filter is None:
         return [n for n in DEFAULT_NAMES if n not in refused]
@@ -58,6 +60,7 @@ def chosen_names(engine: Forward, names_filter: NamesFilter) -> list[str]:
         names = [n for n in SITE_NAMES if n not in ("logits", "module") and names_filter(n)]
         return [n for n in names if n not in refused]
     names = [names_filter] if isinstance(names_filter, str) else list(names_filter)
+    names = [n for n in names if not (isinstance(n, str) and is_tl_name(n))]
     for name in names:
         if name not in SITE_NAMES or name in ("logits", "module"):
             raise SiteError(
@@ -65,6 +68,35 @@ def chosen_names(engine: Forward, names_filter: NamesFilter) -> list[str]:
                 f"{', '.join(n for n in SITE_NAMES if n not in ('logits', 'module'))}"
             )
     return names
+
+
+def hook_sites(engine: Forward, names_filter: NamesFilter, stop_at_layer: int | None) -> list[Site]:
+    """The sites of the TransformerLens hook names in ``names_filter`` (one layer each:
+    ``"blocks.3.hook_resid_post"`` is ``resid_post`` of layer 3), below ``stop_at_layer``; a
+    hook name without a counterpart is refused in one line. A predicate that accepts no
+    mechscope site name speaks TransformerLens' names (``lambda n: n.endswith("hook_z")``):
+    it is asked about every hook name with an exact site
+    (:mod:`mechscope.engine.core.tl_names`) instead."""
+    lm = engine.lm
+    stop = lm.n_layers if stop_at_layer is None else stop_at_layer
+    if names_filter is None:
+        return []
+    if callable(names_filter):
+        if any(names_filter(n) for n in SITE_NAMES if n not in ("logits", "module")):
+            return []  # a predicate over mechscope's names
+        refused = {**engine.refusals, **lm.refused}
+        top = range(min(stop + 1, lm.n_layers))
+        picked = [s for n, s in tl_names(lm, top) if s.name not in refused and names_filter(n)]
+    else:
+        names = [names_filter] if isinstance(names_filter, str) else list(names_filter)
+        picked = [tl_site(lm, n) for n in names if isinstance(n, str) and is_tl_name(n)]
+    return [
+        s
+        for s in picked
+        if s is not None
+        and (s.layer is None or s.layer < stop or (s.name == "resid_pre" and s.layer == stop))
+        and (s.name != "ln_final_scale" or stop == lm.n_layers)
+    ]
 
 
 def cache_sites(
@@ -165,11 +197,14 @@ def run_with_cache(
     """Run once and keep the sites asked for (module docstring).
 
     ``inputs``: a prompt, prompts (left-padded into one batch,
-    :mod:`mechscope.engine.analysis.inputs`) or ids ``[batch, seq]`` (with their
+    :mod:`mechscope.engine.core.inputs`) or ids ``[batch, seq]`` (with their
     ``attention_mask``). ``names_filter``: None (every cheap site the model supports:
     :data:`DEFAULT_NAMES`), a site name, a list of names, or a predicate ``fn(name) ->
-    bool``. ``sites``: more sites to keep (``Site.module(...)``, one head, ...).
-    ``interventions``: edits of the same pass (patches, ablations, gates, steers), applied
+    bool``; TransformerLens' hook names are read as their sites, one layer each
+    (``"blocks.3.attn.hook_pattern"``; a predicate that accepts no site name is asked about
+    TransformerLens' names: :func:`hook_sites`). ``sites``: more sites to keep
+    (``Site.module(...)``, one head, ...). ``interventions``: edits of the same pass
+    (patches, ablations, gates, steers, ``Edit``), applied
     before the cache's reads, which then see the edited values. ``stop_at_layer``: stop at
     the input of that layer (its ``resid_pre`` is kept; no logits). ``positions``: keep only
     these positions of every site (query positions of patterns). ``device``: where reads are
@@ -180,11 +215,14 @@ def run_with_cache(
     counted (their shapes are the module's).
     """
     lm = engine.lm
+    if device is not None:
+        check_device(device)
     tokens = to_tokens(lm, inputs, attention_mask)
     pos = None if positions is None else tuple(int(p) for p in positions)
     names = chosen_names(engine, names_filter)
     wanted = cache_sites(lm.n_layers, names, stop_at_layer, pos)
-    wanted += [_whole(s, pos) for s in sites]
+    wanted += [_whole(s, pos) for s in [*hook_sites(engine, names_filter, stop_at_layer), *sites]]
+    wanted = list(dict.fromkeys(wanted))  # a site named twice is read once
     rows, seq = (int(n) for n in tokens.ids.shape)
     keep_logits = logits and stop_at_layer in (None, lm.n_layers)
     check_memory(engine, wanted, rows, seq, keep_logits, device, memory)

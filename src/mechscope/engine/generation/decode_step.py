@@ -45,6 +45,7 @@ import torch
 from mechscope.engine.generation.slot_cache import SlotCache, step_mask
 from mechscope.engine.interventions.values import (
     Ablate,
+    Edit,
     Gate,
     Intervention,
     Patch,
@@ -84,6 +85,8 @@ def capture_refusal(lm, steps: Sequence[Intervention]) -> str | None:
     for iv in steps:
         if isinstance(iv, Ablate) and iv.mode == "resample":
             return "a resampling Ablate draws its rows on the host at every step"
+        if isinstance(iv, Edit):
+            return "an Edit runs its own Python function at every step (a recording freezes it)"
     return None
 
 

@@ -39,14 +39,24 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
+from mechscope.engine.core.inputs import TextOrIds
 from mechscope.engine.core.spans import uses_alibi
 from mechscope.engine.generation.decode_step import check_decode, decode_step
-from mechscope.engine.generation.rollouts import Completion, Decoder, Done, Logits, Prompt, Row
+from mechscope.engine.generation.rollouts import (
+    Completion,
+    Decoder,
+    Done,
+    Logits,
+    Prompt,
+    Row,
+    as_prompts,
+)
 from mechscope.engine.generation.sampling import Sampling
 from mechscope.engine.generation.slot_cache import SlotCache
 from mechscope.engine.interventions.prefix import KVCache, Resume, can_resume
 from mechscope.engine.interventions.values import (
     Ablate,
+    Edit,
     Gate,
     Intervention,
     Patch,
@@ -90,7 +100,7 @@ def step_interventions(interventions: Sequence[Intervention]) -> list[Interventi
             raise UnsupportedInterventionError(
                 f"a per-row {type(iv).__name__} during generation: give one value for all rows"
             )
-        if isinstance(iv, Patch | Ablate | Steer):
+        if isinstance(iv, Patch | Ablate | Steer | Edit):
             if iv.site.positions is None and getattr(iv, "mask", None) is None:
                 steps.append(iv)  # the whole site, at every position: every step too
         elif isinstance(iv, Gate):
@@ -112,9 +122,10 @@ def step_interventions(interventions: Sequence[Intervention]) -> list[Interventi
 @torch.inference_mode()
 def generate(
     engine,
-    prompts: Sequence[Prompt],
+    prompts: Sequence[Prompt] | TextOrIds,
     sampling: Sampling,
     *,
+    attention_mask: torch.Tensor | None = None,
     slots: int = 64,
     interventions: Sequence[Intervention] = (),
     on_done: Done | None = None,
@@ -123,13 +134,17 @@ def generate(
     decode: str = "auto",
 ) -> list[list[Completion]]:
     """Every rollout of every prompt: ``out[i][k]`` continues ``prompts[i]`` with its seed
-    ``k``. ``slots``: rows decoded together. ``on_done(i, k, completion)`` is called as
-    each rollout ends (progress, incremental saving); ``on_logits(i, k, logits)`` with the
-    fp32 logits of each token before it is drawn. ``batching``: ``slots`` or ``lock step``
-    instead of :func:`decoding`'s choice (the conformance probe checks both). ``decode``:
+    ``k``. ``prompts``: :class:`Prompt` objects, or any input a pass takes (a prompt,
+    prompts, ids, a padded batch with its ``attention_mask``: one rollout of each row, seed
+    0; :func:`~mechscope.engine.generation.rollouts.as_prompts`). ``slots``: rows decoded
+    together. ``on_done(i, k, completion)`` is called as each rollout ends (progress,
+    incremental saving); ``on_logits(i, k, logits)`` with the fp32 logits of each token
+    before it is drawn. ``batching``: ``slots`` or ``lock step`` instead of
+    :func:`decoding`'s choice (the conformance probe checks both). ``decode``:
     how each step of continuous batching runs (:mod:`mechscope.engine.generation.decode_step`:
     ``auto``, ``graph``, ``static`` or ``eager``; lock step always runs eagerly)."""
     lm = engine.lm
+    prompts = as_prompts(lm, prompts, attention_mask)
     _check(lm, prompts, slots, batching, decode)
     steps = step_interventions(interventions)
     budgets = [p.max_new_tokens or sampling.max_new_tokens for p in prompts]

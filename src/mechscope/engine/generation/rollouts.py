@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from mechscope.engine.core.inputs import TextOrIds, check_ids, to_tokens
 from mechscope.engine.generation.sampling import Sampling, next_tokens
 from mechscope.engine.interventions.prefix import KVCache
+from mechscope.errors import InputError
 
 
 @dataclass
@@ -28,6 +30,35 @@ class Prompt:
     seeds: Sequence[int]
     max_new_tokens: int | None = None  # this prompt's budget (default: the sampling's)
     prefix: KVCache | None = None
+
+
+def as_prompts(
+    lm, inputs: Prompt | Sequence[Prompt] | TextOrIds, attention_mask: torch.Tensor | None = None
+) -> list[Prompt]:
+    """What :func:`~mechscope.engine.generation.generate.generate` continues: prompts as
+    given, or any input a pass takes (text, texts, ids, a padded batch with its mask:
+    :func:`~mechscope.engine.core.inputs.to_tokens`), each row's real tokens continued once
+    (seed 0). Every prompt's ids are checked before any model work (integers inside the
+    vocabulary)."""
+    if isinstance(inputs, Prompt):
+        inputs = [inputs]
+    if isinstance(inputs, Sequence) and inputs and all(isinstance(p, Prompt) for p in inputs):
+        if attention_mask is not None:
+            raise InputError(
+                "expected an attention_mask only with ids, not with Prompt objects",
+                field="attention_mask",
+            )
+        for i, p in enumerate(inputs):
+            if len(p.ids) > 0:  # an empty prompt is refused with its number later
+                try:
+                    check_ids(lm, torch.as_tensor(list(p.ids)), field="ids")
+                except InputError as err:
+                    raise InputError(err.expected, sample=str(i), field="ids") from None
+        return list(inputs)
+    if isinstance(inputs, Sequence) and any(isinstance(p, Prompt) for p in inputs):
+        raise InputError("expected Prompt objects or text / ids, not both", field="prompts")
+    tokens = to_tokens(lm, inputs, attention_mask)
+    return [Prompt(tokens.row(i), seeds=(0,)) for i in range(int(tokens.ids.shape[0]))]
 
 
 @dataclass(frozen=True)

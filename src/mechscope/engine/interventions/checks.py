@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from mechscope.engine.core.module_sites import resolve
 from mechscope.engine.core.moe import n_experts
-from mechscope.engine.core.sites import ATTENTION_SITES, KV_SITES
+from mechscope.engine.core.sites import ATTENTION_SITES, KV_SITES, Site
 from mechscope.engine.interventions.values import (
     Gate,
     Intervention,
@@ -75,8 +75,13 @@ def refusal_keys(iv: Intervention) -> list[str]:
         return [type(iv).__name__]
     if isinstance(iv, Gate):
         return ["z"]
+    return [site.name for site in _sites(iv)]
+
+
+def _sites(iv: Intervention) -> list[Site]:
+    """The sites ``iv`` touches: its own, and those an ``Edit`` reads."""
     site = getattr(iv, "site", None)
-    return [] if site is None else [site.name]
+    return ([] if site is None else [site]) + list(getattr(iv, "reads", ()))
 
 
 def check_pass(
@@ -94,27 +99,30 @@ def check_pass(
                 raise UnsupportedInterventionError(
                     f"{name} is not supported for {lm.spec}: {refused[name]}"
                 )
-        site = getattr(iv, "site", None)
-        if site is None:
-            continue
-        if site.name == "module":
-            resolve(lm, site.path)  # type: ignore[arg-type]
-        if site.layer is not None:
-            lm.check_layer(site.layer)
-        if site.head is not None:
-            n = lm.n_kv_heads if site.name in KV_SITES else lm.n_heads
-            if not 0 <= site.head < n:
-                raise SiteError(f"head {site.head} out of range: valid heads are 0..{n - 1}")
-        for p in site.positions or ():
-            if not -seq <= p < seq:
-                raise SiteError(f"position {p} out of range: valid positions are 0..{seq - 1}")
-        if site.name in ("router", "expert_out", "mlp_post"):
-            _check_module(lm, site.name, site.layer, site.expert)
-        if keep_cache and site.name in KV_SITES and not isinstance(iv, Read):
-            raise UnsupportedInterventionError(
-                f"{site.name} cannot be edited in a pass that keeps its cache (cache=True): the "
-                "cache would hold the unedited keys and values"
-            )
+        for site in _sites(iv):
+            _check_site(lm, iv, site, seq, keep_cache)
+
+
+def _check_site(lm: LoadedModel, iv: Intervention, site: Site, seq: int, keep_cache: bool) -> None:
+    """Ranges of one site of ``iv`` (layer, head, positions, expert, module path)."""
+    if site.name == "module":
+        resolve(lm, site.path)  # type: ignore[arg-type]
+    if site.layer is not None:
+        lm.check_layer(site.layer)
+    if site.head is not None:
+        n = lm.n_kv_heads if site.name in KV_SITES else lm.n_heads
+        if not 0 <= site.head < n:
+            raise SiteError(f"head {site.head} out of range: valid heads are 0..{n - 1}")
+    for p in site.positions or ():
+        if not -seq <= p < seq:
+            raise SiteError(f"position {p} out of range: valid positions are 0..{seq - 1}")
+    if site.name in ("router", "expert_out", "mlp_post"):
+        _check_module(lm, site.name, site.layer, site.expert)
+    if keep_cache and site.name in KV_SITES and site is iv.site and not isinstance(iv, Read):
+        raise UnsupportedInterventionError(
+            f"{site.name} cannot be edited in a pass that keeps its cache (cache=True): the "
+            "cache would hold the unedited keys and values"
+        )
 
 
 def _check_module(lm: LoadedModel, name: str, layer: int | None, expert: int | None) -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import torch
 
 from mechscope.engine.core.sites import HEAD_SITES, Site
+from mechscope.engine.interventions.function import Edit, EditContext
 from mechscope.engine.interventions.values import Ablate, Patch, Steer
+from mechscope.errors import InputError
 
 
 def _index(site: Site, ndim: int) -> tuple:
@@ -120,3 +122,29 @@ def apply_steer(act: torch.Tensor, steer: Steer) -> torch.Tensor:
         coef = (x * unit).flatten(2).sum(-1)  # [b, P]: the component along the direction
         new = x - scale * coef.reshape(*coef.shape, *([1] * vec.dim())) * unit
     return apply_patch(act, Patch(site, new.to(act.dtype)))
+
+
+def apply_edit(act: torch.Tensor, edit: Edit, context: EditContext, *, copy: bool) -> torch.Tensor:
+    """``act`` with ``edit.fn`` applied to its site's slice. ``copy``: hand ``fn`` a copy
+    (a read of this activation was kept earlier in the hook, and ``fn`` may edit in place).
+
+    None from ``fn`` returns ``act`` itself (bit for bit). An in-place edit returned as the
+    very tensor that came in is handed back as a new view of it, so that a derived site
+    (``resid_mid``, a scaled contribution) sees that something changed."""
+    site = edit.site
+    part = select(act, site)
+    given = part.clone() if copy and part is act else part
+    new = edit.fn(given, context)
+    if new is None:
+        return act
+    if not isinstance(new, torch.Tensor) or tuple(new.shape) != tuple(part.shape):
+        got = list(new.shape) if isinstance(new, torch.Tensor) else type(new).__name__
+        raise InputError(
+            f"expected fn at {site} to return None or a tensor of the activation's shape "
+            f"{list(part.shape)}, got {got}",
+            field="fn",
+        )
+    new = new.to(device=act.device, dtype=act.dtype)
+    if part is act:
+        return new.view_as(new) if new is act else new
+    return apply_patch(act, Patch(site, new))

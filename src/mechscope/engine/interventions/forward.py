@@ -18,11 +18,13 @@ from torch.utils.hooks import RemovableHandle
 from transformers import DynamicCache
 
 from mechscope.engine.core import attention, hooks, module_sites, moe
+from mechscope.engine.core.inputs import TextOrIds, to_tokens
 from mechscope.engine.core.norms import SCALE_ROLES, install_scale
 from mechscope.engine.core.sites import Site
 from mechscope.engine.core.unembed import FinalHidden, head_is_fp32, unembed
 from mechscope.engine.interventions.checks import check_pass, engine_refusals
 from mechscope.engine.interventions.edits import select
+from mechscope.engine.interventions.function import PassValues
 from mechscope.engine.interventions.prefix import (
     KVCache,
     Resume,
@@ -30,9 +32,10 @@ from mechscope.engine.interventions.prefix import (
     dynamic_cache,
     tail_plan,
 )
-from mechscope.engine.interventions.transform import Expand, make_transform
+from mechscope.engine.interventions.transform import Expand, Peek, make_transform
 from mechscope.engine.interventions.values import (
     Ablate,
+    Edit,
     Gate,
     Intervention,
     Patch,
@@ -82,7 +85,7 @@ class Forward:
     # ------------------------------------------------------------------------------------
     def run(
         self,
-        input_ids: torch.Tensor,  # [batch, seq]
+        inputs: TextOrIds,  # text, texts, ids [batch, seq] / [seq], Tokens
         interventions: Sequence[Intervention] = (),
         *,
         attention_mask: torch.Tensor | None = None,  # [batch, seq]
@@ -98,6 +101,15 @@ class Forward:
     ) -> RunOutput:
         """Run the model once with ``interventions``.
 
+        ``inputs``: a prompt, a list of prompts (left-padded into one batch), token ids
+        ``[batch, seq]`` or ``[seq]`` with their ``attention_mask`` where padded, or
+        :class:`~mechscope.engine.core.inputs.Tokens`: read and checked as ``run_with_cache``
+        and ``generate`` read them (:func:`~mechscope.engine.core.inputs.to_tokens`: float
+        ids, ids outside the vocabulary and a mask of the wrong shape are refused in one
+        line before any model work). A padded batch gets position ids counting its real
+        tokens, so each row computes what it computes alone (not under ``expand``, whose
+        rows share the input's positions, nor with ``model_inputs``, whose model places
+        its own).
         ``logits``: True for all positions, False to skip them, an int ``n`` for the last n
         positions, or a 1-D tensor of positions. ``expand=(layer, n)``: the input has one row;
         at ``resid_pre[layer]`` it is repeated to ``n`` rows, so layers below ``layer`` are
@@ -119,7 +131,13 @@ class Forward:
         """
         lm = self.lm
         device = lm.device
-        input_ids = input_ids.to(device)
+        if past is None:  # a decode step's tokens come from the model: nothing to check
+            tokens = to_tokens(lm, inputs, attention_mask, check_range=not model_inputs)
+            attention_mask = attention_mask if attention_mask is not None else tokens.attention_mask
+            if position_ids is None and not model_inputs and expand is None:
+                position_ids = tokens.position_ids  # (rows gathered by expand share them)
+            inputs = tokens.ids
+        input_ids = inputs.to(device)
         refused = {**self.refusals, **lm.refused}
         check_pass(lm, refused, interventions, input_ids.shape[1], keep_cache=cache)
         if model_inputs and resume is not None:
@@ -234,8 +252,9 @@ class Forward:
         positions of this pass's input (the tail when resuming)."""
         lm = self.lm
         ops: dict[tuple[str, int], list[Any]] = defaultdict(list)
+        values = PassValues({}, out.reads)  # what an Edit's context reads
         for iv in interventions:
-            if isinstance(iv, Read | Patch | Ablate | Steer):
+            if isinstance(iv, Read | Patch | Ablate | Steer | Edit):
                 site = iv.site
                 if site.name == "pattern":
                     if not isinstance(iv, Read):
@@ -263,6 +282,11 @@ class Forward:
                     work[layer].reducers.append(_reducer(layer, iv.fn, out))
             else:
                 raise TypeError(f"not an intervention: {iv!r}")
+        for site in {s for iv in interventions if isinstance(iv, Edit) for s in iv.reads}:
+            if site.name == "pattern":  # last at its site: the value the pass goes on with
+                work[site.layer].reducers.append(_pattern_reader(site, values.peeks))  # type: ignore[index]
+            else:
+                ops[site.key].append(Peek(site, values.peeks))  # type: ignore[index]
         if expand is not None:
             ops.setdefault(("resid_pre", expand[0]), []).insert(0, Expand(expand[1]))
         # resid_mid last: its hooks must see the layer input and attn_out after their edits
@@ -271,11 +295,11 @@ class Forward:
                 by_expert: dict[int, list[Any]] = defaultdict(list)
                 for item in items:
                     by_expert[item.site.expert].append(item)
-                fns = {e: make_transform(i, out.reads, layer) for e, i in by_expert.items()}
+                fns = {e: make_transform(i, out.reads, layer, values) for e, i in by_expert.items()}
                 experts = lm.layer_part("experts", layer)
                 handles.append(moe.install_expert_out(experts, fns, seq))
                 continue
-            fn = make_transform(items, out.reads, layer)
+            fn = make_transform(items, out.reads, layer, values)
             if name == "module":
                 path, io = str(layer).rsplit(":", 1)
                 handles.extend(module_sites.install(lm, path, io, fn, calls))
@@ -308,9 +332,11 @@ def _padding_mask(mask: torch.Tensor | None, device: torch.device) -> torch.Tens
     return mask.to(device) if mask is not None and mask.dim() == 2 else None
 
 
-def _pattern_reader(site: Site, out: RunOutput) -> Any:
+def _pattern_reader(site: Site, out: RunOutput | dict[Site, torch.Tensor]) -> Any:
+    reads = out.reads if isinstance(out, RunOutput) else out
+
     def read(probs: torch.Tensor) -> None:  # [b, h, q, k]; positions select queries
-        out.reads[site] = select(probs, site)
+        reads[site] = select(probs, site)
 
     return read
 

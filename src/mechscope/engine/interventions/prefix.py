@@ -30,6 +30,7 @@ from mechscope.engine.core.sites import Site
 from mechscope.engine.core.spans import attention_span
 from mechscope.engine.interventions.values import (
     Ablate,
+    Edit,
     Gate,
     Intervention,
     Patch,
@@ -217,6 +218,12 @@ def _shift(iv: Intervention, start: int, seq: int) -> Intervention:
         if iv.site.positions is None and start > 0:
             raise SiteError(f"steering every position of {iv.site} edits the reused prefix")
         return replace(iv, site=_shift_site(iv.site, start))
+    if isinstance(iv, Edit):
+        if iv.site.positions is None and start > 0:
+            raise SiteError(f"an Edit of every position of {iv.site} edits the reused prefix")
+        if any(s.positions is not None for s in iv.reads) and start > 0:
+            raise SiteError("an Edit reading sites at given positions cannot resume from a prefix")
+        return Edit(_shift_site(iv.site, start), iv.fn, iv.reads)
     if isinstance(iv, Gate | ReduceAttention):
         return iv  # per head / whatever the reducer sees
     if isinstance(iv, Ablate):

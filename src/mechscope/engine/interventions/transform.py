@@ -13,13 +13,16 @@ from typing import Any
 import torch
 
 from mechscope.engine.core.hooks import Transform
+from mechscope.engine.core.sites import Site
 from mechscope.engine.interventions.edits import (
     apply_ablation,
+    apply_edit,
     apply_gate,
     apply_patch,
     apply_steer,
     select,
 )
+from mechscope.engine.interventions.function import Edit, EditContext, PassValues, real_tokens
 from mechscope.engine.interventions.values import Ablate, Gate, Patch, Read, Steer
 
 
@@ -35,16 +38,39 @@ class Expand:
         return act.expand(self.n, *act.shape[1:])
 
 
-def make_transform(items: list[Any], reads: dict[Any, torch.Tensor], layer: int) -> Transform:
-    """One site's interventions, in list order: a ``Read`` sees the edits listed before it."""
+@dataclass
+class Peek:
+    """A site an :class:`Edit` reads (``reads=``): kept in ``store`` for the pass only."""
+
+    site: Site
+    store: dict[Site, torch.Tensor]
+
+
+def make_transform(
+    items: list[Any],
+    reads: dict[Any, torch.Tensor],
+    layer: Any,
+    values: PassValues | None = None,
+) -> Transform:
+    """One site's interventions, in list order: a ``Read`` sees the edits listed before it.
+    ``values``: what an :class:`Edit`'s context reads (the pass's peeks and reads)."""
 
     def transform(act: torch.Tensor) -> torch.Tensor:
+        kept = False  # a read of this very tensor was kept: an Edit gets a copy
         for item in items:
             if isinstance(item, Expand):
                 act = item.apply(act)
             elif isinstance(item, Read):
                 value = select(act, item.site)
                 reads[item.site] = value if item.device is None else value.to(item.device)
+                kept = True
+            elif isinstance(item, Peek):
+                item.store[item.site] = select(act, item.site)
+                kept = True
+            elif isinstance(item, Edit):
+                where = real_tokens(act, item.site)
+                context = EditContext(item.site, item.site.layer, where, values or {})
+                act = apply_edit(act, item, context, copy=kept)
             elif isinstance(item, Patch):
                 act = apply_patch(act, item)
             elif isinstance(item, Ablate):
@@ -55,6 +81,6 @@ def make_transform(items: list[Any], reads: dict[Any, torch.Tensor], layer: int)
                 act = apply_steer(act, item)
         return act
 
-    transform.reads_any = any(isinstance(item, Read) for item in items)  # type: ignore[attr-defined]
-    transform.edits_any = not all(isinstance(item, Read) for item in items)  # type: ignore[attr-defined]
+    transform.reads_any = any(isinstance(item, Read | Peek) for item in items)  # type: ignore[attr-defined]
+    transform.edits_any = not all(isinstance(item, Read | Peek) for item in items)  # type: ignore[attr-defined]
     return transform

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 import torch
 
 from mechscope.engine.core.sites import SCORE_SITES, Site
+from mechscope.engine.interventions.function import Edit
 from mechscope.errors import InputError
+from mechscope.models.placement import check_device
 
 if TYPE_CHECKING:
     from mechscope.engine.analysis.cache import Cache
@@ -33,6 +35,10 @@ class Read:
 
     site: Site
     device: torch.device | str | None = None
+
+    def __post_init__(self) -> None:
+        if self.device is not None:
+            check_device(self.device)  # one line here, not an assertion inside the pass
 
 
 @dataclass(eq=False)
@@ -247,6 +253,6 @@ class Steer:
         return isinstance(self.alpha, torch.Tensor) and self.alpha.dim() == 1
 
 
-Intervention = Read | Patch | Gate | Ablate | SuppressAttention | ReduceAttention | Steer
+Intervention = Read | Patch | Gate | Ablate | SuppressAttention | ReduceAttention | Steer | Edit
 """Any intervention :meth:`Engine.run <mechscope.engine.interventions.forward.Forward.run>`
 takes: a pass gets a list of them, applied in list order within a site."""
