@@ -17,7 +17,15 @@ import numpy as np
 import pytest
 import torch
 
-from mechscope.dictionaries import Dictionary, describe, detect, load_dictionary, save_saelens
+from mechscope.dictionaries import (
+    CrossLayerTranscoder,
+    Dictionary,
+    DictionarySet,
+    describe,
+    detect,
+    load_dictionary,
+    save_saelens,
+)
 from tolerance import assert_exact, assert_rounding_close
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -128,3 +136,39 @@ def test_unknown_folder_refused_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="the files of one layout") as err:
         load_dictionary(tmp_path)
     assert "\n" not in str(err.value)
+
+
+CIRCUIT_TRACER = FIXTURES / "circuit_tracer"
+
+
+@pytest.mark.parametrize("name", ["set_jumprelu", "set_relu_skip"])
+def test_circuit_tracer_set_written_by_circuit_tracer(name: str) -> None:
+    folder = CIRCUIT_TRACER / name
+    assert detect(folder) == "circuit_tracer"
+    tset = load_dictionary(folder)
+    assert isinstance(tset, DictionarySet) and tset.layers == [0, 1, 2]
+    want = np.load(folder / "expected.npz")
+    for layer, d in enumerate(tset):
+        c = d.config
+        assert (c.hook_in.site, c.hook_out.site, c.hook_in.layer) == ("mlp_in", "mlp_out", layer)  # type: ignore[union-attr]
+        x = torch.from_numpy(want["x"][layer])
+        with torch.no_grad():
+            acts, out = d.encode(x), d(x)
+        msg = f"{name} layer {layer}"
+        assert_rounding_close(acts.numpy(), want["acts"][layer], depth=DEPTH, msg=f"{msg}: acts")
+        assert_rounding_close(out.numpy(), want["out"][layer], depth=DEPTH, msg=f"{msg}: out")
+
+
+def test_circuit_tracer_cross_layer_written_by_circuit_tracer() -> None:
+    folder = CIRCUIT_TRACER / "clt_jumprelu"
+    clt = load_dictionary(folder)
+    assert isinstance(clt, CrossLayerTranscoder) and clt.n_layers == 3
+    assert (clt.config.hook_in.site, clt.config.hook_out.site) == ("resid_mid", "mlp_out")  # type: ignore[union-attr]
+    want = np.load(folder / "expected.npz")
+    xs = list(torch.from_numpy(want["x"]))
+    with torch.no_grad():
+        acts = torch.stack([clt.encode(x, i) for i, x in enumerate(xs)])
+        outs = torch.stack(clt(xs))
+    assert_rounding_close(acts.numpy(), want["acts"], depth=DEPTH, msg="clt acts")
+    # every source layer's decoder adds to a later layer: one sum per source
+    assert_rounding_close(outs.numpy(), want["out"], depth=DEPTH + clt.n_layers, msg="clt out")
