@@ -127,7 +127,8 @@ def test_gemma_scope_2_cross_layer(tmp_path: Path) -> None:
     xs = [
         torch.randn(ROWS, D_IN, generator=torch.Generator().manual_seed(50 + i)) for i in range(n)
     ]
-    acts = [_documented({**f, "w_dec": f["w_dec"][:, 0]}, x)[0] for f, x in zip(files, xs)]
+    pairs = zip(files, xs, strict=True)
+    acts = [_documented({**f, "w_dec": f["w_dec"][:, 0]}, x)[0] for f, x in pairs]
     with torch.no_grad():
         got = clt(xs)
     for j in range(n):
