@@ -45,6 +45,7 @@ def detect(folder: Path) -> str:
     if not folder.is_dir():
         raise InputError(f"a folder holding a dictionary, got {str(folder)!r}", field="path")
     names = {p.name for p in folder.iterdir()}
+    shown = sorted(names)[:6] + (["…"] if len(names) > 6 else [])
     if {"cfg.json", "sae_weights.safetensors"} <= names:
         return "saelens"
     if "params.npz" in names:
@@ -63,7 +64,7 @@ def detect(folder: Path) -> str:
         "the files of one layout (SAELens cfg.json + sae_weights.safetensors, Gemma Scope "
         "params.npz / params.safetensors, sparsify cfg.json + sae.safetensors, "
         "dictionary_learning ae.pt + config.json, circuit-tracer config.yaml / "
-        f"layer_<i>.safetensors), got {', '.join(sorted(names)) or 'an empty folder'}",
+        f"layer_<i>.safetensors), got {', '.join(shown) or 'an empty folder'}",
         field=str(folder),
     )
 
