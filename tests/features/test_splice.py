@@ -17,7 +17,7 @@ from mechscope.engine import Ablate, Edit, Engine, Patch, Read, Site, Steer
 from mechscope.engine.core.feature_sites import site_width
 from mechscope.errors import SiteError, UnsupportedInterventionError
 from mechscope.models import load_model
-from tolerance import assert_exact
+from tolerance import assert_exact, assert_rounding_close
 
 FAMILIES = ["llama", "gpt2", "gpt_neox", "gemma3_text", "qwen2", "qwen3", "mistral", "gemma2"]
 N_FEATURES = 96
@@ -150,3 +150,18 @@ def test_run_with_cache_keeps_features_sparse() -> None:
         assert_exact(acts.to_dense(), d.encode(cache["resid_post", 1]), msg="cached features")
     assert_exact(cache[Site.feature(d, 7)], acts.to_dense()[..., 7], msg="one feature")
     assert_exact(cache.logits, eng.run(IDS).logits, msg="logits of a cache with features")
+
+
+def test_gradients_reach_the_features_for_attribution() -> None:
+    """Under ``grad=True`` a read feature site is upstream of the logits (attribution
+    patching over features: ``(f_source - f_base) · ∂metric/∂f``), the logits still bit for
+    bit the model's, and ``∂metric/∂f`` is the site's gradient through the decoder."""
+    eng = Engine.of(load_model("tiny:llama"))
+    d = random_dictionary(eng.lm.d_model, Hook("resid_post", 1))
+    site, feature = Site("resid_post", 1), Site.feature(d)
+    out = eng.run(IDS, [Read(feature), Read(site)], grad=True)
+    assert_exact(out.logits.detach(), eng.run(IDS).logits, msg="logits with gradients on")
+    metric = out.logits[:, -1, 7].sum()
+    grad_f, grad_site = torch.autograd.grad(metric, [out[feature], out[site]])
+    assert bool(grad_f.abs().sum() > 0)
+    assert_rounding_close(grad_f, grad_site @ d.w_dec.T, depth=1, msg="∂metric/∂f")
