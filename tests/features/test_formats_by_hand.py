@@ -146,3 +146,41 @@ def test_bad_point_refused_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="hf_hook_point") as err:
         load_dictionary(folder)
     assert "\n" not in str(err.value)
+
+
+def _dl_folder(tmp_path: Path, cls: str, sd: dict[str, torch.Tensor], **trainer: object) -> Path:
+    """A dictionary_learning save: ``ae.pt`` (the class's state dict) and ``config.json``."""
+    folder = tmp_path / cls
+    folder.mkdir()
+    torch.save(sd, folder / "ae.pt")
+    cfg = {"trainer": {"dict_class": cls, "layer": 2, "lm_name": "tiny-llama",
+                       "submodule_name": "resid_post_layer_2", **trainer}}  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+def test_dictionary_learning_by_hand(tmp_path: Path) -> None:
+    """The state dicts dictionary_learning's classes register, against their encode:
+    ``AutoEncoder`` ``relu((x - bias) @ enc.T + enc_b)``, decode ``+ bias``;
+    ``AutoEncoderTopK`` the ``k`` largest of ``relu((x - b_dec) @ enc.T + enc_b)``."""
+    w = _weights(20)
+    x = torch.randn(ROWS, D_IN, generator=torch.Generator().manual_seed(21))
+    enc, dec = w["w_enc"].T.contiguous(), w["w_dec"].T.contiguous()  # nn.Linear layouts
+    sd = {"encoder.weight": enc, "encoder.bias": w["b_enc"], "decoder.weight": dec,
+          "bias": w["b_dec"]}  # fmt: skip
+    d = load_dictionary(_dl_folder(tmp_path, "AutoEncoder", sd))
+    assert detect(tmp_path / "AutoEncoder") == "dictionary_learning"
+    assert (d.config.hook_in.site, d.config.hook_in.layer) == ("resid_post", 2)  # type: ignore[union-attr]
+    acts = torch.relu((x - w["b_dec"]) @ enc.T + w["b_enc"])
+    with torch.no_grad():
+        assert_rounding_close(d.encode(x), acts, depth=DEPTH, msg="AutoEncoder acts")
+        assert_rounding_close(d(x), acts @ dec.T + w["b_dec"], depth=DEPTH, msg="AutoEncoder")
+    sd = {"encoder.weight": enc, "encoder.bias": w["b_enc"], "decoder.weight": dec,
+          "b_dec": w["b_dec"], "k": torch.tensor(5), "threshold": torch.tensor(-1.0)}  # fmt: skip
+    d = load_dictionary(_dl_folder(tmp_path, "AutoEncoderTopK", sd, k=5))
+    post = torch.relu((x - w["b_dec"]) @ enc.T + w["b_enc"])
+    top = post.topk(5, dim=-1)
+    acts = torch.zeros_like(post).scatter(-1, top.indices, top.values)
+    with torch.no_grad():
+        assert_rounding_close(d.encode(x), acts, depth=DEPTH, msg="AutoEncoderTopK acts")
+        assert_rounding_close(d(x), acts @ dec.T + w["b_dec"], depth=DEPTH, msg="TopK out")
