@@ -93,6 +93,15 @@ WORKFLOWS: list[Workflow] = [
         help="RCID distillation and its baselines.",
     ),
     Workflow(
+        "features",
+        "mechscope.features",
+        order=70,
+        command="features",
+        help="Sparse dictionaries (SAEs, transcoders): read every published layout, inspect.",
+        demo=False,
+        report=False,
+    ),
+    Workflow(
         "tasks",
         "mechscope.cli",
         order=91,

@@ -7,7 +7,8 @@ circuit-tracer) is a choice of the same few tensors and one activation rule, so 
 holds them all and the loaders only rename and transpose:
 
 - ``w_enc [d_in, d_sae]``, ``b_enc [d_sae]``, ``w_dec [d_sae, d_out]``, ``b_dec [d_out]``;
-- ``activation``: ``relu``, ``jumprelu`` (``threshold [d_sae]``), ``topk`` (``k`` per token),
+- ``activation``: ``relu``, ``jumprelu`` (``threshold [d_sae]``: ``relu(pre)`` where
+  ``pre > threshold``, as SAELens and Gemma Scope compute it), ``topk`` (``k`` per token),
   ``batchtopk`` (``k`` per token on average over a batch when training; at inference the
   per-token ``topk`` rule, or a ``threshold`` where the layout gives one) or ``gated``
   (``b_gate``, ``r_mag``, ``b_mag``: SAELens's gated SAE);
@@ -32,7 +33,7 @@ from torch import nn
 from mechscope.errors import InputError
 
 Activation = Literal["relu", "jumprelu", "topk", "batchtopk", "gated"]
-Kind = Literal["sae", "transcoder", "skip_transcoder"]
+Kind = Literal["sae", "transcoder", "skip_transcoder", "cross_layer_transcoder"]
 ACTIVATIONS: tuple[str, ...] = ("relu", "jumprelu", "topk", "batchtopk", "gated")
 
 
@@ -160,21 +161,12 @@ class Dictionary(nn.Module):
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """``[..., d_in] -> [..., d_sae]``: the feature activations (zeros where off)."""
-        c = self.config
-        if c.activation == "gated":
+        if self.config.activation == "gated":
             xi = self._input(x)
             gate = (xi @ self.w_enc + self.b_gate) > 0
             magnitude = xi @ (self.w_enc * self.r_mag.exp()) + self.b_mag
             return gate * torch.relu(magnitude)
-        pre = self.pre_acts(x)
-        if c.activation == "relu":
-            return torch.relu(pre)
-        if c.activation == "jumprelu" or (
-            c.activation == "batchtopk" and self.threshold is not None
-        ):
-            return pre * (pre > self.threshold)
-        top = pre.topk(c.k, dim=-1)  # topk and batchtopk without a threshold: per token
-        return torch.zeros_like(pre).scatter(-1, top.indices, torch.relu(top.values))
+        return activate(self.pre_acts(x), self.config, self.threshold)
 
     def decode(self, f: torch.Tensor, x: torch.Tensor | None = None) -> torch.Tensor:
         """``[..., d_sae] -> [..., d_out]``; a skip transcoder also needs its input ``x``."""
@@ -192,6 +184,13 @@ class Dictionary(nn.Module):
             out = out / self.config.input_scale
         return out
 
+    def writes(self) -> list[tuple[Hook | None, torch.Tensor]]:
+        """Where the features write and with which decoder: ``[(hook, w_dec [d_sae,
+        d_out])]``, one entry (a cross-layer transcoder's source layer writes to several).
+        What a splice adds at ``hook`` for a change ``df`` of the features is
+        ``df @ w_dec / input_scale``: biases and skip terms cancel in the difference."""
+        return [(self.config.hook_out or self.config.hook_in, self.w_dec)]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``[..., d_in] -> [..., d_out]``: the reconstruction, in ``x``'s dtype."""
         return self.decode(self.encode(x), x).to(x.dtype)
@@ -201,3 +200,17 @@ class Dictionary(nn.Module):
         where = f", {c.hook_in.site}@{c.hook_in.layer}" if c.hook_in else ""
         k = f", k={c.k}" if c.k else ""
         return f"{c.kind} {c.activation}{k}, {self.d_in} -> {self.d_sae} -> {self.d_out}{where}"
+
+
+def activate(pre: torch.Tensor, config: DictionaryConfig, threshold: torch.Tensor | None):
+    """``pre [..., d_sae]`` through the rule of ``config`` (every rule but ``gated``, whose
+    gate has its own bias): ``relu``; ``jumprelu`` (and ``batchtopk`` with a threshold)
+    ``relu(pre) * (pre > threshold)``; ``topk`` (and ``batchtopk`` without one) the ``k``
+    largest per token, through a ReLU."""
+    rule = config.activation
+    if rule == "relu":
+        return torch.relu(pre)
+    if rule == "jumprelu" or (rule == "batchtopk" and threshold is not None):
+        return torch.relu(pre) * (pre > threshold)
+    top = pre.topk(config.k, dim=-1)  # type: ignore[arg-type]
+    return torch.zeros_like(pre).scatter(-1, top.indices, torch.relu(top.values))

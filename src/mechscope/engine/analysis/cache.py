@@ -104,6 +104,11 @@ class Cache(HtmlRepr):
         if key not in self.reads:
             raise KeyError(self._missing(key))
         value = self.reads[key]
+        if isinstance(item, Site) and item.name == "feature" and item.index is not None:
+            units = list(item.index) if isinstance(item.index, tuple) else [item.index]
+            idx = torch.tensor(units, device=value.device)
+            picked = value.index_select(2, idx).to_dense()  # [batch, seq, n]: dense, small
+            return picked if isinstance(item.index, tuple) else picked[..., 0]
         if head is not None:
             value = value.select(1 if key[0] in ("attn_scores", "pattern") else 2, head)
         return value
@@ -129,9 +134,11 @@ class Cache(HtmlRepr):
         its reference: the read of ``site`` (every head, every kept position) and its
         ``[rows, seq]`` bool mask of real tokens at those positions (None: no padding)."""
         try:
-            value = self[replace(site, head=None, positions=None)]
+            value = self[replace(site, head=None, positions=None, index=None)]
         except KeyError as err:
             raise InputError(str(err.args[0]), field="reference") from None
+        if value.is_sparse:  # a feature site's activations
+            value = value.to_dense()
         mask = self.tokens.attention_mask
         if mask is not None and self.positions is not None:
             mask = mask[:, list(self.positions)]

@@ -133,6 +133,26 @@ def site_bytes(dims: Dims, name: str, rows: int, kept: int, seq: int, n_experts:
     return rows * kept * per_token.get(name, d * e)
 
 
+def feature_bytes(site: Site, rows: int, kept: int, itemsize: int) -> tuple[int, int]:
+    """(cache, pass) bytes of a feature site: the cache keeps its activations sparse, a COO
+    entry (three int64 indices and a value) per active feature, sized by the features a
+    token keeps (``k`` of a top-k rule, the ``l0`` a layout states; the dense width where
+    neither is known); the pass holds the dense ``[rows, seq, d_sae]`` activations, their
+    edited copy and their change at once."""
+    d = site.dictionary
+    c = d.config
+    width = (
+        len(site.index)
+        if isinstance(site.index, tuple)
+        else 1
+        if site.index is not None
+        else d.d_sae
+    )
+    per_token = min(width, int(c.k or c.extra.get("l0") or width))
+    cache = rows * kept * per_token * (3 * 8 + itemsize)
+    return cache, 3 * rows * kept * d.d_sae * itemsize
+
+
 def check_memory(
     engine: Forward,
     sites: Sequence[Site],
@@ -147,10 +167,14 @@ def check_memory(
     dims = Dims.of(lm)
     explicit = any(s.name in SCORE_SITES for s in sites)
     kept = lambda s: seq if s.positions is None else len(s.positions)  # noqa: E731
-    cache = sum(site_bytes(dims, s.name, rows, kept(s), seq) for s in sites if s.name != "module")
+    plain = [s for s in sites if s.name not in ("module", "feature")]
+    cache = sum(site_bytes(dims, s.name, rows, kept(s), seq) for s in plain)
+    features = [feature_bytes(s, rows, seq, dims.itemsize) for s in sites if s.name == "feature"]
+    cache += sum(c for c, _ in features)
     if logits:  # the final norm's input the logits are read out from on access
         cache += site_bytes(dims, "resid_post", rows, seq, seq)
     run = pass_bytes(dims, Pass(rows=rows, tokens=seq, logits=0, explicit=explicit))
+    run += max((p for _, p in features), default=0)  # one dictionary encodes at a time
     model_dev = lm.device
     cache_dev = model_dev if device is None else torch.device(device)
     plan = {"pass": run, "cache": cache}
@@ -212,7 +236,9 @@ def run_with_cache(
     pass and the cache may hold (bytes, ``"8GiB"``, or a share of free memory like ``0.5``;
     default 0.9 of the free memory of each device); a cache over it is refused before any
     forward work (:class:`~mechscope.errors.MemoryBudgetError`). Module sites are not
-    counted (their shapes are the module's).
+    counted (their shapes are the module's). Feature sites (``Site.feature(sae)`` in
+    ``sites``) are kept as sparse COO tensors ``[batch, seq, d_sae]`` (``cache[site]``;
+    ``.to_dense()`` for the dense one), counted by :func:`feature_bytes`.
     """
     lm = engine.lm
     if device is not None:
@@ -229,7 +255,11 @@ def run_with_cache(
     final = Read(final_norm_input(lm)) if keep_logits else None  # the logits, on access
     out = engine.run(
         tokens.ids,
-        [*interventions, *(Read(s, device) for s in wanted), *([final] if final else [])],
+        [
+            *interventions,
+            *(Read(s, device, sparse=s.name == "feature") for s in wanted),
+            *([final] if final else []),
+        ],
         attention_mask=tokens.attention_mask,
         position_ids=tokens.position_ids,
         logits=False,
@@ -251,7 +281,7 @@ def _whole(site: Site, positions: tuple[int, ...] | None) -> Site:
     """A site as the cache keeps it: every head (the cache indexes heads), at the cache's
     positions unless the site names its own."""
     keep = site.positions if site.positions is not None else positions
-    return replace(site, head=None, positions=keep)
+    return replace(site, head=None, index=None, positions=keep)
 
 
 def _user_reads(interventions: Sequence[Intervention]) -> list[Site]:

@@ -21,11 +21,16 @@ a read returns (before position/head selection):
 - ``router`` (dense routing weights of a mixture-of-experts layer): ``[batch, seq, experts]``
 - ``expert_out`` (one expert's weighted contribution, ``expert=e``): ``[batch, seq, d_model]``
 - ``logits``: ``[batch, seq, vocab]``
+- ``feature`` (:meth:`Site.feature`): a sparse dictionary's feature activations,
+  ``[batch, seq, d_sae]`` (``[batch, seq]`` for one ``index``, ``[batch, seq, n]`` for a
+  tuple of them), spliced into the pass with its error term kept
+  (:mod:`mechscope.engine.core.feature_sites`)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 SITE_NAMES = (
     "resid_pre",
@@ -63,6 +68,9 @@ ATTENTION_SITES = ("q", "k", "v", "attn_scores", "pattern")
 """Sites that exist only inside transformers' attention function."""
 KV_SITES = ("k", "v")
 """Head index counts key/value heads (grouped-query attention)."""
+FEATURE = "feature"
+"""A dictionary's feature activations (:meth:`Site.feature`): not in :data:`SITE_NAMES`,
+which a cache chooses from by name; a feature site is built from its dictionary."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,43 @@ class Site:
     expert: int | None = None
     path: str | None = None
     io: str = "output"
+    dictionary: Any = None
+    index: int | tuple[int, ...] | None = None
+
+    @classmethod
+    def feature(
+        cls,
+        dictionary: Any,
+        index: int | tuple[int, ...] | None = None,
+        *,
+        positions: tuple[int, ...] | None = None,
+    ) -> Site:
+        """The feature activations of ``dictionary`` (a
+        :class:`~mechscope.dictionaries.Dictionary`, one member of a
+        :class:`~mechscope.dictionaries.DictionarySet`, or one source layer of a
+        cross-layer transcoder, ``clt.source(i)``), ``[batch, seq, d_sae]``; ``index``
+        selects one feature (``[batch, seq]``) or several (``[batch, seq, n]``).
+
+        Read, patched, ablated, steered and edited like any site, in the same pass: the
+        dictionary encodes its input site, the features are changed, and the output site
+        gets exactly the change of the reconstruction, ``(f' - f) @ W_dec``; the error term
+        (the activation minus the reconstruction) is kept, so the activation is
+        reconstruction + error, bit for bit when no feature changes, and changing one
+        feature changes only its own contribution. Refused before any forward work (one
+        line naming the mismatch) where the dictionary's width, hook or model is not the
+        loaded model's."""
+        from mechscope.dictionaries import CrossLayerTranscoder, DictionarySet
+
+        if isinstance(dictionary, DictionarySet | CrossLayerTranscoder):
+            what = "tset[layer]" if isinstance(dictionary, DictionarySet) else "clt.source(layer)"
+            raise ValueError(f"a feature site takes one layer's dictionary: {what}")
+        if not (hasattr(dictionary, "encode") and hasattr(dictionary, "writes")):
+            raise ValueError(f"expected a dictionary, got {type(dictionary).__name__}")
+        hook = dictionary.config.hook_in
+        if isinstance(index, list):
+            index = tuple(int(i) for i in index)
+        layer = None if hook is None else hook.layer
+        return cls(FEATURE, layer, positions=positions, dictionary=dictionary, index=index)
 
     @classmethod
     def module(
@@ -95,6 +140,14 @@ class Site:
         return cls("module", path=path, io=io, positions=positions)
 
     def __post_init__(self) -> None:
+        if self.name == FEATURE:
+            if self.dictionary is None:
+                raise ValueError("a feature site needs its dictionary: Site.feature(d, index)")
+            if self.positions is not None and not isinstance(self.positions, tuple):
+                object.__setattr__(self, "positions", tuple(int(p) for p in self.positions))
+            return
+        if self.dictionary is not None or self.index is not None:
+            raise ValueError("only a feature site (Site.feature) takes a dictionary or index")
         if self.name not in SITE_NAMES:
             raise ValueError(f"unknown site {self.name!r}: expected one of {', '.join(SITE_NAMES)}")
         if self.name in LAYER_SITES and self.layer is None:
@@ -117,6 +170,8 @@ class Site:
         """(name, layer): the hook this site needs (``("module", "path:io")`` for a module)."""
         if self.name == "module":
             return (self.name, f"{self.path}:{self.io}")
+        if self.name == FEATURE:  # one key per dictionary object
+            return (self.name, f"{self.layer}:{id(self.dictionary):x}")
         return (self.name, self.layer)
 
     @property
@@ -126,10 +181,27 @@ class Site:
 
     @property
     def head_dim(self) -> int:
-        """The axis ``head`` indexes."""
+        """The axis ``head`` indexes (a feature site's ``index``: its feature axis)."""
         return 1 if self.name in SCORE_SITES else 2
 
+    @property
+    def unit(self) -> int | list[int] | None:
+        """What indexes :attr:`head_dim`: the head of a head site, a feature site's
+        ``index`` (a list for several), else None."""
+        if self.name == FEATURE:
+            return list(self.index) if isinstance(self.index, tuple) else self.index
+        return self.head if self.head is not None and self.name in HEAD_SITES else None
+
     def __str__(self) -> str:
+        if self.name == FEATURE:
+            hook = self.dictionary.config.hook_in
+            at = (
+                "?"
+                if hook is None
+                else hook.site + ("" if hook.layer is None else f".{hook.layer}")
+            )
+            where = f"feature[{at}]" + ("" if self.index is None else f"[f{self.index}]")
+            return where + ("" if self.positions is None else f"[pos{list(self.positions)}]")
         if self.name == "module":
             where = f"module({self.path!r}, {self.io!r})"
             return where + ("" if self.positions is None else f"[pos{list(self.positions)}]")

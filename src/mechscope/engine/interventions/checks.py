@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mechscope.engine.core.feature_sites import check_fits, hook_site
 from mechscope.engine.core.module_sites import resolve
 from mechscope.engine.core.moe import n_experts
 from mechscope.engine.core.sites import ATTENTION_SITES, KV_SITES, Site
@@ -84,6 +85,14 @@ def _sites(iv: Intervention) -> list[Site]:
     return ([] if site is None else [site]) + list(getattr(iv, "reads", ()))
 
 
+def _feature_hooks(lm: LoadedModel, site: Site) -> list[Site]:
+    """The sites a feature site's dictionary reads and writes (checked to fit ``lm``)."""
+    d = site.dictionary
+    check_fits(lm, d)
+    ends = [hook_site(lm, d.config.hook_in, "input")]
+    return ends + [hook_site(lm, hook, "output") for hook, _ in d.writes()]
+
+
 def check_pass(
     lm: LoadedModel,
     refused: dict[str, str],
@@ -94,7 +103,11 @@ def check_pass(
 ) -> None:
     """Raise before any forward work if ``interventions`` cannot run exactly on ``lm``."""
     for iv in interventions:
-        for name in refusal_keys(iv):
+        names = refusal_keys(iv)
+        for site in _sites(iv):
+            if site.name == "feature":
+                names += [s.name for s in _feature_hooks(lm, site)]
+        for name in names:
             if name in refused:
                 raise UnsupportedInterventionError(
                     f"{name} is not supported for {lm.spec}: {refused[name]}"
@@ -107,6 +120,15 @@ def _check_site(lm: LoadedModel, iv: Intervention, site: Site, seq: int, keep_ca
     """Ranges of one site of ``iv`` (layer, head, positions, expert, module path)."""
     if site.name == "module":
         resolve(lm, site.path)  # type: ignore[arg-type]
+    if site.name == "feature":
+        for end in _feature_hooks(lm, site):
+            if end.name == "module":
+                resolve(lm, end.path)  # type: ignore[arg-type]
+        n = site.dictionary.d_sae
+        units = site.index if isinstance(site.index, tuple) else (site.index,)
+        for i in (u for u in units if u is not None):
+            if not 0 <= i < n:
+                raise SiteError(f"feature {i} out of range: valid features are 0..{n - 1}")
     if site.layer is not None:
         lm.check_layer(site.layer)
     if site.head is not None:

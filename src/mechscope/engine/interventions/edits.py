@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from mechscope.engine.core.sites import HEAD_SITES, Site
+from mechscope.engine.core.sites import Site
 from mechscope.engine.interventions.function import Edit, EditContext
 from mechscope.engine.interventions.values import Ablate, Patch, Steer
 from mechscope.errors import InputError
@@ -20,17 +20,25 @@ def _index(site: Site, ndim: int) -> tuple:
     idx: list = [slice(None)] * ndim
     if site.positions is not None:
         idx[site.pos_dim] = list(site.positions)
-    if site.head is not None and site.name in HEAD_SITES:
-        idx[site.head_dim] = site.head
+    if site.unit is not None:
+        idx[site.head_dim] = site.unit
     return tuple(idx)
 
 
 def select(act: torch.Tensor, site: Site) -> torch.Tensor:
     """The slice of ``act`` a site addresses: ``[b, P, ...]`` for positions, the head axis
-    dropped for a head (``[b, P, d]`` for z/q/k/v, ``[b, P, k]`` for attn_scores)."""
-    if site.positions is None and (site.head is None or site.name not in HEAD_SITES):
+    dropped for a head (``[b, P, d]`` for z/q/k/v, ``[b, P, k]`` for attn_scores) and for
+    one feature of a feature site (``[b, P]``; ``[b, P, n]`` for several)."""
+    if site.positions is None and site.unit is None:
         return act
+    if _two_lists(site):
+        return act[:, list(site.positions)][:, :, site.unit]  # type: ignore[arg-type]
     return act[_index(site, act.dim())]
+
+
+def _two_lists(site: Site) -> bool:
+    """Whether a site selects several positions and several features (a block)."""
+    return site.positions is not None and isinstance(site.unit, list)
 
 
 def apply_patch(act: torch.Tensor, patch: Patch) -> torch.Tensor:
@@ -44,9 +52,14 @@ def apply_patch(act: torch.Tensor, patch: Patch) -> torch.Tensor:
         while mask.dim() < act.dim():
             mask = mask.unsqueeze(-1)
         return torch.where(mask, value, act)
-    if site.positions is None and (site.head is None or site.name not in HEAD_SITES):
+    if site.positions is None and site.unit is None:
         return value.expand_as(act).clone() if value.shape != act.shape else value
     out = act.clone()
+    if _two_lists(site):  # positions × features: a block, not pairs
+        block = out[:, list(site.positions)]  # type: ignore[arg-type]
+        block[:, :, site.unit] = value
+        out[:, list(site.positions)] = block  # type: ignore[arg-type]
+        return out
     out[_index(site, act.dim())] = value  # head and positions are adjacent axes
     return out
 

@@ -18,9 +18,10 @@ from torch.utils.hooks import RemovableHandle
 from transformers import DynamicCache
 
 from mechscope.engine.core import attention, hooks, module_sites, moe
+from mechscope.engine.core.feature_sites import hook_site
 from mechscope.engine.core.inputs import TextOrIds, to_tokens
 from mechscope.engine.core.norms import SCALE_ROLES, install_scale
-from mechscope.engine.core.sites import Site
+from mechscope.engine.core.sites import FEATURE, Site
 from mechscope.engine.core.unembed import FinalHidden, head_is_fp32, unembed
 from mechscope.engine.interventions.checks import check_pass, engine_refusals
 from mechscope.engine.interventions.edits import select
@@ -32,7 +33,14 @@ from mechscope.engine.interventions.prefix import (
     dynamic_cache,
     tail_plan,
 )
-from mechscope.engine.interventions.transform import Expand, Peek, make_transform
+from mechscope.engine.interventions.transform import (
+    Expand,
+    FeatureIn,
+    FeatureOut,
+    Peek,
+    Splice,
+    make_transform,
+)
 from mechscope.engine.interventions.values import (
     Ablate,
     Edit,
@@ -253,10 +261,13 @@ class Forward:
         lm = self.lm
         ops: dict[tuple[str, int], list[Any]] = defaultdict(list)
         values = PassValues({}, out.reads)  # what an Edit's context reads
+        splices: dict[int, Splice] = {}  # by dictionary: one encode per dictionary
         for iv in interventions:
             if isinstance(iv, Read | Patch | Ablate | Steer | Edit):
                 site = iv.site
-                if site.name == "pattern":
+                if site.name == FEATURE:
+                    self._splice(iv, splices, ops)
+                elif site.name == "pattern":
                     if not isinstance(iv, Read):
                         raise ValueError("pattern can only be read; use SuppressAttention")
                     work[site.layer].reducers.append(_pattern_reader(site, out))  # type: ignore[index]
@@ -313,6 +324,18 @@ class Forward:
                 handles.append(moe.install_router(lm.layer_part("experts", layer), fn, seq))
             else:
                 handles.extend(hooks.install(lm, name, layer, fn, seq))
+
+    def _splice(self, iv: Any, splices: dict[int, Splice], ops: dict[Any, list[Any]]) -> None:
+        """A feature site's intervention joins its dictionary's splice: the first one puts
+        the encoder at the input site and the decoders at the output sites (list order)."""
+        d = iv.site.dictionary
+        splice = splices.get(id(d))
+        if splice is None:
+            splice = splices[id(d)] = Splice(d, [])
+            ops[hook_site(self.lm, d.config.hook_in, "input").key].append(FeatureIn(splice))
+            for hook, w_dec in d.writes():
+                ops[hook_site(self.lm, hook, "output").key].append(FeatureOut(splice, w_dec))
+        splice.items.append(iv)
 
 
 class _Stop(Exception):

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 #: Sites a :class:`Steer` can edit: every site with a vector per position.
 STEER_SITES = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "mlp_post")
+STEER_SITES += ("feature",)  # a dictionary's features (Site.feature)
 STEER_HEAD_SITES = ("z", "q", "k", "v")
 
 
@@ -35,6 +36,7 @@ class Read:
 
     site: Site
     device: torch.device | str | None = None
+    sparse: bool = False  #: a feature site's read kept as a sparse COO tensor (the cache's)
 
     def __post_init__(self) -> None:
         if self.device is not None:
@@ -216,11 +218,14 @@ class Steer:
     ``vector`` has the trailing shape of the site's slice: ``[d_model]`` for the residual
     sites, ``[d_mlp]`` for ``mlp_post``, ``[d_head]`` for one head of ``z``/``q``/``k``/``v``
     (``[heads, d_head]`` for all of them; a projection then runs over the flattened
-    ``heads * d_head``). ``alpha``: a number, or a 1-D tensor with one scale per batch row
-    (an alpha sweep packed into one forward). ``site.positions`` limits the edit to those
-    positions; without them every position is steered, and during generation every new
-    token too. ``alpha == 0`` leaves the activation untouched, bit for bit. The edit is
-    computed in fp32 and written back in the activation's dtype.
+    ``heads * d_head``), ``[d_sae]`` for a feature site (``[n]`` for ``n`` features, a
+    number for one: ``Steer(Site.feature(sae, 7), torch.tensor(1.0), alpha=5)`` raises
+    feature 7 by 5, so the site moves by 5 times its decoder row). ``alpha``: a number, or a
+    1-D tensor with one scale per batch row (an alpha sweep packed into one forward).
+    ``site.positions`` limits the edit to those positions; without them every position is
+    steered, and during generation every new token too. ``alpha == 0`` leaves the
+    activation untouched, bit for bit. The edit is computed in fp32 and written back in the
+    activation's dtype.
     """
 
     site: Site
@@ -236,7 +241,8 @@ class Steer:
         if self.mode not in ("add", "project"):
             raise InputError(f"expected mode 'add' or 'project', got {self.mode!r}", field="mode")
         vec = torch.as_tensor(self.vector)
-        if vec.dim() == 0 or not bool(torch.isfinite(vec).all()):
+        one_feature = name == "feature" and isinstance(self.site.index, int)
+        if (vec.dim() == 0 and not one_feature) or not bool(torch.isfinite(vec).all()):
             raise InputError("expected a finite vector of at least one dimension", field="vector")
         if self.mode == "project" and float(vec.float().norm()) == 0.0:
             raise InputError("expected a non-zero direction to project out", field="vector")
