@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from mechscope.engine.conformance.probe import ProbeReport, apply_probe
 from mechscope.engine.core.spans import attention_span
-from mechscope.engine.generation.generate import LOCKSTEP
+from mechscope.engine.generation.batching import LOCKSTEP
 from mechscope.engine.interventions.forward import Forward
 from mechscope.errors import MechscopeError
 from mechscope.models import load_model
