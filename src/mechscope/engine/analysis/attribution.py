@@ -210,7 +210,8 @@ def logit_attribution(cache: Any, a: Any, b: Any = None, *, position: Any = -1) 
         ]
         out.heads = torch.stack([p.unflatten(-1, (lm.n_heads, -1)).sum(-1) for p, _ in parts], 1)
         out.head_rest = torch.stack([r for _, r in parts], 1)
-    if ("mlp_post", 0) in cache.reads and lm.card.mlp_down is not None:
+    neurons = all(("mlp_post", l) in cache.reads for l in range(n))  # none on MoE layers
+    if neurons and lm.card.mlp_down is not None:
         parts = [
             _parts(lm, "mlp_out", l, _at(cache["mlp_post", l], pos), u, s, mlp[:, l])
             for l in range(n)

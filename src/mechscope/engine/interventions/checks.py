@@ -26,6 +26,9 @@ from mechscope.errors import SiteError, UnsupportedInterventionError
 from mechscope.models.loaded import LoadedModel
 
 ATTENTION_WORK = (*ATTENTION_SITES, "SuppressAttention", "ReduceAttention")
+#: Sites that live on a module only some layers have (a mixture-of-experts layer has no
+#: single MLP down projection, a dense one no experts).
+LAYER_MODULE_SITES = ("router", "expert_out", "mlp_post")
 
 
 def engine_refusals(lm: LoadedModel, attention_reached: bool) -> dict[str, str]:
@@ -108,7 +111,7 @@ def check_pass(
         for p in site.positions or ():
             if not -seq <= p < seq:
                 raise SiteError(f"position {p} out of range: valid positions are 0..{seq - 1}")
-        if site.name in ("router", "expert_out", "mlp_post"):
+        if site.name in LAYER_MODULE_SITES:
             _check_module(lm, site.name, site.layer, site.expert)
         if keep_cache and site.name in KV_SITES and not isinstance(iv, Read):
             raise UnsupportedInterventionError(
@@ -117,17 +120,28 @@ def check_pass(
             )
 
 
-def _check_module(lm: LoadedModel, name: str, layer: int | None, expert: int | None) -> None:
+def layer_refusal(lm: LoadedModel, name: str, layer: int) -> str | None:
+    """Why site ``name`` is not supported at ``layer`` (one line), None where it is: the
+    module it lives on is missing from that layer (models mixing dense and MoE layers)."""
+    if name not in LAYER_MODULE_SITES:
+        return None
     role = "mlp_down" if name == "mlp_post" else "experts"
     try:
-        module = lm.layer_part(role, layer)  # type: ignore[arg-type]
+        lm.layer_part(role, layer)
     except AttributeError:
         kind = "mixture-of-experts" if role == "mlp_down" else "dense"
-        raise UnsupportedInterventionError(
+        return (
             f"{name} is not supported at layer {layer} of {lm.spec}: it has no {role} module "
             f"where the {lm.card.family} card says (a {kind} layer)"
-        ) from None
+        )
+    return None
+
+
+def _check_module(lm: LoadedModel, name: str, layer: int | None, expert: int | None) -> None:
+    why = layer_refusal(lm, name, layer)  # type: ignore[arg-type]
+    if why is not None:
+        raise UnsupportedInterventionError(why)
     if expert is not None:
-        n = n_experts(module)
+        n = n_experts(lm.layer_part("experts", layer))  # type: ignore[arg-type]
         if not 0 <= expert < n:
             raise SiteError(f"expert {expert} out of range: valid experts are 0..{n - 1}")
