@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
+
 from mechscope.engine.core.module_sites import resolve
 from mechscope.engine.core.moe import n_experts
 from mechscope.engine.core.sites import ATTENTION_SITES, KV_SITES
+from mechscope.engine.core.spans import absolute_position_scaling
 from mechscope.engine.interventions.values import (
     Gate,
     Intervention,
@@ -145,3 +148,24 @@ def _check_module(lm: LoadedModel, name: str, layer: int | None, expert: int | N
         n = n_experts(lm.layer_part("experts", layer))  # type: ignore[arg-type]
         if not 0 <= expert < n:
             raise SiteError(f"expert {expert} out of range: valid experts are 0..{n - 1}")
+
+
+def check_padding(lm: LoadedModel, attention_mask: torch.Tensor | None) -> None:
+    """Refuse a left-padded pass where the model scales attention by absolute token indices
+    (:func:`~mechscope.engine.core.spans.absolute_position_scaling`) and the batch is long
+    enough for padding to change the scale: a padded row would not compute what it
+    computes alone (Llama 4: off by 0.01 in the logits)."""
+    if attention_mask is None or attention_mask.dim() != 2:
+        return
+    start = absolute_position_scaling(lm.config)
+    width = int(attention_mask.shape[1])
+    if start is None or width < start:
+        return
+    mask = attention_mask.bool()
+    shifted = bool((mask[:, 1:] & ~mask[:, :-1]).any())  # a token after a masked column
+    if shifted:
+        raise UnsupportedInterventionError(
+            f"left padding is not supported for {lm.spec} at {width} tokens: its attention "
+            f"temperature is computed from absolute token indices (from index {start - 1} "
+            "on), which padding shifts; run rows of different lengths one at a time"
+        )
