@@ -158,9 +158,9 @@ def test_a_decoding_that_matches_nothing_is_refused_in_one_line(monkeypatch):
 
 def test_support_rows_say_how_resume_and_generation_run():
     assert support_row("llama").markdown().startswith("| `llama` | exact | llama | exact | exact |")
-    chunked = support_row("llama4_text")
+    chunked = support_row("llama4_text")  # its MoE layers' router and experts: refused
     assert (chunked.status, chunked.resume, chunked.generation) == (
-        "exact",
+        "partial",
         "below window",
         "exact",
     )
