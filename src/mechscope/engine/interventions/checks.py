@@ -10,22 +10,27 @@ class ignores transformers' attention interface has no attention sites.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
+from torch import nn
 
 from mechscope.engine.core.module_sites import resolve
 from mechscope.engine.core.moe import n_experts
-from mechscope.engine.core.sites import ATTENTION_SITES, KV_SITES
+from mechscope.engine.core.sites import ATTENTION_SITES, KV_SITES, Site
 from mechscope.engine.core.spans import absolute_position_scaling
 from mechscope.engine.interventions.values import (
+    Ablate,
     Gate,
     Intervention,
     Read,
     ReduceAttention,
+    Steer,
     SuppressAttention,
 )
-from mechscope.errors import SiteError, UnsupportedInterventionError
+from mechscope.errors import InputError, SiteError, UnsupportedInterventionError
 from mechscope.models.loaded import LoadedModel
 
 ATTENTION_WORK = (*ATTENTION_SITES, "SuppressAttention", "ReduceAttention")
@@ -116,6 +121,10 @@ def check_pass(
                 raise SiteError(f"position {p} out of range: valid positions are 0..{seq - 1}")
         if site.name in LAYER_MODULE_SITES:
             _check_module(lm, site.name, site.layer, site.expert)
+        if isinstance(iv, Steer):
+            check_steer(lm, iv)
+        if isinstance(iv, Ablate):
+            check_reference(lm, iv, seq)
         if keep_cache and site.name in KV_SITES and not isinstance(iv, Read):
             raise UnsupportedInterventionError(
                 f"{site.name} cannot be edited in a pass that keeps its cache (cache=True): the "
@@ -168,4 +177,67 @@ def check_padding(lm: LoadedModel, attention_mask: torch.Tensor | None) -> None:
             f"left padding is not supported for {lm.spec} at {width} tokens: its attention "
             f"temperature is computed from absolute token indices (from index {start - 1} "
             "on), which padding shifts; run rows of different lengths one at a time"
+        )
+
+
+def site_width(lm: LoadedModel, site: Site) -> tuple[int, ...] | None:
+    """The trailing shape of ``site``'s slice per position (one head's where the site names
+    one), where the model's sizes say it for sure (None: q/k/v, whose head sizes
+    multi-head latent attention changes, scores, norm scales, module sites)."""
+    if site.name in ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out"):
+        return (lm.d_model,)
+    if site.name == "z":
+        return (lm.d_head,) if site.head is not None else (lm.n_heads, lm.d_head)
+    if site.name == "mlp_post" and site.layer is not None:
+        down = lm.layer_part("mlp_down", site.layer)
+        return (down.in_features,) if isinstance(down, nn.Linear) else None
+    return None
+
+
+def check_steer(lm: LoadedModel, steer: Steer) -> None:
+    """A steering vector of the site's width, and a steered value the model's norms can
+    square: past ``sqrt(float32 max / width)`` the sum of squares overflows, the norm's
+    scale becomes infinite and its output exactly 0 (alpha 1e30 read as no effect at all)."""
+    vec = torch.as_tensor(steer.vector)
+    want = site_width(lm, steer.site)
+    if want is not None and tuple(vec.shape) != want:
+        raise InputError(
+            f"a steering vector of shape {list(want)} for {steer.site}, got {list(vec.shape)}",
+            field="vector",
+        )
+    alpha = torch.as_tensor(steer.alpha, dtype=torch.float64).abs().max()
+    if steer.mode == "project":
+        return  # removes at most alpha times the component already there
+    width = vec.numel()
+    largest = float(alpha) * float(vec.double().abs().max())
+    bound = min(
+        torch.finfo(lm.dtype).max, math.sqrt(torch.finfo(torch.float32).max / max(width, 1))
+    )
+    if largest >= bound:
+        raise InputError(
+            f"|alpha| x the vector's largest entry below {bound:.3g} (past it the model's "
+            f"norms overflow and read the steered value as 0), got {largest:.3g} at alpha "
+            f"{float(alpha):g}",
+            field="alpha",
+        )
+
+
+def check_reference(lm: LoadedModel, ablate: Ablate, seq: int) -> None:
+    """A mean or resampled reference of the site's width and, unless averaged over its
+    positions, of the pass's length (the replacement is laid position by position)."""
+    ref, site = ablate.reference, ablate.site
+    if ablate.mode == "zero" or not isinstance(ref, torch.Tensor):
+        return
+    want = site_width(lm, replace(site, head=None))
+    if want is not None and tuple(ref.shape[2:]) != want:
+        raise InputError(
+            f"a reference [rows, seq, {', '.join(map(str, want))}] of {site.name}, got "
+            f"{list(ref.shape)}",
+            field="reference",
+        )
+    positions = int(ref.shape[site.pos_dim])
+    if (ablate.mode == "resample" or not ablate.over_positions) and positions != seq:
+        raise InputError(
+            f"a reference of the pass's {seq} positions (or over_positions=True), got {positions}",
+            field="reference",
         )
