@@ -19,7 +19,7 @@ from mechscope.models import load_model
 
 MIXED = [
     "deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite", "ernie4_5_moe", "exaone_moe",
-    "mimo_v2_flash", "afmoe",
+    "mimo_v2_flash", "afmoe", "llama4_text",
 ]  # fmt: skip
 PROMPTS = ["When Mary and John went to the store", "Once upon a time"]
 
