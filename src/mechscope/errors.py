@@ -38,6 +38,27 @@ class InputError(MechscopeError, ValueError):
         super().__init__(": ".join(parts))
 
 
+def first_problem(exc: Exception) -> InputError:
+    """A pydantic ``ValidationError`` (its several lines) as one :class:`InputError`: the
+    first problem, naming the field, what it expects and what it got; the InputError a
+    validator raised as it is. Duck-typed on ``exc.errors()``: this module imports nothing
+    heavier than the standard library, and pydantic is not one."""
+    problems = exc.errors() if hasattr(exc, "errors") else []  # type: ignore[attr-defined]
+    if not problems:
+        return InputError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    first = problems[0]
+    cause = (first.get("ctx") or {}).get("error")
+    if isinstance(cause, InputError):
+        return cause
+    field = ".".join(str(x) for x in first.get("loc", ())) or None
+    what = str(first.get("msg", "a valid value")).removeprefix("Value error, ")
+    if "got " in what:  # the validator said what it got
+        return InputError(what, field=field)
+    got = repr(first.get("input"))
+    got = got if len(got) <= 80 else got[:79] + "…"
+    return InputError(f"{what}, got {got}", field=field)
+
+
 class ModelSpecError(MechscopeError, ValueError):
     """A model spec that is neither a directory, a GGUF file, an alias nor tiny:<family>."""
 

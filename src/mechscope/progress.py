@@ -11,6 +11,11 @@ print nothing until the end, so the same calls write a line per loop when it sta
 :data:`LOG_INTERVAL` seconds while it runs (from a timer, also when one item takes
 longer), and when it ends: done/total, elapsed and time left (:class:`LogProgress`).
 ``MECHSCOPE_PROGRESS=0`` silences both, ``=1`` forces the live display.
+
+A refused command prints its refusal alone: the command line holds Python warnings raised
+while the inputs are checked (:func:`hold_warnings`: a tokenizer dropping names a task then
+lacks, a note on an input about to be refused) until the run directory opens, which shows
+them (:func:`release_warnings`), or drops them with the refusal (:func:`drop_warnings`).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -263,3 +269,32 @@ def track(items: Iterable[T], description: str, total: int | None = None) -> Ite
         for item in items:
             yield item
             progress.advance(task)
+
+
+_HELD: list[tuple[Any, ...]] = []
+_SHOW: list[Any] = []  # warnings.showwarning while warnings are held
+
+
+def hold_warnings() -> None:
+    """Keep Python warnings back instead of showing them, until :func:`release_warnings`
+    or :func:`drop_warnings`."""
+    if _SHOW:
+        return
+    _SHOW.append(warnings.showwarning)
+    warnings.showwarning = lambda *args, **kwargs: _HELD.append((args, kwargs))
+
+
+def release_warnings() -> None:
+    """Show the warnings held back, in order, and show new ones as they come (a run
+    directory opened: every input check passed)."""
+    if _SHOW:
+        warnings.showwarning = _SHOW.pop()
+    held, _HELD[:] = list(_HELD), []
+    for args, kwargs in held:
+        warnings.showwarning(*args, **kwargs)
+
+
+def drop_warnings() -> None:
+    """Forget the warnings held back (the command was refused: its one line says why)."""
+    _HELD.clear()
+    release_warnings()

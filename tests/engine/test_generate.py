@@ -78,7 +78,7 @@ def test_greedy_equals_hf_generate_with_refills(stories):
             assert r.stop == ("length" if len(ref) == p.max_new_tokens else "eos")
 
 
-def assert_logits_match_hf(engine, prompts: list[Prompt], slots: int) -> None:
+def assert_logits_match_hf(engine, prompts: list[Prompt], slots: int, **kwargs) -> None:
     """Every greedy rollout's logits, step by step, equal those transformers' ``generate``
     chose the same tokens from (within rounding at the logits' scale, through every layer
     and the head), and so do the tokens up
@@ -89,6 +89,7 @@ def assert_logits_match_hf(engine, prompts: list[Prompt], slots: int) -> None:
     out = engine.generate(
         prompts, Sampling(max_new_tokens=99), slots=slots,
         on_logits=lambda i, k, x: seen.setdefault((i, k), []).append(x.float().clone()),
+        **kwargs,
     )  # fmt: skip
     for i, (p, rollouts) in enumerate(zip(prompts, out, strict=True)):
         ref = lm.model.generate(

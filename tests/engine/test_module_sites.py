@@ -16,7 +16,7 @@ from engine_tiny import (
 
 from mechscope.engine import Ablate, Engine, Patch, Read, Site
 from mechscope.engine.core.norms import factor_norm
-from mechscope.errors import SiteError, UnsupportedInterventionError
+from mechscope.errors import InputError, SiteError, UnsupportedInterventionError
 from mechscope.models import load_model
 from tolerance import assert_beyond_rounding, assert_rounding_close, depth_of
 
@@ -145,10 +145,15 @@ class NotANorm(torch.nn.Module):
 
 
 def test_module_sites_need_a_path_and_only_they_take_one() -> None:
-    with pytest.raises(ValueError, match="needs path"):
+    with pytest.raises(InputError, match="path=… for a module site only") as info:
         Site("module")
-    with pytest.raises(ValueError, match="'output' or 'input'"):
-        Site.module("model.norm", "middle")
+    assert str(info.value).startswith("field 'path': ")
+    with pytest.raises(InputError, match="io 'output' or 'input', got 'middle'") as info:
+        Site.module("model.norm", "middle")  # a ValueError of the project's, in one line
+    assert isinstance(info.value, ValueError) and "\n" not in str(info.value)
+    with pytest.raises(InputError, match="got 'resid_pst' \\(did you mean 'resid_post'") as info:
+        Site("resid_pst", 3)
+    assert str(info.value).startswith("field 'name': ") and "\n" not in str(info.value)
     assert (
         str(Site.module("model.norm", positions=(1,))) == "module('model.norm', 'output')[pos[1]]"
     )

@@ -36,6 +36,17 @@ def _pair(pid: str, base: str, source: str) -> dict:
     }
 
 
+def _nan_wav(path: Path) -> None:
+    """A float clip with NaN samples: the processor warned, then the run refused (two
+    lines and more, after the run had started); now one line before anything."""
+    import numpy as np
+    import soundfile
+
+    clip = (0.1 * np.random.default_rng(2).standard_normal(9_600)).astype(np.float32)
+    clip[100:110] = np.nan
+    soundfile.write(str(path), clip, 16_000, subtype="FLOAT")
+
+
 def write_inputs(d: Path) -> None:
     noise_wav(d / "ok.wav", 0.6)
     noise_wav(d / "longer.wav", 1.4, seed=1)
@@ -43,6 +54,7 @@ def write_inputs(d: Path) -> None:
     noise_wav(d / "stereo.wav", 0.5, channels=2)
     noise_wav(d / "long.wav", 31.0)
     (d / "garbage.wav").write_bytes(b"RIFF not really a wave file" * 10)
+    _nan_wav(d / "nan.wav")
     (d / "garbage.png").write_bytes(b"\x89PNG but truncated")
     lines = {
         "missing": _sample("s-missing", "nope.wav"),
@@ -51,6 +63,7 @@ def write_inputs(d: Path) -> None:
         "stereo": _sample("s-stereo", "stereo.wav"),
         "long": _sample("s-long", "long.wav"),
         "nomarker": _sample("s-nomarker", "ok.wav", prompt="The speaker is"),
+        "nan": _sample("s-nan", "nan.wav"),
         "ok": _sample("s-ok", "ok.wav"),
     }
     for name, rec in lines.items():
@@ -80,6 +93,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "stereo audio": (cands("stereo"), "mono"),
     "too long": (cands("long"), "31.00 s"),
     "prompt without marker": (cands("nomarker"), "{audio}"),
+    "NaN audio samples": (cands("nan"), "finite audio"),
     "unreadable image": (cands("badimg", ["-m", "tiny:llava", "--out", "runs/x"]), "s-img"),
     "audio on a text model": (cands("ok", ["-m", "tiny:llama", "--out", "runs/x"]), "reads audio"),
     "audio on an image model": (

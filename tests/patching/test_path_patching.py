@@ -117,6 +117,33 @@ def test_refusals(lm, pairs):
         path_patch(lm, [longer], [(0, 0)], [(2, 0)])
 
 
+@pytest.mark.parametrize(
+    ("senders", "receivers", "kind", "field"),
+    [
+        ([[1]], "all", "q", "senders"),  # a head needs (layer, head)
+        ([(0, 0, 1)], "all", "q", "senders"),
+        (5, "all", "q", "senders"),
+        ([], "all", "q", "senders"),
+        ([[]], "all", "q", "senders"),
+        ([(0, 0)], [("a", 1)], "q", "receivers"),
+        ([(0, 0)], [(2, 0)], "resid_final", "receivers"),  # was ignored: logits have none
+    ],
+)
+def test_heads_of_the_wrong_shape_are_one_line(lm, pairs, senders, receivers, kind, field):
+    """Pydantic's several lines (or a receivers list silently ignored) before: now the
+    project's one line naming the argument and what it got, before any forward."""
+    calls = []
+    handle = lm.model.register_forward_pre_hook(lambda *a: calls.append(1))
+    try:
+        with pytest.raises(InputError) as info:
+            path_patch(lm, pairs, senders, receivers, kind)
+    finally:
+        handle.remove()
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"field {field!r}: ") and "got" in message
+    assert not calls
+
+
 def test_pairs_of_several_lengths_and_a_metric(lm, pairs):
     """Each pair's numbers are its own, whatever it is batched with; a custom metric (the
     correct answer's logit) is kept beside the logit difference."""

@@ -212,8 +212,11 @@ def test_refusals():
         Steer(Site("resid_pre", 0), torch.zeros(lm.d_model), mode="project")
     with pytest.raises(InputError, match="site among"):
         Steer(Site("pattern", 0), vec)
-    with pytest.raises(ValueError, match="finite alphas"):  # pydantic; the CLI: one line
-        SteerConfig(alphas=(1.0, float("nan")))
+    for bad, field in (({"alphas": (1.0, float("nan"))}, "alphas"), ({"alphas": ()}, "alphas"),
+                       ({"layer": -1}, "layer"), ({"mode": "scale"}, "mode")):  # fmt: skip
+        with pytest.raises(InputError) as info:  # was pydantic's several lines
+            SteerConfig(**bad)
+        assert str(info.value).startswith(f"field {field!r}: ") and "\n" not in str(info.value)
     with pytest.raises(InputError, match="at least one contrastive pair"):
         caa_vector(lm, [], Site("resid_pre", 0))
     with pytest.raises(InputError, match=r"shape \[64\]"):
@@ -226,6 +229,20 @@ def test_refusals():
     with pytest.raises(UnsupportedInterventionError, match="cache"):
         k = Steer(Site("k", 0, head=0), torch.ones(lm.d_head))
         eng.generate(prompt, Sampling(2), interventions=[k])
+    one = [SteerPrompt("p", "Hi")]
+    calls = []  # the refusals below come before any forward
+    handle = lm.model.register_forward_pre_hook(lambda *a: calls.append(1))
+    try:
+        with pytest.raises(InputError, match="length 0"):  # was "not finite"
+            steer_sweep(lm, torch.zeros(lm.d_model), one, SteerConfig(layer=1, normalize=True))
+        with pytest.raises(InputError, match="alpha"):  # 1e30 overflowed the norms: "no effect"
+            steer_sweep(lm, torch.ones(lm.d_model), one, SteerConfig(layer=1, alphas=(1e30,)))
+        with pytest.raises(UnsupportedInterventionError, match="while generating"):
+            config = SteerConfig(site="k", layer=1, head=0, max_new_tokens=2)  # was refused
+            steer_sweep(lm, torch.ones(lm.d_head), one, config)  # after the metric sweep
+    finally:
+        handle.remove()
+    assert not calls
 
 
 def test_run_directory_report_and_round_trip(tmp_path):

@@ -72,7 +72,7 @@ from mechscope.anchors.resampling.embeddings import Embedder
 from mechscope.anchors.resampling.rollouts import TraceRollouts, positions, resample_trace
 from mechscope.anchors.resampling.sampler import Sampler
 from mechscope.anchors.resampling.sentence_matrix import sentence_matrix
-from mechscope.anchors.resampling.stored import batch_id, read_rollouts
+from mechscope.anchors.resampling.stored import check_design, read_rollouts, require_rollouts
 from mechscope.anchors.result import ReceiverResult, ResamplingResult, SuppressionResult
 from mechscope.anchors.samples import generate_traces
 from mechscope.anchors.traces.taxonomy import Labeler, RuleLabeler
@@ -116,16 +116,8 @@ def resample_run(
 ) -> dict[str, TraceRollouts]:
     """Rollouts of every trace (finished positions are read back, not resampled). Several
     workers can share ``run``: each position is claimed and sampled by one of them."""
+    check_design(run, traces, False, max_chunks)
     store = ShardStore(run, ROLLOUTS_PART)
-    for t in traces:
-        for p in positions(t, max_chunks):
-            if store.done(batch_id(t.id, p, 0)):
-                raise InputError(
-                    "a run directory without adaptive rollouts (this one was resampled with "
-                    "--adaptive; use a new run directory for the fixed design)",
-                    sample=batch_id(t.id, p, 0),
-                    field="--adaptive",
-                )
     rollouts = {
         t.id: resample_trace(
             t, sampler, store, settings=settings, positions=positions(t, max_chunks), shared=True
@@ -165,6 +157,7 @@ def analyze_run(
 ) -> ResamplingResult:
     """Chunk metrics and labels of every trace with rollouts (``anchors_chunks``), and the
     resampling sentence matrices (with an ``embedder`` only)."""
+    require_rollouts(run)
     opts, labeler = options or MetricOptions(), labeler or RuleLabeler()
     frames, matrices = [], {}
     for trace in track(traces, "anchors: analysis"):

@@ -9,6 +9,7 @@ from pydantic_core import ValidationError  # pydantic's, without importing pydan
 from rich.console import Console
 
 from mechscope.errors import DiskFullError, MechscopeError, ResumableError
+from mechscope.progress import drop_warnings, hold_warnings, release_warnings
 from mechscope.runs import interrupt
 from mechscope.runs.executor import ARGV, WorkerDone
 
@@ -84,6 +85,7 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> None:
     interrupt.install()
     ARGV.set(args)  # what executor workers rerun
     mark = _runs_mark()  # only what this command did to run directories is taken back
+    hold_warnings()  # until the run opens: a refusal before it prints alone
     try:
         # Outside standalone mode typer turns Ctrl-C (and typer.Exit) into a returned code.
         code = app(args=args, standalone_mode=False, prog_name="mechscope")
@@ -104,15 +106,19 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> None:
             exc = DiskFullError.of(exc)  # a full disk outside the atomic writes
         # a refused command changes nothing on disk; a resumable failure keeps finished work
         undo_runs(since=mark, keep_work=isinstance(exc, ResumableError))
+        drop_warnings()
         if debug:
             raise
         message = one_line(exc)
         Console(stderr=True, highlight=False).print(f"error: {message}", soft_wrap=True)
         sys.exit(2)
     except parser_errors() as exc:  # before anything ran, so nothing to discard
+        drop_warnings()
         if debug:
             raise
         sys.exit(usage_error(exc, Console(stderr=True, highlight=False)))
+    finally:
+        release_warnings()  # a command that opens no run: its warnings at its end
     if isinstance(code, int) and not isinstance(code, bool) and code:
         if code == INTERRUPTED:
             Console(stderr=True).print("interrupted; rerun the same command to resume")

@@ -56,13 +56,13 @@ def _support(types: list[str]) -> None:
     from mechscope.models.tiny_types import NAMED_TYPES
 
     table = Table(title="support measured on tiny random models")
-    for col in ("model_type", "status", "card", "resume", "generation", "refused", "why"):
+    for col in ("model_type", "status", "card", "resume", "generation", "refused", "why", "config"):
         table.add_column(col, overflow="fold")
     for model_type in NAMED_TYPES if types == ["named"] else types:
         row = support_row(model_type)
         table.add_row(
             row.model_type, row.status, row.card, row.resume, row.generation,
-            ", ".join(row.refused), row.note,
+            ", ".join(row.refused), row.note, row.config,
         )  # fmt: skip
     console.print(table)
 

@@ -108,6 +108,14 @@ def read_audio(
             f"expected audio samples, {path.name} is empty", sample=sample, field="audio"
         )
     data, _ = soundfile.read(str(path), dtype="float32", always_2d=False)  # [samples]
+    bad = np.flatnonzero(~np.isfinite(data))
+    if bad.size:  # the processor would warn, then every number computed from it be NaN
+        raise InputError(
+            f"finite audio samples, {path.name} has {bad.size} NaN or infinite (the first at "
+            f"sample {bad[0]})",
+            sample=sample,
+            field="audio",
+        )
     return data
 
 

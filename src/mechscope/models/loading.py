@@ -96,6 +96,36 @@ def load_model(
             tok = _load_tokenizer(root, gguf)  # before the weights: fail fast, and cheaply
         auto = _auto_class(found, config)
         model = _load_weights(auto, root, gguf, dtype=dtype or torch.float32, device_map=device_map)
+    return _loaded(model, tok, found, processor, spec, choice, device, device_map, memory)
+
+
+def load_tiny_type(model_type: str, seed: int = 0) -> LoadedModel:
+    """The tiny model of ``model_type`` built by the generic shrink and
+    ``tiny_overrides.yaml`` (:mod:`mechscope.models.tiny_types`: every feature the
+    family's real checkpoints use), also where a built-in card keeps a tiny config of its
+    own, loaded as a user's model of that type is (its built-in card, or one derived): what
+    the support table measures."""
+    if model_type not in known_model_types():
+        raise ModelSpecError(f"unknown model type {model_type!r}: not a causal LM of transformers")
+    quiet_loading()
+    tok = tiny_tokenizer()
+    model = build_tiny_type(model_type, tok, seed=seed).float()
+    spec = f"tiny:{model_type}"
+    return _loaded(model, tok, find_card(model.config), None, spec, None, None, None, None)
+
+
+def _loaded(
+    model: Any,
+    tok: Any,
+    found: ModelCard | None,
+    processor: Any,
+    spec: str,
+    choice: str | None,
+    device: str | torch.device | None,
+    device_map: str | dict | None,
+    memory: str | None,
+) -> LoadedModel:
+    """A built model as the engine takes it: placed, checked finite, with its card."""
     if device is not None and device_map is None:
         model = model.to(device)
     model.eval()

@@ -184,6 +184,13 @@ def path(
         raise InputError(
             f"expected one of {expected}, got {receiver_input!r}", field="--receiver-input"
         )
+    if receiver_input == "resid_final" and (receivers != "all" or receivers_together):
+        flag = "--receivers" if receivers != "all" else "--receivers-together"
+        raise InputError(
+            f"{flag} only with --receiver-input q, k or v (resid_final reads the logits, no "
+            "receiver heads)",
+            field=flag,
+        )
     config = {
         "senders": senders,
         "receivers": receivers,

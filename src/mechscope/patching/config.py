@@ -7,9 +7,11 @@ requires the same spec).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from mechscope.errors import first_problem
 
 PATCH_SITES = (
     "resid_pre",
@@ -132,6 +134,14 @@ class PathSpec(BaseModel):
     freeze_mlps: bool = False
     policy: Literal["error", "first"] = "error"
     budget_bytes: int | None = Field(default=None, gt=0)
+
+    def __init__(self, **values: Any) -> None:
+        """Checked as it is made: a bad value is one :class:`InputError` line naming the
+        field (pydantic's error runs over several)."""
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise first_problem(exc) from None
 
     @field_validator("senders")
     @classmethod

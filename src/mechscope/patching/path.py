@@ -11,6 +11,7 @@ reads.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Sequence
 
 import pandas as pd
@@ -40,21 +41,44 @@ Metric = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 pairs given to :func:`path_patch`."""
 
 
-def as_groups(heads: str | Sequence, lm: LoadedModel, *, kv: bool = False):
+def as_groups(heads: str | Sequence, lm: LoadedModel, *, kv: bool = False, field: str = "senders"):
     """``"all"`` (every head on its own), a list of ``(layer, head)`` (each on its own) or a
-    list of lists of them (groups patched together) as a tuple of groups."""
+    list of lists of them (groups patched together) as a tuple of groups; anything else is
+    one :class:`InputError` line naming ``field``."""
     if isinstance(heads, str):
         if heads != "all":
-            raise InputError(f"expected 'all' or a list of (layer, head), got {heads!r}")
+            raise InputError(f"'all' or a list of (layer, head), got {heads!r}", field=field)
         n = lm.n_kv_heads if kv else lm.n_heads
         return tuple(((layer, h),) for layer in range(lm.n_layers) for h in range(n))
+    wrong = InputError(
+        f"'all', a list of (layer, head) or a list of lists of them, got {_short(heads)}",
+        field=field,
+    )
+    if not isinstance(heads, Sequence) or not heads:
+        raise wrong
     out = []
     for item in heads:
-        if len(item) == 2 and all(isinstance(x, int) for x in item):
-            out.append((tuple(item),))
+        if _is_head(item):
+            out.append((tuple(int(x) for x in item),))
+        elif isinstance(item, Sequence) and item and all(_is_head(h) for h in item):
+            out.append(tuple(tuple(int(x) for x in h) for h in item))
         else:
-            out.append(tuple(tuple(h) for h in item))
+            raise wrong
     return tuple(out)
+
+
+def _is_head(item: object) -> bool:
+    return (
+        isinstance(item, Sequence)
+        and not isinstance(item, str)
+        and len(item) == 2
+        and all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in item)
+    )
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:79] + "…"
 
 
 def tokenize_path_pair(lm: LoadedModel, pair: ContrastivePair, policy: str) -> TokenizedPair:
@@ -160,8 +184,8 @@ def path_patch(
     ``senders`` / ``receivers``: ``"all"`` (each head alone), a list of ``(layer, head)``
     (each alone) or a list of lists (groups patched together, e.g. the name movers as one
     receiver). ``receiver_input``: ``q``, ``k``, ``v`` (receivers are then key/value
-    heads) or ``resid_final`` (the logits; ``receivers`` is ignored). ``metric``: a
-    further score of the readout logits, kept beside the logit difference.
+    heads) or ``resid_final`` (the logits: ``receivers`` other than ``"all"`` is refused).
+    ``metric``: a further score of the readout logits, kept beside the logit difference.
     """
     if receiver_input not in RECEIVER_INPUTS:
         expected = ", ".join(RECEIVER_INPUTS)
@@ -169,9 +193,17 @@ def path_patch(
             f"expected one of {expected}, got {receiver_input!r}", field="receiver_input"
         )
     kv = receiver_input in ("k", "v")
+    if receiver_input == "resid_final" and not (isinstance(receivers, str) and receivers == "all"):
+        raise InputError(
+            "no receivers with receiver_input 'resid_final' (the logits read every head), "
+            f"got {_short(receivers)}",
+            field="receivers",
+        )
     spec = PathSpec(
         senders=as_groups(senders, lm),
-        receivers=() if receiver_input == "resid_final" else as_groups(receivers, lm, kv=kv),
+        receivers=()
+        if receiver_input == "resid_final"
+        else as_groups(receivers, lm, kv=kv, field="receivers"),
         receiver_input=receiver_input,  # type: ignore[arg-type]
         freeze_mlps=freeze_mlps,
         policy=policy,  # type: ignore[arg-type]

@@ -124,8 +124,10 @@ def _record_path(run: RunDir | Path | str, name: str) -> Path:
 
 
 def has_result(run: RunDir | Path | str, name: str) -> bool:
-    """Whether a result ``name`` was saved in ``run`` (creates nothing)."""
-    return _record_path(run, name).is_file()
+    """Whether an intact result ``name`` was saved in ``run`` (creates nothing). A damaged
+    one (truncated, edited) is removed here with a line on stderr, as a damaged shard is,
+    so the command that saved it computes it again instead of refusing every rerun."""
+    return _record_path(run, name).is_file() and ShardStore(run, RESULTS_PART).done(name)
 
 
 def load_result(run: RunDir | Path | str, name: str, cls: type[R]) -> R:

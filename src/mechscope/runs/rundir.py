@@ -33,6 +33,7 @@ import yaml
 from pydantic import BaseModel
 
 from mechscope.errors import InputError
+from mechscope.progress import release_warnings
 from mechscope.runs.atomic import (
     atomic_write_json,
     atomic_write_text,
@@ -136,6 +137,7 @@ class RunDir:
             repaired = remove_damaged_results(path)  # rebuilt from the shards by this rerun
             run._update_manifest(lambda m: _mark_resumed(m, redo_parts=bool(repaired)))
             run.resumed = True
+            release_warnings()  # every input check passed: what they warned about shows
             return run
         if path.exists() and any(path.iterdir()) and not _interrupted_creation(path):
             raise InputError(
@@ -161,6 +163,7 @@ class RunDir:
         )
         atomic_write_json(path / MANIFEST_FILE, manifest)  # written last: marks the run as made
         _CREATED.append((path, top))
+        release_warnings()  # every input check passed: what they warned about shows
         return cls(path)
 
     @classmethod

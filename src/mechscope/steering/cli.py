@@ -48,7 +48,7 @@ def sweep(
 ) -> None:
     """Sweep a steering vector's scale: the metric per α and greedy continuations."""
     from mechscope.steering import samples
-    from mechscope.steering.run import check_vector, prepare_prompts, run_steering, steer_site
+    from mechscope.steering.run import prepare_prompts, run_steering, steer_site, steering_vector
     from mechscope.steering.vectors import caa_vector
 
     if sum(x is not None for x in (pairs, vector, task)) != 1:
@@ -88,7 +88,7 @@ def sweep(
             todo = samples.load_prompts(prompts)
         given = samples.load_vector(vector) if vector is not None else None
         if given is not None:
-            check_vector(lm, given, where)
+            steering_vector(lm, given, where, config)
         prepare_prompts(lm, todo, config)
         return where, contrasts, todo, given
 

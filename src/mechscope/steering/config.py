@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from mechscope.engine.interventions.values import STEER_HEAD_SITES, STEER_SITES
+from mechscope.errors import first_problem
 
 DEFAULT_ALPHAS = (-8.0, -4.0, -2.0, 0.0, 2.0, 4.0, 8.0)
 
@@ -35,6 +36,14 @@ class SteerConfig(BaseModel):
     max_new_tokens: int = Field(default=24, ge=0)
     policy: Literal["error", "first"] = "error"
     budget_bytes: int | None = Field(default=None, gt=0)
+
+    def __init__(self, **values: Any) -> None:
+        """Checked as it is made: a bad value is one :class:`InputError` line naming the
+        field (pydantic's error runs over several)."""
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise first_problem(exc) from None
 
     @field_validator("site")
     @classmethod

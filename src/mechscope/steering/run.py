@@ -19,7 +19,8 @@ from mechscope.engine import Engine, Site, Steer
 from mechscope.engine.analysis.sweep import rows_per_chunk
 from mechscope.engine.generation.generate import Prompt
 from mechscope.engine.generation.sampling import Sampling
-from mechscope.errors import InputError
+from mechscope.engine.interventions.checks import check_steer
+from mechscope.errors import InputError, UnsupportedInterventionError
 from mechscope.models.loaded import LoadedModel
 from mechscope.progress import track
 from mechscope.runs import RunDir, write_table
@@ -30,8 +31,15 @@ from mechscope.steering.samples import SteerPrompt, check_ids
 
 
 def steer_site(lm: LoadedModel, config: SteerConfig) -> Site:
-    """The configured site, checked against the model (layer, head)."""
+    """The configured site, checked against the model (layer, head) and against the
+    generations asked for (before the metric sweep, not after it)."""
     lm.check_layer(config.layer)
+    if config.max_new_tokens > 0 and config.site in ("k", "v"):
+        raise UnsupportedInterventionError(
+            f"steering {config.site} while generating: the key/value cache would keep the "
+            "unsteered keys and values of every earlier token; use --max-new-tokens 0 "
+            "(metrics only) or another site"
+        )
     head = config.head
     if head is not None:
         if config.site not in ("z", "q", "k", "v"):
@@ -62,6 +70,26 @@ def check_vector(lm: LoadedModel, vector: torch.Tensor, site: Site) -> None:
             f"expected a vector of shape {list(want)} for {site}, got {list(vector.shape)}",
             field="vector",
         )
+
+
+def steering_vector(
+    lm: LoadedModel, vector: torch.Tensor, site: Site, config: SteerConfig
+) -> torch.Tensor:
+    """The fp32 vector the sweep adds (unit length with ``normalize``), refused in one line
+    before any pass: the wrong shape, a zero vector to normalise, or an alpha at which the
+    steered value overflows the model's norms (``|alpha| · max|v|`` past their range)."""
+    check_vector(lm, vector, site)
+    vec = vector.float()
+    if config.normalize:
+        norm = float(vec.norm())
+        if norm == 0.0:
+            raise InputError(
+                "a vector of non-zero length to normalize, got one of length 0", field="vector"
+            )
+        vec = vec / norm
+    alphas = torch.tensor(config.alphas, dtype=torch.float32)
+    check_steer(lm, Steer(site, vec, alphas, config.mode))  # every alpha, before any pass
+    return vec
 
 
 def _answer(lm: LoadedModel, p: SteerPrompt, text: str | None, policy: str, what: str) -> int:
@@ -112,11 +140,7 @@ def steer_sweep(
     """Every alpha of ``config`` on every prompt: metrics and greedy continuations."""
     site = steer_site(lm, config)
     prepared = prepare_prompts(lm, prompts, config)
-    check_vector(lm, vector, site)
-    vec = vector.float()
-    if config.normalize:
-        vec = vec / vec.norm()
-    Steer(site, vec, 1.0, config.mode)  # refuses a bad vector in one line before any pass
+    vec = steering_vector(lm, vector, site, config)
     eng = Engine.of(lm)
     alphas = torch.tensor(config.alphas, dtype=torch.float32)  # [A]
     n_a = len(alphas)

@@ -71,6 +71,13 @@ def load_published(root: Path | str, model: str | None = None) -> list[Published
             ) from exc
         if acc.size < 2 or not np.all((acc >= 0) & (acc <= 1)):
             raise InputError("at least 2 chunks with accuracies in [0, 1]", sample=str(folder))
+        bad = np.flatnonzero(~np.isfinite(imp))
+        if bad.size:  # a NaN left its chunk out of coverage and the correlations, silently
+            raise InputError(
+                f"a finite resampling_importance_accuracy for every chunk but the last, got "
+                f"{imp[bad[0]]} at chunk {bad[0]}",
+                sample=str(folder),
+            )
         tid = "/".join(folder.parts[-3:])
         out.append(PublishedTrace(tid, folder, acc, imp))
     return out

@@ -111,3 +111,13 @@ def adaptive_options(fn: F) -> F:
     ]
     command.__signature__ = signature.replace(parameters=own + extra)  # type: ignore[attr-defined]
     return command  # type: ignore[return-value]
+
+
+def given_flags() -> list[str]:
+    """The adaptive flags given on this command line (as ``run_app`` recorded it), for a
+    command that refuses them without ``--adaptive`` rather than ignoring them."""
+    from mechscope.runs.executor import ARGV
+
+    args = ARGV.get() or []
+    flags = [spec[0] for spec in OPTIONS.values()]
+    return [f for f in flags if any(a == f or a.startswith(f + "=") for a in args)]

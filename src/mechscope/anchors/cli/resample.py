@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from mechscope.anchors.cli.adaptive import adaptive_options
+from mechscope.anchors.cli.adaptive import adaptive_options, given_flags
 from mechscope.anchors.cli.common import INPUT_HELP, console, open_anchors_run, run_traces
 from mechscope.anchors.cli.server import (
     DEFAULT_CONCURRENCY,
@@ -27,6 +27,7 @@ from mechscope.cli.common import OUT_HELP, computing, finish
 from mechscope.cli.executor_options import executor_options
 from mechscope.cli.model_options import model_options
 from mechscope.cli.options import SEED_OPTION, config_from, number
+from mechscope.errors import InputError
 from mechscope.models.options import ModelOptions
 from mechscope.runs.options import ExecutorOptions
 
@@ -92,6 +93,8 @@ def resample(
     settings = config_from(RolloutSettings, locals())
     if adaptive:
         rule.check_against(n)
+    elif given := given_flags():  # the rule of a design not asked for: refused, not ignored
+        raise InputError(f"{given[0]} only with --adaptive", field=given[0])
     check_server(server, server_model, concurrency, rate_limit, grouping)
     cache = out / "rollout_cache"  # made on the first rollout, inside the run
     sampler: Any = None
@@ -112,6 +115,9 @@ def resample(
         sampler = EngineSampler(lm, slots=batch_size)
     run = open_anchors_run(out, opts.model, lm)
     traces = run_traces(run, input, lm, batch_size, trace_tokens, sampler)
+    from mechscope.anchors.resampling.stored import check_design
+
+    check_design(run, traces, adaptive, max_chunks)  # before the backend is recorded
     with computing(run, "anchors_resample", ex):
         from mechscope.anchors.run import record_backend, resample_run
 

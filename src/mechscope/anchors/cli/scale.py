@@ -90,6 +90,11 @@ def plan(
     if server is not None and not probe:
         raise InputError("--server only with --probe (it measures that server)", field="--server")
     rule.check_against(n)
+    if csv is not None:  # where the table goes, checked before any work
+        if csv.is_dir():
+            raise InputError(f"a file to write, got the folder {csv}", field="--csv")
+        if not csv.parent.is_dir():
+            raise InputError(f"a file in an existing folder, {csv.parent} is none", field="--csv")
     if published is not None:
         pubs = load_published(published, model_folder)
         traces: list[Trace] = [p.trace() for p in pubs]

@@ -58,9 +58,10 @@ def server_sampler(
     grouping: str | None = None,
     cache_dir: Path | None = None,
 ) -> ServerSampler:
-    """A :class:`ServerSampler` of ``server``, probed first (a server that does not answer is
-    refused at once, before any model is loaded) unless ``cache_dir`` already holds rollouts:
-    a rerun may need no request at all."""
+    """A :class:`ServerSampler` of ``server``, probed first (a server that does not answer,
+    or answers what no rollout can be read from, is refused at once, before any model is
+    loaded or run made) unless ``cache_dir`` already holds rollouts: a rerun may need no
+    request at all."""
     from mechscope.anchors.server.sampler import ServerSampler
 
     sampler = ServerSampler(
@@ -74,4 +75,5 @@ def server_sampler(
     )
     if cache_dir is None or not cache_dir.is_dir():
         sampler.check()
+        sampler.probe()  # answers as rollouts will be read, or no run is made
     return sampler

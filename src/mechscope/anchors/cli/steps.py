@@ -44,6 +44,7 @@ def analyze(
     """Chunk metrics, categories and the resampling sentence matrix from stored rollouts."""
     from mechscope.anchors.config import KLOptions, MetricOptions
     from mechscope.anchors.resampling.embeddings import MiniLMEmbedder
+    from mechscope.anchors.resampling.stored import require_rollouts
     from mechscope.anchors.run import analyze_run
     from mechscope.anchors.traces.saved import load_traces
     from mechscope.runs import RunDir
@@ -55,6 +56,7 @@ def analyze(
         similarity_threshold=threshold,
     )
     run = RunDir.open(out)
+    require_rollouts(run)  # before the manifest or a shard folder changes
     with run.timed("anchors_analyze"):
         result = analyze_run(
             run,

@@ -4,14 +4,19 @@ batch of a position (adaptive design), both in ``shards/anchors_rollouts``.
 A fixed position's shard is ``<trace>__p<position>``
 (:func:`mechscope.anchors.resampling.rollouts.shard_id`); an adaptive batch of rollouts
 ``first …`` is ``<trace>__p<position>__k<first>`` (:func:`batch_id`). :func:`read_rollouts`
-gives a trace's rollouts whichever design drew them.
+gives a trace's rollouts whichever design drew them. A run holds one design only:
+:func:`check_design` refuses the other before a command records anything, and
+:func:`require_rollouts` a run with none before a step creates anything in it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from mechscope.anchors.layout import ROLLOUTS_PART
-from mechscope.anchors.resampling.rollouts import Rollout, TraceRollouts, shard_id
+from mechscope.anchors.resampling.rollouts import Rollout, TraceRollouts, positions, shard_id
 from mechscope.anchors.traces.trace import Trace
+from mechscope.errors import InputError
 from mechscope.runs import RunDir, ShardStore
 
 
@@ -47,3 +52,44 @@ def read_rollouts(run: RunDir, trace: Trace) -> TraceRollouts:
             result.resampled[p] = [Rollout.from_dict(d) for d in payload["resampled"]]
             result.forced[p] = [Rollout.from_dict(d) for d in payload["forced"]]
     return result
+
+
+def _rollouts_dir(run: RunDir):
+    return run.path / "shards" / ROLLOUTS_PART
+
+
+def check_design(
+    run: RunDir, traces: Sequence[Trace], adaptive: bool, max_chunks: int | None
+) -> None:
+    """Refuse in one line rollouts of the other design in ``run`` (fixed shards for an
+    adaptive command, adaptive batches for a fixed one), before the command records its
+    backend or writes anything. Creates nothing."""
+    if not _rollouts_dir(run).is_dir():
+        return
+    store = ShardStore(run, ROLLOUTS_PART)
+    for t in traces:
+        for p in positions(t, max_chunks):
+            other = shard_id(t.id, p) if adaptive else batch_id(t.id, p, 0)
+            if not store.done(other):
+                continue
+            if adaptive:
+                what = (
+                    "a run directory without fixed-design rollouts (this one was resampled "
+                    "with --n per position; use a new run directory for --adaptive)"
+                )
+            else:
+                what = (
+                    "a run directory without adaptive rollouts (this one was resampled with "
+                    "--adaptive; use a new run directory for the fixed design)"
+                )
+            raise InputError(what, sample=other, field="--adaptive")
+
+
+def require_rollouts(run: RunDir) -> None:
+    """Refuse a run without rollouts in one line, creating nothing (no shard folder, no
+    manifest change): ``anchors analyze`` before ``anchors resample``."""
+    folder = _rollouts_dir(run)
+    if not folder.is_dir() or not any(folder.glob("*.json")):
+        raise InputError(
+            f"rollouts in {run.path} (run 'mechscope anchors resample' first)", field="--out"
+        )

@@ -148,6 +148,19 @@ class ServerClient:
         """One JSON request to ``base_url + path``, retried (see the class docstring)."""
         return self._call(method, path, body)
 
+    def once(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """One JSON request, not retried: a transport error or an error status is one
+        :class:`ServerError` line at once (a probe, not work to wait for)."""
+        where = f"server {self.base_url}: {method} {path}"
+        try:
+            return self._send(method, path, body)
+        except httpx.TransportError as exc:
+            raise ServerError(
+                f"{where} failed: {type(exc).__name__}: {one_line(str(exc)) or 'no detail'}"
+            ) from None
+        except _Retryable as exc:
+            raise ServerError(f"{where} answered {exc}") from None
+
     def probe(self, url: str) -> Any | None:
         """``GET url`` once, its JSON, or ``None`` for an endpoint the server lacks, an error or
         a body that is not JSON: for optional facts only (a version)."""

@@ -260,6 +260,16 @@ class ServerSampler(RequestSampler):
         with self._sent_lock:
             self.sent.append((first.prompt, first.seed, len(batch)))
         reply = self.http.call("POST", "/completions", body)
+        choices, texts = self._choices(reply, len(batch))
+        out = []
+        for rollout, choice, text in zip(batch, choices, texts, strict=True):
+            self._cache.put(rollout, text, choice.get("finish_reason"))
+            out.append((rollout.key, text))
+        return out
+
+    def _choices(self, reply: Any, n: int) -> tuple[list[dict], list[str]]:
+        """The ``n`` choices of a completion reply, in order, and their texts; one line
+        where the reply is not one."""
         try:
             choices = sorted(reply["choices"], key=lambda c: c.get("index", 0))
             texts = [c["text"] for c in choices]
@@ -268,19 +278,25 @@ class ServerSampler(RequestSampler):
                 f"server {self.base_url}: POST /completions answered without choices[].text: "
                 f"{one_line(json.dumps(reply)[:MAX_DETAIL])}"
             ) from None
-        if len(texts) != len(batch):
+        if len(texts) != n:
             raise InputError(
-                f"server {self.base_url} answered {len(texts)} choice(s) to n={len(batch)}: it "
+                f"server {self.base_url} answered {len(texts)} choice(s) to n={n}: it "
                 "does not sample n per request; use grouping 'prefix'",
                 field="grouping",
             )
         if not all(isinstance(t, str) for t in texts):
             raise ServerError(f"server {self.base_url}: choices[].text is not a string")
-        out = []
-        for rollout, choice, text in zip(batch, choices, texts, strict=True):
-            self._cache.put(rollout, text, choice.get("finish_reason"))
-            out.append((rollout.key, text))
-        return out
+        return choices, texts
+
+    def probe(self) -> None:
+        """One short completion, asked once (no retry), whose reply must read as the
+        rollouts' will: a server that answers wrongly (a proxy's HTML page, an error status,
+        no ``choices``, no model listed) is refused in one line before a run is made.
+        Nothing is cached."""
+        n = 2 if self.grouping == "n" else 1
+        body = {"model": self.model, "prompt": "1 + 1 =", "max_tokens": 1, "temperature": 0.0,
+                "top_p": 1.0, "seed": 0, "n": n}  # fmt: skip
+        self._choices(self.http.once("POST", "/completions", body), n)
 
     def _first_model(self) -> str:
         reply = self.http.call("GET", "/models")

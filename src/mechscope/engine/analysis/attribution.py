@@ -15,6 +15,7 @@ are not linear in ``h`` and are refused, as is a head the engine cannot read as 
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,13 +111,20 @@ def _token(tok: Any, lm: Any, field: str) -> int:
         if len(ids) != 1:
             raise InputError(f"one token, {tok!r} is {len(ids)} tokens", field=field)
         return int(ids[0])
+    if isinstance(tok, torch.Tensor) and tok.numel() == 1 and not tok.is_floating_point():
+        tok = int(tok)
+    if isinstance(tok, bool) or not isinstance(tok, numbers.Integral):
+        raise InputError(f"a token (text or an integer id), got {tok!r}", field=field)
+    vocab = lm.vocab_size
+    if not 0 <= int(tok) < vocab:
+        raise InputError(f"a token id in 0..{vocab - 1}, got {int(tok)}", field=field)
     return int(tok)
 
 
 def _ids(spec: Any, lm: Any, batch: int, field: str) -> torch.Tensor:
     """``[batch]`` token ids of one token, a list, or a tensor of ids."""
     if isinstance(spec, torch.Tensor) and spec.dim() == 1 and not spec.is_floating_point():
-        ids = spec.long()
+        ids = torch.tensor([_token(t, lm, field) for t in spec.tolist()])
     elif isinstance(spec, list | tuple):
         ids = torch.tensor([_token(t, lm, field) for t in spec])
     else:
@@ -146,7 +154,15 @@ def readout(lm: Any, a: Any, b: Any, batch: int) -> tuple[torch.Tensor, torch.Te
     if isinstance(a, torch.Tensor) and a.is_floating_point():  # a weighting of the logits
         if b is not None:
             raise InputError("no second token with a weighting of the logits", field="b")
-        w = a.float().to(weight.device).expand(batch, weight.shape[0])  # [batch, vocab]
+        vocab = weight.shape[0]
+        if a.dim() not in (1, 2) or a.shape[-1] != vocab or (a.dim() == 2 and a.shape[0] != batch):
+            raise InputError(
+                f"a weighting of the logits [{vocab}] or [{batch}, {vocab}], got {list(a.shape)}",
+                field="a",
+            )
+        if not bool(torch.isfinite(a).all()):
+            raise InputError("a finite weighting of the logits, got NaN or infinity", field="a")
+        w = a.float().to(weight.device).expand(batch, vocab)  # [batch, vocab]
         d = torch.zeros(batch, weight.shape[1], device=weight.device)
         for s in range(0, weight.shape[0], vocab_chunk(weight)):
             e = min(s + vocab_chunk(weight), weight.shape[0])
@@ -173,6 +189,24 @@ def _names(lm: Any, spec: Any) -> str:
     return "per row"
 
 
+def _positions(position: Any, batch: int, kept: int) -> torch.Tensor:
+    """``[batch]`` positions of the cache's ``kept`` ones, from one position or one per row;
+    a negative position counts from the end. Out of range is refused (it wrapped around)."""
+    value = torch.as_tensor(position)
+    if value.is_floating_point() or value.dtype == torch.bool or value.numel() not in (1, batch):
+        raise InputError(
+            f"an integer position or one per row ({batch}), got {position!r}", field="position"
+        )
+    value = value.long().reshape(-1)
+    bad = [int(p) for p in value if not -kept <= int(p) < kept]
+    if bad:
+        raise InputError(
+            f"a position in -{kept}..{kept - 1} (the cache keeps {kept}), got {bad[0]}",
+            field="position",
+        )
+    return (value % kept).expand(batch)
+
+
 def _at(t: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     """``t [b, p, ...]`` at one position per row: ``[b, ...]`` fp32."""
     return t[torch.arange(t.shape[0], device=t.device), pos.to(t.device)].float()
@@ -185,7 +219,7 @@ def logit_attribution(cache: Any, a: Any, b: Any = None, *, position: Any = -1) 
     lm = cache.lm
     first = cache["resid_pre", 0]
     batch, kept = first.shape[0], first.shape[1]
-    pos = torch.as_tensor(position).long().expand(batch) % kept  # [b] kept positions
+    pos = _positions(position, batch, kept)  # [b] kept positions
     d, ubias, label = readout(lm, a, b, batch)
     final = norm_factors(lm, "final_norm", None, WHAT)
     scale = float(lm.logit_scale or 1.0)
@@ -210,7 +244,8 @@ def logit_attribution(cache: Any, a: Any, b: Any = None, *, position: Any = -1) 
         ]
         out.heads = torch.stack([p.unflatten(-1, (lm.n_heads, -1)).sum(-1) for p, _ in parts], 1)
         out.head_rest = torch.stack([r for _, r in parts], 1)
-    if ("mlp_post", 0) in cache.reads and lm.card.mlp_down is not None:
+    neurons = all(("mlp_post", l) in cache.reads for l in range(n))  # none on MoE layers
+    if neurons and lm.card.mlp_down is not None:
         parts = [
             _parts(lm, "mlp_out", l, _at(cache["mlp_post", l], pos), u, s, mlp[:, l])
             for l in range(n)

@@ -59,6 +59,8 @@ class Cache(HtmlRepr):
     stop_at_layer: int | None = None
     device: torch.device | str | None = None  # where the logits go (None: the model's)
     _logits: torch.Tensor | None = field(default=None, repr=False)
+    #: sites the default choice left out at a layer that has no module for them, and why
+    left_out: dict[Key, str] = field(default_factory=dict, repr=False)
 
     @property
     def logits(self) -> torch.Tensor | None:
@@ -123,6 +125,8 @@ class Cache(HtmlRepr):
             and layer >= self.stop_at_layer
         ):
             why = f" (the run stopped at layer {self.stop_at_layer})"
+        if key in self.left_out:
+            why = f" ({self.left_out[key]})"
         where = "" if layer is None else f" layer {layer}"
         if name == "module":
             path, io = str(layer).rsplit(":", 1)

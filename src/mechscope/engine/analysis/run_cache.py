@@ -13,6 +13,7 @@ line naming what to cut.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -31,6 +32,7 @@ from mechscope.engine.core.sites import (
     Site,
 )
 from mechscope.engine.core.tl_names import is_tl_name, tl_names, tl_site
+from mechscope.engine.interventions.checks import layer_refusal
 from mechscope.engine.interventions.forward import Forward
 from mechscope.engine.interventions.values import Intervention, Read
 from mechscope.errors import MemoryBudgetError, SiteError
@@ -112,6 +114,35 @@ def cache_sites(
         elif stop == n_layers:  # ln_final_scale: after the last layer
             sites.append(Site(name, positions=positions))
     return sites
+
+
+def supported_per_layer(
+    lm: LoadedModel, sites: Sequence[Site]
+) -> tuple[list[Site], dict[tuple[str, int | None], str]]:
+    """The sites a layer supports, and why each other one is left out. A model mixing dense
+    and mixture-of-experts layers has ``mlp_post`` on its dense layers only: the default
+    cache keeps it there and says once, in one line, where it is not."""
+    kept, left_out = [], {}
+    for site in sites:
+        why = None if site.layer is None else layer_refusal(lm, site.name, site.layer)
+        if why is None:
+            kept.append(site)
+        else:
+            left_out[site.key] = why
+    if left_out:
+        warnings.warn(_left_out_line(lm, left_out), stacklevel=3)
+    return kept, left_out
+
+
+def _left_out_line(lm: LoadedModel, left_out: dict[tuple[str, int | None], str]) -> str:
+    layers: dict[str, list[int]] = {}
+    for name, layer in left_out:
+        layers.setdefault(name, []).append(int(layer))  # type: ignore[arg-type]
+    parts = [f"{name} at layers {', '.join(map(str, ls))}" for name, ls in layers.items()]
+    return (
+        f"run_with_cache leaves out {'; '.join(parts)} of {lm.spec}: those layers have no "
+        "module for it (a model mixing dense and mixture-of-experts layers)"
+    )
 
 
 def site_bytes(dims: Dims, name: str, rows: int, kept: int, seq: int, n_experts: int = 0) -> int:
@@ -247,6 +278,9 @@ def run_with_cache(
     pos = None if positions is None else tuple(int(p) for p in positions)
     names = chosen_names(engine, names_filter)
     wanted = cache_sites(lm.n_layers, names, stop_at_layer, pos)
+    left_out: dict[tuple[str, int | None], str] = {}
+    if names_filter is None or callable(names_filter):  # what the model supports, per layer
+        wanted, left_out = supported_per_layer(lm, wanted)
     wanted += [_whole(s, pos) for s in [*hook_sites(engine, names_filter, stop_at_layer), *sites]]
     wanted = list(dict.fromkeys(wanted))  # a site named twice is read once
     rows, seq = (int(n) for n in tokens.ids.shape)
@@ -267,7 +301,7 @@ def run_with_cache(
     )
     reads = {s.key: out.reads[s] for s in [*wanted, *_user_reads(interventions)] if s in out.reads}
     hidden = None if final is None else out.reads[final.site]  # [batch, seq, d_model]
-    return Cache(lm, reads, tokens, hidden, pos, stop_at_layer, device)
+    return Cache(lm, reads, tokens, hidden, pos, stop_at_layer, device, left_out=left_out)
 
 
 def final_norm_input(lm: LoadedModel) -> Site:

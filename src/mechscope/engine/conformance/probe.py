@@ -53,7 +53,7 @@ from mechscope.engine.conformance.probe_compare import NotApplicable, ProbeFaile
 from mechscope.engine.conformance.probe_generate import check_generate, check_slots
 from mechscope.engine.core.sites import Site
 from mechscope.engine.core.spans import attention_span
-from mechscope.engine.generation.generate import LOCKSTEP
+from mechscope.engine.generation.batching import LOCKSTEP
 from mechscope.engine.interventions.forward import Forward
 from mechscope.engine.interventions.values import Gate, Read
 from mechscope.errors import MechscopeError, UnsupportedFamilyError

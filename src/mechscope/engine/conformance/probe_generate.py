@@ -23,7 +23,8 @@ from collections import defaultdict
 import torch
 
 from mechscope.engine.conformance.probe_compare import NotApplicable, ProbeFailed, check_close
-from mechscope.engine.generation.generate import LOCK_STEP, SLOTS, generate
+from mechscope.engine.generation.batching import LOCK_STEP, SLOTS
+from mechscope.engine.generation.generate import decode_rollouts
 from mechscope.engine.generation.rollouts import Prompt
 from mechscope.engine.generation.sampling import Sampling
 from mechscope.engine.interventions.forward import Forward
@@ -63,9 +64,9 @@ def _rollouts(
     def record(i: int, k: int, row_logits: torch.Tensor) -> None:
         logits[(i, k)].append(row_logits.detach().clone())
 
-    out = generate(
-        eng, prompts, Sampling(max_new_tokens=NEW_TOKENS), slots=slots, on_logits=record,
-        batching=batching,
+    out = decode_rollouts(  # as asked: this is what finds out whether it is exact
+        eng, prompts, Sampling(max_new_tokens=NEW_TOKENS), batching, slots=slots,
+        on_logits=record,
     )  # fmt: skip
     return [[c.tokens for c in rollouts] for rollouts in out], logits
 

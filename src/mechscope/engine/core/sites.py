@@ -29,8 +29,11 @@ a read returns (before position/head selection):
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from typing import Any
+
+from mechscope.errors import InputError
 
 SITE_NAMES = (
     "resid_pre",
@@ -140,28 +143,54 @@ class Site:
         return cls("module", path=path, io=io, positions=positions)
 
     def __post_init__(self) -> None:
+        """Each argument checked as the site is made: one line naming it, what it got and
+        what it expects (:class:`~mechscope.errors.InputError`, a ``ValueError``)."""
         if self.name == FEATURE:
             if self.dictionary is None:
-                raise ValueError("a feature site needs its dictionary: Site.feature(d, index)")
+                raise InputError(
+                    "its dictionary for a feature site: Site.feature(d, index), got none",
+                    field="dictionary",
+                )
             if self.positions is not None and not isinstance(self.positions, tuple):
                 object.__setattr__(self, "positions", tuple(int(p) for p in self.positions))
             return
         if self.dictionary is not None or self.index is not None:
-            raise ValueError("only a feature site (Site.feature) takes a dictionary or index")
+            raise InputError(
+                f"a dictionary or index with a feature site only (Site.feature), got them for "
+                f"site {self.name!r}",
+                field="dictionary",
+            )
         if self.name not in SITE_NAMES:
-            raise ValueError(f"unknown site {self.name!r}: expected one of {', '.join(SITE_NAMES)}")
+            near = difflib.get_close_matches(str(self.name), SITE_NAMES, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise InputError(
+                f"a site name ({', '.join(SITE_NAMES)}), got {self.name!r}{hint}", field="name"
+            )
         if self.name in LAYER_SITES and self.layer is None:
-            raise ValueError(f"site {self.name!r} needs a layer")
+            raise InputError(f"a layer for site {self.name!r}, got none", field="layer")
         if self.name in LAYERLESS_SITES and self.layer is not None:
-            raise ValueError(f"site {self.name!r} has no layer")
+            raise InputError(
+                f"no layer: site {self.name!r} has none, got {self.layer}", field="layer"
+            )
         if (self.name == "module") != (self.path is not None):
-            raise ValueError("a module site needs path=…, and only a module site takes a path")
+            raise InputError(
+                "path=… for a module site only (Site.module(path, io)), got "
+                f"{self.path!r} for site {self.name!r}",
+                field="path",
+            )
         if self.io not in MODULE_IO:
-            raise ValueError(f"io must be 'output' or 'input', not {self.io!r}")
+            raise InputError(f"io 'output' or 'input', got {self.io!r}", field="io")
         if self.head is not None and self.name not in HEAD_SITES:
-            raise ValueError(f"site {self.name!r} has no heads (only {', '.join(HEAD_SITES)} do)")
+            raise InputError(
+                f"no head: site {self.name!r} has none (only {', '.join(HEAD_SITES)} do), got "
+                f"{self.head}",
+                field="head",
+            )
         if (self.name == "expert_out") != (self.expert is not None):
-            raise ValueError("expert_out needs expert=e, and only expert_out takes an expert")
+            raise InputError(
+                f"expert=e with expert_out only, got expert={self.expert!r} for site {self.name!r}",
+                field="expert",
+            )
         if self.positions is not None and not isinstance(self.positions, tuple):
             object.__setattr__(self, "positions", tuple(int(p) for p in self.positions))
 

@@ -11,6 +11,9 @@ is plain causal attention. A layer kind whose length the config does not give ma
 ALiBi (Bloom, MPT, Falcon-RW) computes its position bias from the attention mask or the
 key length in each family's own code, which a slot cache's 4-D mask and padded columns do
 not reproduce: such models decode in lock step (:mod:`mechscope.engine.generation.generate`).
+Llama 4 scales the queries of its NoPE layers by a temperature computed from a token's
+absolute index in the sequence, not from its position: left padding shifts it
+(:func:`absolute_position_scaling`).
 Everything read here is also proven on tiny models whose spans are shorter than the
 conformance probe's input (:mod:`mechscope.models.tiny_types`,
 :mod:`mechscope.engine.conformance.probe`).
@@ -75,3 +78,19 @@ def uses_alibi(config: Any) -> bool:
         or (isinstance(attn, dict) and attn.get("alibi") is True)
         or getattr(config, "position_embedding_type", None) == "alibi"
     )
+
+
+def absolute_position_scaling(config: Any) -> int | None:
+    """The sequence length from which some layer scales attention by a token's absolute
+    index rather than its position id, so that left padding changes what a row computes;
+    None where nothing does. Llama 4's attention temperature on its NoPE layers is
+    ``log1p(floor((i + 1) / floor_scale)) · attn_scale + 1`` at index ``i``: 1 (no scaling)
+    below index ``floor_scale - 1``, so a padded batch shorter than ``floor_scale`` tokens
+    computes each row as it computes alone."""
+    if getattr(config, "attn_temperature_tuning", False) is not True:
+        return None
+    no_rope = getattr(config, "no_rope_layers", None)
+    if isinstance(no_rope, list | tuple) and all(no_rope):
+        return None  # every layer uses rotary embeddings: no temperature anywhere
+    floor = getattr(config, "floor_scale", None)
+    return int(floor) if isinstance(floor, int | float) and floor >= 1 else 1

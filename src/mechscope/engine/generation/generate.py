@@ -15,14 +15,12 @@ position-free ones (a gate, a suppressed key span, an ablation of a site everywh
 steering vector at every position) act on the prompt pass and on every decode step. Reads
 are refused: run :meth:`Engine.run` on the finished text to read it.
 
-Continuous batching is exact only where every layer sees every earlier position (no
-sliding window, local window or attention chunk shorter than prompt + budget:
-:mod:`mechscope.engine.core.spans`) and the model takes positions from the slot cache's mask
-and position ids as they are (not ALiBi computed from a 2-D mask). Elsewhere, and wherever
-the conformance probe found it inexact, each prompt's rollouts decode in lock step on
-transformers' own cache, finished rows idling to the end (:func:`decoding`). A model whose
-lock-step decoding does not match transformers' ``generate`` either refuses generation
-(``LoadedModel.refused["generate"]``).
+Continuous batching is exact only where every layer sees every earlier position and the
+model takes positions from the slot cache's mask as they are; elsewhere each prompt's
+rollouts decode in lock step on transformers' own cache
+(:mod:`mechscope.engine.generation.batching` decides, :mod:`~mechscope.engine.generation.lockstep`
+decodes). A model whose lock-step decoding does not match transformers' ``generate``
+either refuses generation (``LoadedModel.refused["generate"]``).
 
 Each step of continuous batching is built by :mod:`mechscope.engine.generation.decode_step`: on a
 CUDA device it is recorded once as a CUDA graph and replayed (``decode="auto"``),
@@ -31,17 +29,22 @@ elsewhere it runs eagerly; both compute the same tokens.
 
 from __future__ import annotations
 
-import copy
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache
 
 from mechscope.engine.core.inputs import TextOrIds
-from mechscope.engine.core.spans import uses_alibi
+from mechscope.engine.generation.batching import (
+    LOCK_STEP,
+    LOCKSTEP,
+    SLOTS,
+    decoding,
+    slots_inexact,
+)
 from mechscope.engine.generation.decode_step import check_decode, decode_step
+from mechscope.engine.generation.lockstep import decode_lockstep
 from mechscope.engine.generation.rollouts import (
     Completion,
     Decoder,
@@ -50,10 +53,11 @@ from mechscope.engine.generation.rollouts import (
     Prompt,
     Row,
     as_prompts,
+    row_generator,
 )
 from mechscope.engine.generation.sampling import Sampling
 from mechscope.engine.generation.slot_cache import SlotCache
-from mechscope.engine.interventions.prefix import KVCache, Resume, can_resume
+from mechscope.engine.interventions.prefix import KVCache, Resume
 from mechscope.engine.interventions.values import (
     Ablate,
     Edit,
@@ -67,22 +71,20 @@ from mechscope.engine.interventions.values import (
 )
 from mechscope.errors import InputError, UnsupportedInterventionError
 
-__all__ = ["Completion", "Prompt", "decoding", "generate", "step_interventions"]
+__all__ = [
+    "LOCKSTEP",
+    "LOCK_STEP",
+    "SLOTS",
+    "Completion",
+    "Prompt",
+    "decoding",
+    "generate",
+    "slots_inexact",
+    "step_interventions",
+]
 
 #: The first buffer width beyond the longest prompt (buffers double when they fill).
 _FIRST_CAPACITY_MARGIN = 128
-#: ``LoadedModel.extra`` key: why continuous batching is not exact for this model (set by
-#: the conformance probe's ``slots`` check); its rollouts then decode in lock step.
-LOCKSTEP = "lockstep"
-SLOTS, LOCK_STEP = "slots", "lock step"
-
-
-def decoding(lm, longest: int) -> str:
-    """How rollouts of up to ``longest`` tokens decode: ``slots`` (continuous batching on a
-    slot cache) where every layer sees every position, nothing in the model computes
-    positions from the mask (ALiBi) and the probe found it exact; else ``lock step``."""
-    exact = can_resume(lm, longest) and LOCKSTEP not in lm.extra and not uses_alibi(lm.config)
-    return SLOTS if exact else LOCK_STEP
 
 
 def step_interventions(interventions: Sequence[Intervention]) -> list[Intervention]:
@@ -142,10 +144,42 @@ def generate(
     before it is drawn. ``batching``: ``slots`` or ``lock step`` instead of
     :func:`decoding`'s choice (the conformance probe checks both). ``decode``:
     how each step of continuous batching runs (:mod:`mechscope.engine.generation.decode_step`:
-    ``auto``, ``graph``, ``static`` or ``eager``; lock step always runs eagerly)."""
+    ``auto``, ``graph``, ``static`` or ``eager``; lock step always runs eagerly).
+    ``batching="slots"`` where :func:`slots_inexact` finds it unproven is refused in one
+    line, before any forward work."""
     lm = engine.lm
     prompts = as_prompts(lm, prompts, attention_mask)
     _check(lm, prompts, slots, batching, decode)
+    budgets = [p.max_new_tokens or sampling.max_new_tokens for p in prompts]
+    longest = max(len(p.ids) + b for p, b in zip(prompts, budgets, strict=True))
+    why = slots_inexact(lm, longest)
+    if batching == SLOTS and why is not None:
+        raise UnsupportedInterventionError(
+            f"batching='slots' is not exact for {lm.spec}: {why}; leave batching unset "
+            "(its rollouts then decode in lock step, exactly)"
+        )
+    mode = batching or (LOCK_STEP if why else SLOTS)
+    return decode_rollouts(
+        engine, prompts, sampling, mode, slots=slots, interventions=interventions,
+        on_done=on_done, on_logits=on_logits, decode=decode,
+    )  # fmt: skip
+
+
+def decode_rollouts(
+    engine,
+    prompts: Sequence[Prompt],
+    sampling: Sampling,
+    batching: str,
+    *,
+    slots: int = 64,
+    interventions: Sequence[Intervention] = (),
+    on_done: Done | None = None,
+    on_logits: Logits | None = None,
+    decode: str = "auto",
+) -> list[list[Completion]]:
+    """:func:`generate` with ``batching`` taken as given, proven or not: the conformance
+    probe's ``slots`` check measures continuous batching here to find out."""
+    lm = engine.lm
     steps = step_interventions(interventions)
     budgets = [p.max_new_tokens or sampling.max_new_tokens for p in prompts]
     longest = max(len(p.ids) + b for p, b in zip(prompts, budgets, strict=True))
@@ -157,7 +191,7 @@ def generate(
             on_done(i, k, c)
 
     decoder = Decoder(engine, sampling, on_logits)
-    if (batching or decoding(lm, longest)) == SLOTS:
+    if batching == SLOTS:
         plan = _Plan(prompts, budgets, longest, slots, interventions, steps, decode)
         _continuous(engine, plan, decoder, done)
     elif decode == "graph":
@@ -166,7 +200,7 @@ def generate(
             "transformers' own cache, whose steps are not recorded"
         )
     else:
-        _lockstep(engine, prompts, budgets, slots, interventions, steps, decoder, done)
+        decode_lockstep(engine, prompts, budgets, slots, interventions, steps, decoder, done)
     return out  # type: ignore[return-value]
 
 
@@ -198,11 +232,6 @@ def _prefill(engine, prompt: Prompt, interventions: Sequence[Intervention]):
         resume = Resume(prefix, prefix.length)
     run = engine.run(ids, interventions, logits=1, cache=True, resume=resume)
     return run.cache, run.logits[0, -1]  # [vocab]
-
-
-def _generator(logits: torch.Tensor, seed: int) -> torch.Generator:
-    """A rollout's own generator, on the device its logits come from."""
-    return torch.Generator(device=logits.device).manual_seed(seed)
 
 
 @dataclass
@@ -241,7 +270,7 @@ def _continuous(engine, plan: _Plan, decoder: Decoder, done: Done) -> None:
             waiting[i] -= 1
             if waiting[i] == 0:
                 del prefilled[i]
-            row = Row(i, k, budgets[i], _generator(logits, prompts[i].seeds[k]))
+            row = Row(i, k, budgets[i], row_generator(logits, prompts[i].seeds[k]))
             finished = decoder.accept(row, decoder.draw([row], logits[None])[0])
             if finished is not None:
                 done(i, k, finished)
@@ -269,42 +298,3 @@ def _continuous(engine, plan: _Plan, decoder: Decoder, done: Done) -> None:
             kept = [s for s, r in enumerate(rows) if r is not None]
             cache.keep(kept)
             rows = [rows[s] for s in kept]
-
-
-def _lockstep(engine, prompts, budgets, slots, interventions, steps, decoder, done):
-    """Each prompt's rollouts in lock step on transformers' own cache (sliding windows,
-    attention chunks, ALiBi: whatever the model's own decoding handles)."""
-    lm = engine.lm
-    for i, prompt in enumerate(prompts):
-        ids = torch.tensor([list(prompt.ids)])  # [1, prompt_len]
-        base = DynamicCache(config=lm.model.config)
-        logits = engine.run(ids, interventions, logits=1, past=base).logits[0, -1]
-        for first in range(0, len(prompt.seeds), slots):
-            ks = range(first, min(first + slots, len(prompt.seeds)))
-            rows = [Row(i, k, budgets[i], _generator(logits, prompt.seeds[k])) for k in ks]
-            live = []
-            for row in rows:
-                finished = decoder.accept(row, decoder.draw([row], logits[None])[0])
-                if finished is None:
-                    live.append(row)
-                else:
-                    done(i, row.k, finished)
-            if not live:
-                continue
-            cache = copy.deepcopy(base)
-            cache.batch_repeat_interleave(len(rows))
-            position = ids.shape[1]
-            active = {id(r) for r in live}
-            while active:
-                last = torch.tensor([[r.tokens[-1] if r.tokens else 0] for r in rows])
-                pos = torch.full((len(rows), 1), position)
-                step = engine.run(last, steps, position_ids=pos, logits=1, past=cache)
-                position += 1
-                running = [r for r in rows if id(r) in active]
-                index = [rows.index(r) for r in running]
-                picked = decoder.draw(running, step.logits[index, -1])
-                for row, token in zip(running, picked, strict=True):
-                    finished = decoder.accept(row, token)
-                    if finished is not None:
-                        done(i, row.k, finished)
-                        active.discard(id(row))

@@ -91,6 +91,11 @@ class Row:
     tokens: list[int] = field(default_factory=list)
 
 
+def row_generator(logits: torch.Tensor, seed: int) -> torch.Generator:
+    """A rollout's own generator, on the device its logits come from."""
+    return torch.Generator(device=logits.device).manual_seed(seed)
+
+
 class Decoder:
     """Draws tokens and turns them into completions (end of sequence, stop strings,
     budget); every draw's logits go to ``on_logits`` first."""

@@ -9,6 +9,8 @@ differently on a CPU and a GPU, as the logits themselves differ in their last bi
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,18 +29,30 @@ class Sampling:
     stop_strings: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
+        n = self.max_new_tokens
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+            raise InputError(f"an integer max_new_tokens >= 1, got {n!r}", field="max_new_tokens")
+        if not _number(self.temperature) or not 0 <= self.temperature < math.inf:
             raise InputError(
-                f"max_new_tokens >= 1, got {self.max_new_tokens}", field="max_new_tokens"
+                f"a finite temperature >= 0, got {self.temperature!r}", field="temperature"
+            )  # NaN compares false everywhere: it sampled as if greedy were off and on
+        if not _number(self.top_p) or not 0 < self.top_p <= 1:
+            raise InputError(f"0 < top_p <= 1, got {self.top_p!r}", field="top_p")
+        if isinstance(self.stop_strings, str) or not all(
+            isinstance(x, str) and x for x in self.stop_strings
+        ):
+            raise InputError(
+                f"a tuple of non-empty stop strings, got {self.stop_strings!r}",
+                field="stop_strings",
             )
-        if self.temperature < 0:
-            raise InputError(f"temperature >= 0, got {self.temperature}", field="temperature")
-        if not 0 < self.top_p <= 1:
-            raise InputError(f"0 < top_p <= 1, got {self.top_p}", field="top_p")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+
+def _number(x: object) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
 def next_tokens(

@@ -112,9 +112,10 @@ def apply_steer(act: torch.Tensor, steer: Steer) -> torch.Tensor:
     part = select(act, site)  # [b, P, *trail]: positions kept, a head dropped
     vec = steer.vector.to(device=act.device, dtype=torch.float32)
     if tuple(vec.shape) != tuple(part.shape[2:]):
-        raise ValueError(
-            f"a steering vector of shape {list(vec.shape)} for {site}, whose slice has "
-            f"shape {list(part.shape[2:])} per position"
+        raise InputError(
+            f"a steering vector of shape {list(part.shape[2:])} for {site} (its slice per "
+            f"position), got {list(vec.shape)}",
+            field="vector",
         )
     if steer.per_row:
         alpha = steer.alpha.to(device=act.device, dtype=torch.float32)  # type: ignore[union-attr]

@@ -23,7 +23,7 @@ from mechscope.engine.core.inputs import TextOrIds, to_tokens
 from mechscope.engine.core.norms import SCALE_ROLES, install_scale
 from mechscope.engine.core.sites import FEATURE, Site
 from mechscope.engine.core.unembed import FinalHidden, head_is_fp32, unembed
-from mechscope.engine.interventions.checks import check_pass, engine_refusals
+from mechscope.engine.interventions.checks import check_padding, check_pass, engine_refusals
 from mechscope.engine.interventions.edits import select
 from mechscope.engine.interventions.function import PassValues
 from mechscope.engine.interventions.prefix import (
@@ -148,6 +148,7 @@ class Forward:
         input_ids = inputs.to(device)
         refused = {**self.refusals, **lm.refused}
         check_pass(lm, refused, interventions, input_ids.shape[1], keep_cache=cache)
+        check_padding(lm, attention_mask)
         if model_inputs and resume is not None:
             raise UnsupportedInterventionError(
                 "prefix reuse (resume) cannot split a multimodal input at a position: "

@@ -146,6 +146,12 @@ class Ablate:
             raise InputError(
                 f"{self.mode} ablation of {self.site} needs a reference", field="reference"
             )
+        shape = list(self.reference.shape)
+        if len(shape) < 2 or shape[0] == 0:
+            raise InputError(
+                f"a reference [rows, seq, ...] of at least one row, got shape {shape}",
+                field="reference",
+            )
         self.reference_mask = checked_mask(self)
 
 
