@@ -133,13 +133,13 @@ def _sweep(
         receivers=receivers,
         receiver_input=spec.receiver_input,
         freeze_mlps=spec.freeze_mlps,
-        logit_diff=out.patched[..., 0].numpy(),
-        clean_logit_diff=out.clean[:, 0].numpy(),
-        corrupt_logit_diff=out.corrupt[:, 0].numpy(),
-        metric=out.patched[..., 1].numpy() if custom else None,
-        clean_metric=out.clean[:, 1].numpy() if custom else None,
-        corrupt_metric=out.corrupt[:, 1].numpy() if custom else None,
-        forward_rows=out.forward_rows.numpy(),
+        logit_diff=out.patched[..., 0].contiguous(),
+        clean_logit_diff=out.clean[:, 0].contiguous(),
+        corrupt_logit_diff=out.corrupt[:, 0].contiguous(),
+        metric=out.patched[..., 1].contiguous() if custom else None,
+        clean_metric=out.clean[:, 1].contiguous() if custom else None,
+        corrupt_metric=out.corrupt[:, 1].contiguous() if custom else None,
+        forward_rows=out.forward_rows,
     )
 
 

@@ -145,9 +145,9 @@ def steer_sweep(
                 generations[i].append(rollouts[0].text)
     return SteeringResult(
         site=config.site, layer=config.layer, head=config.head, mode=config.mode,
-        alphas=alphas.double().numpy(), prompt_ids=[p.id for p in prompts],
+        alphas=alphas.double(), prompt_ids=[p.id for p in prompts],
         prompts=[p.prompt for p in prompts], metrics=metrics,
-        generations=generations if config.max_new_tokens > 0 else [], vector=vec.numpy(),
+        generations=generations if config.max_new_tokens > 0 else [], vector=vec.cpu(),
     )  # fmt: skip
 
 
