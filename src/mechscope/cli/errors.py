@@ -9,6 +9,7 @@ from pydantic_core import ValidationError  # pydantic's, without importing pydan
 from rich.console import Console
 
 from mechscope.errors import DiskFullError, MechscopeError, ResumableError
+from mechscope.progress import command_line
 from mechscope.runs import interrupt
 from mechscope.runs.executor import ARGV, WorkerDone
 
@@ -86,7 +87,8 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> None:
     mark = _runs_mark()  # only what this command did to run directories is taken back
     try:
         # Outside standalone mode typer turns Ctrl-C (and typer.Exit) into a returned code.
-        code = app(args=args, standalone_mode=False, prog_name="mechscope")
+        with command_line():  # the command line's display, not the Python API's bars
+            code = app(args=args, standalone_mode=False, prog_name="mechscope")
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
