@@ -35,6 +35,7 @@ from mechscope.runs.result import (
     get_payloads,
     put_payloads,
 )
+from mechscope.runs.summary import SummaryRepr
 from mechscope.runs.tensors import TensorFields, array
 from mechscope.stats.finite import require_finite
 
@@ -43,7 +44,7 @@ METRICS = ("nll_a", "nll_b", "dnll", "js", "kl_ab", "kl_ba")
 
 
 @dataclass
-class SampleDiff(TensorFields):
+class SampleDiff(TensorFields, SummaryRepr):
     """The paired teacher-forced analysis of one sample (arrays: CPU torch tensors)."""
 
     _tensor_fields = ("offsets", "semantic", "metrics", "attention")

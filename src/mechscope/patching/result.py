@@ -21,12 +21,13 @@ from mechscope.errors import InputError
 from mechscope.patching.config import METRICS
 from mechscope.runs import RunDir, ShardStore, read_table
 from mechscope.runs.result import HtmlRepr, get_payloads, put_payloads
+from mechscope.runs.summary import Plain, SummaryRepr
 from mechscope.runs.tensors import TensorFields, array
 from mechscope.stats.finite import require_finite
 
 
 @dataclass
-class PairResult(TensorFields):
+class PairResult(TensorFields, SummaryRepr):
     """One pair in one direction. ``metrics[name]`` is ``[layers, units, heads]`` (heads is
     1 with label -1 for sites without heads); ``attribution`` holds the gradient estimate
     of the change in ``attribution_metric`` on the same grid, when it was run. Arrays are
@@ -177,6 +178,18 @@ class PatchingResult(HtmlRepr):
     pairs: list[PairResult]
     site: str
     granularity: str
+
+    def _repr_fields(self) -> dict[str, Any]:
+        shapes = sorted({p.shape for p in self.pairs})
+        metrics = list(self.pairs[0].metrics) if self.pairs else []
+        return {
+            "site": self.site,
+            "granularity": self.granularity,
+            "directions": self.directions,
+            "pairs": self.pairs,
+            "grids": Plain(f"[layers, units, heads] {', '.join(map(str, shapes))}"),
+            "metrics": metrics,
+        }
 
     def direction(self, direction: str) -> list[PairResult]:
         return [p for p in self.pairs if p.direction == direction]

@@ -29,6 +29,7 @@ from mechscope.engine.core.unembed import fp32_twin, unembed
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 from mechscope.runs.result import HtmlRepr
+from mechscope.runs.summary import Plain
 
 Key = tuple[str, int | str | None]
 
@@ -166,6 +167,28 @@ class Cache(HtmlRepr):
             for (n, l), v in self.reads.items()
         ]
         return pd.DataFrame(rows, columns=["site", "layer", "shape", "dtype", "device"])
+
+    def _repr_fields(self) -> dict[str, Any]:
+        kinds: dict[str, torch.Tensor] = {}
+        for (name, _), value in self.reads.items():
+            kinds.setdefault(name, value)
+        layers = sorted({k[1] for k in self.reads if isinstance(k[1], int)})
+        logits = "not kept" if self.final_hidden is None else "read out on first access"
+        first = next(iter(self.reads.values()), None)
+        shapes = ", ".join(f"{n} {list(v.shape)}" for n, v in kinds.items())
+        return {
+            "model": Plain(self.lm.spec),
+            "tokens": self.tokens.ids,
+            "sites": Plain(shapes or "none"),
+            "layers": Plain(f"{layers[0]}–{layers[-1]}" if layers else "none"),
+            "positions": Plain("all") if self.positions is None else list(self.positions),
+            "stop_at_layer": self.stop_at_layer,
+            "dtype, device": Plain("-" if first is None else f"{first.dtype}, {first.device}"),
+            "logits": Plain(logits) if self._logits is None else self._logits,
+        }
+
+    def _repr_held(self) -> Any:
+        return [self.reads, self.final_hidden, self._logits]
 
     def _repr_summary(self) -> str:
         b, s = self.tokens.ids.shape

@@ -16,12 +16,13 @@ import torch
 
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
+from mechscope.runs.summary import SummaryRepr
 
 TextOrIds = str | Sequence[str] | torch.Tensor | Sequence[Sequence[int]]
 
 
 @dataclass(frozen=True)
-class Tokens:
+class Tokens(SummaryRepr):
     """A batch ready for :meth:`Engine.run`: ``ids`` ``[batch, seq]``, and, where rows were
     padded, ``attention_mask`` (1 = token) and ``position_ids`` ``[batch, seq]``."""
 
