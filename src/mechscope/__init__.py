@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from mechscope.patching.config import PatchSpec
     from mechscope.patching.path import path_patch
     from mechscope.patching.path_result import PathResult
+    from mechscope.patching.result import PatchingResult
     from mechscope.patching.run import patch_pairs
     from mechscope.report.figure import Figure
     from mechscope.steering.config import SteerConfig
@@ -90,6 +91,7 @@ EXPORTS = {
     "ContrastivePair": "mechscope.data.pairs",
     "PatchSpec": "mechscope.patching.config",
     "patch_pairs": "mechscope.patching.run",
+    "PatchingResult": "mechscope.patching.result",
     "path_patch": "mechscope.patching.path",
     "PathResult": "mechscope.patching.path_result",
     "Contrast": "mechscope.steering.samples",
@@ -132,6 +134,7 @@ __all__ = [
     "ModelCard",
     "Patch",
     "PatchSpec",
+    "PatchingResult",
     "PathResult",
     "Prompt",
     "Read",
@@ -172,10 +175,17 @@ def _logit_attribution_figure(dla: LogitAttribution) -> Figure:
     return logit_attribution_figure(dla)
 
 
+def _pattern_figure(cache: Cache, layer: int, heads: object = None, row: int = 0) -> Figure:
+    from mechscope.report.attention_pattern import pattern_figure
+
+    return pattern_figure(cache, layer, heads, row)
+
+
 # The root sits above every layer and runs before any submodule does: it binds the calls
 # a layer makes into one above it (mechscope.bindings), without that layer importing it.
 _bindings.engine_of = _engine_of
 _bindings.logit_attribution_figure = _logit_attribution_figure
+_bindings.pattern_figure = _pattern_figure
 
 
 def __getattr__(name: str) -> object:

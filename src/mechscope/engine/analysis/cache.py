@@ -12,13 +12,14 @@ computed in fp32 and checked to sum to what the model computed.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
 import torch
 
+import mechscope.bindings as bindings
 from mechscope.engine.analysis.attribution import LogitAttribution, logit_attribution
 from mechscope.engine.analysis.components import Components
 from mechscope.engine.analysis.decompose import head_results
@@ -285,6 +286,15 @@ class Cache(HtmlRepr):
         return Components(
             torch.cat(values), labels, "stack_head_results", torch.stack(rests).sum(0)
         )
+
+    def pattern_figure(
+        self, layer: int, heads: int | Sequence[int] | None = None, *, row: int = 0
+    ) -> Any:  # a mechscope.report.Figure (the report sits above the engine)
+        """``layer``'s attention pattern for batch row ``row``, drawn by the report
+        (:func:`mechscope.report.attention_pattern.pattern_figure`, through
+        :mod:`mechscope.bindings`): one head (a number) as a heatmap, several (a list; None:
+        all) as small multiples, the row's tokens on both axes. Needs ``pattern`` cached."""
+        return bindings.pattern_figure(self, layer, heads, row)
 
     def logit_attribution(
         self, a: Any, b: Any = None, *, position: int | torch.Tensor = -1
