@@ -78,7 +78,7 @@ def run_mechscope(lm, pairs, layers, skip: bool):
     start = time.perf_counter()
     res = patch_pairs(lm, pairs, spec, progress=False)
     seconds = time.perf_counter() - start
-    grid = np.stack([p.metrics["logit_diff"][:, :, 0] for p in res.pairs])  # [pairs, L, pos]
+    grid = np.stack([p.metrics["logit_diff"][:, :, 0].numpy() for p in res.pairs])  # [P, L, pos]
     rows = sum(p.baseline["forward_rows"] for p in res.pairs)
     return seconds, grid, int(rows)
 

@@ -46,8 +46,8 @@ def ioi_pairs(lm, n: int):
 def run_mechscope(lm, pairs, senders, receivers, receiver_input):
     from mechscope.patching.path import path_patch
 
-    res = path_patch(lm, pairs, senders, receivers, receiver_input)
-    return res.logit_diff  # [P, S, R], NaN: no path
+    res = path_patch(lm, pairs, senders, receivers, receiver_input, progress=False)
+    return res.logit_diff.numpy()  # [P, S, R], NaN: no path
 
 
 def build_bridge(lm):

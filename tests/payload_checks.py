@@ -7,12 +7,18 @@ import dataclasses
 
 import numpy as np
 import pandas as pd
+import torch
 
 
 def assert_same(a, b, path: str = "") -> None:
-    """Deep equality: arrays exactly (dtype included, NaN equal), frames with pandas."""
+    """Deep equality: arrays and tensors exactly (dtype included, NaN equal), frames with
+    pandas."""
     if isinstance(a, pd.DataFrame):
         pd.testing.assert_frame_equal(a, b)
+    elif isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor), path
+        assert a.dtype == b.dtype and a.shape == b.shape and a.device == b.device, path
+        np.testing.assert_array_equal(a.detach().cpu().numpy(), b.detach().cpu().numpy(), path)
     elif isinstance(a, np.ndarray | np.generic):
         assert isinstance(b, np.ndarray | np.generic), path
         assert a.dtype == b.dtype and a.shape == b.shape, path

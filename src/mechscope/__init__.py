@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from mechscope.patching.config import PatchSpec
     from mechscope.patching.path import path_patch
     from mechscope.patching.path_result import PathResult
+    from mechscope.patching.result import PatchingResult
     from mechscope.patching.run import patch_pairs
     from mechscope.report.figure import Figure
     from mechscope.steering.config import SteerConfig
@@ -97,6 +98,7 @@ EXPORTS = {
     "ContrastivePair": "mechscope.data.pairs",
     "PatchSpec": "mechscope.patching.config",
     "patch_pairs": "mechscope.patching.run",
+    "PatchingResult": "mechscope.patching.result",
     "path_patch": "mechscope.patching.path",
     "PathResult": "mechscope.patching.path_result",
     "Contrast": "mechscope.steering.samples",
@@ -143,6 +145,7 @@ __all__ = [
     "ModelCard",
     "Patch",
     "PatchSpec",
+    "PatchingResult",
     "PathResult",
     "Prompt",
     "Read",
@@ -194,13 +197,17 @@ def _input_helper(name: str) -> Callable[..., object]:
     """The engine's ``core.inputs.<name>``, imported on the first call."""
 
     def call(*args: object, **kwargs: object) -> object:
-        import importlib
+        from mechscope.engine.core import inputs
 
-        return getattr(importlib.import_module("mechscope.engine.core.inputs"), name)(
-            *args, **kwargs
-        )
+        return getattr(inputs, name)(*args, **kwargs)
 
     return call
+
+
+def _pattern_figure(cache: Cache, layer: int, heads: object = None, row: int = 0) -> Figure:
+    from mechscope.report.attention_pattern import pattern_figure
+
+    return pattern_figure(cache, layer, heads, row)
 
 
 # The root sits above every layer and runs before any submodule does: it binds the calls
@@ -211,6 +218,7 @@ _bindings.generate_text = _generate_text
 _bindings.to_tokens = _input_helper("to_tokens")
 _bindings.to_str_tokens = _input_helper("to_str_tokens")
 _bindings.to_single_token = _input_helper("to_single_token")
+_bindings.pattern_figure = _pattern_figure
 
 
 def __getattr__(name: str) -> object:

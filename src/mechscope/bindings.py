@@ -3,8 +3,8 @@
 Conveniences sit on objects of a lower layer while their work lives higher up:
 ``lm.run_with_cache(...)``, ``lm.generate(...)`` and the token helpers (``lm.to_tokens``,
 ``lm.to_str_tokens``, ``lm.to_single_token``) are on the loaded model (``models``) and run
-the engine, and ``dla.figure()`` is on the engine's direct logit attribution and draws with
-the report.
+the engine, and ``dla.figure()`` and ``cache.pattern_figure(...)`` are on the engine's
+results and draw with the report.
 The lower layer calls the function held here; :mod:`mechscope` (the package root, above
 every layer) binds it when it is imported, which every import of a submodule does first.
 So no module imports a layer above its own, and each convenience works whichever module
@@ -38,3 +38,6 @@ generate_text: Callable[..., Any] = _unbound
 #: ``logit_attribution_figure(dla)``: its heads × layers heatmap, for
 #: ``LogitAttribution.figure``.
 logit_attribution_figure: Callable[[Any], Any] = _unbound
+#: ``pattern_figure(cache, layer, heads, row)``: attention patterns drawn, for
+#: ``Cache.pattern_figure``.
+pattern_figure: Callable[..., Any] = _unbound

@@ -1,4 +1,5 @@
-"""Progress when stderr is not a terminal: log lines at the start, while running, at the end."""
+"""Progress of a command whose stderr is not a terminal: log lines at the start, while
+running, at the end (called from Python, loops show tqdm bars: tests/api/test_quiet.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ import time
 from rich.console import Console
 
 from mechscope import progress as progress_mod
-from mechscope.progress import LogProgress, make_progress, progress_mode, shared_progress
+from mechscope.progress import (
+    BarProgress,
+    LogProgress,
+    command_line,
+    make_progress,
+    progress_mode,
+    shared_progress,
+)
 
 
 def log_progress(interval: float) -> tuple[LogProgress, io.StringIO]:
@@ -20,13 +28,18 @@ def log_progress(interval: float) -> tuple[LogProgress, io.StringIO]:
 def test_mode_follows_the_terminal_and_the_flag(monkeypatch):
     monkeypatch.delenv("MECHSCOPE_PROGRESS", raising=False)
     monkeypatch.setattr(progress_mod.sys.stderr, "isatty", lambda: False, raising=False)
-    assert progress_mode() == "log" and isinstance(make_progress(), LogProgress)
-    monkeypatch.setattr(progress_mod.sys.stderr, "isatty", lambda: True, raising=False)
-    assert progress_mode() == "live"
-    monkeypatch.setenv("MECHSCOPE_PROGRESS", "0")
-    assert progress_mode() == "off" and not isinstance(make_progress(), LogProgress)
-    monkeypatch.setenv("MECHSCOPE_PROGRESS", "1")
-    assert progress_mode() == "live"
+    assert progress_mode() == "bars" and isinstance(make_progress(), BarProgress)  # Python
+    with command_line():
+        assert progress_mode() == "log" and isinstance(make_progress(), LogProgress)
+        monkeypatch.setattr(progress_mod.sys.stderr, "isatty", lambda: True, raising=False)
+        assert progress_mode() == "live"
+        monkeypatch.setenv("MECHSCOPE_PROGRESS", "0")
+        assert progress_mode() == "off" and not isinstance(make_progress(), LogProgress)
+        monkeypatch.setenv("MECHSCOPE_PROGRESS", "1")
+        assert progress_mode() == "live"
+    assert progress_mode() == "live"  # the flag forces rich's display in Python too
+    monkeypatch.delenv("MECHSCOPE_PROGRESS")
+    assert progress_mode() == "bars"
 
 
 def test_lines_at_start_on_a_timer_and_at_the_end():
@@ -58,7 +71,7 @@ def test_loops_nest_into_a_shared_log_display(monkeypatch):
     monkeypatch.delenv("MECHSCOPE_PROGRESS", raising=False)
     monkeypatch.setattr(progress_mod.sys.stderr, "isatty", lambda: False, raising=False)
     out = io.StringIO()
-    with shared_progress(Console(file=out, width=200)) as display:
+    with command_line(), shared_progress(Console(file=out, width=200)) as display:
         assert isinstance(display, LogProgress)
         overall = display.add_task("demo", total=1)
         with make_progress() as inner:  # a workflow's loop inside the demo

@@ -175,7 +175,7 @@ def test_progress_bins_conserve_token_mass():
     counts = progress_bin_counts(k, 7)
     for layer in range(L):
         means = prog[prog.layer == layer].sort_values("column")["mean"].to_numpy()
-        vals = s.metric("dnll")[layer, s.semantic].astype(np.float64)  # binned in float64
+        vals = s.metric("dnll")[layer, s.semantic].double().numpy()  # binned in float64
         # Sums of k values in two orders, rounded at the partial sums' magnitude.
         scale = scale_of(vals, np.cumsum(vals))
         assert_fp64_close(np.nansum(means * counts), vals.sum(), terms=k, scale=scale)
@@ -198,6 +198,6 @@ def test_attention_curves_and_correlations_equal_plain_loops():
     corr = attention_correlations(samples)
     s = samples[0]
     row = corr[(corr["sample"] == "s0") & (corr.segment == "tool")].iloc[0]
-    x = s.attention["a"].mean(axis=1)[..., 0][:, s.semantic].ravel().astype(np.float64)
-    y = s.metric("dnll")[:, s.semantic].ravel().astype(np.float64)  # scipy keeps float32 input
+    x = s.attention["a"].mean(1)[..., 0][:, s.semantic].ravel().double().numpy()
+    y = s.metric("dnll")[:, s.semantic].ravel().double().numpy()  # scipy keeps float32 input
     assert row["r"] == stats.pearsonr(x, y).statistic  # the same call on the same numbers

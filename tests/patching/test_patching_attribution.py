@@ -144,7 +144,8 @@ def test_agreement_statistics_against_scipy(lm, same_pair):
     result = patch_pairs(lm, [same_pair], spec, progress=False)
     for a in agreement(result, k=7):
         res = result.direction(a.direction)[0]
-        atp, exact = res.attribution.ravel(), res.exact_change("logit_diff").ravel()
+        atp = res.attribution.numpy().ravel()  # the result's tensors, as numpy for scipy
+        exact = res.exact_change("logit_diff").numpy().ravel()
         want = stats.pearsonr(atp.astype(np.float64), exact.astype(np.float64)).statistic
         assert_fp64_close(a.pearson, want, terms=atp.size, scale=1.0, msg="Pearson")
         top = lambda x: set(np.argsort(-np.abs(x), kind="stable")[:7].tolist())  # noqa: E731

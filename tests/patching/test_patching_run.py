@@ -93,7 +93,7 @@ def test_figures_are_functions_of_the_result(lm, pairs):
     np.testing.assert_array_equal(curve.spec.series[0].low, ci.low)
     np.testing.assert_array_equal(curve.spec.series[0].high, ci.high)
     sc = attribution_scatter(result)
-    assert sc.spec.x.size == sum(p.attribution.size for p in result.pairs)
+    assert sc.spec.x.size == sum(p.attribution.numel() for p in result.pairs)
     heads = patch_pairs(lm, pairs[:2], PatchSpec(site="z", granularity="all"), progress=False)
     hm = head_heatmap(heads)
     assert hm.spec.z.shape == (lm.n_heads, lm.n_layers)

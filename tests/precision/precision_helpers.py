@@ -76,7 +76,7 @@ def lens_numbers(lm: LoadedModel) -> dict[str, np.ndarray]:
         LensSample.model_validate(LENS_SAMPLE), lm.tokenizer, ("hint", "plain"), max_context=None
     )
     diff = analyse_sample(Engine.of(lm), prep, PairedOptions(attention=False, kernel="eager"))
-    return {k: diff.metric(k).astype(np.float64) for k in ("dnll", "js")}
+    return {k: diff.metric(k).double().numpy() for k in ("dnll", "js")}
 
 
 def ioi_pairs() -> list[ContrastivePair]:
@@ -105,7 +105,7 @@ def patching_numbers(lm: LoadedModel) -> dict[str, np.ndarray]:
     difference ``[pairs × directions, L, positions]`` and the clean / corrupt ones."""
     spec = PatchSpec(site="resid_pre", granularity="position", directions=("denoising", "noising"))
     result = patch_pairs(lm, ioi_pairs(), spec, progress=False)
-    grids = [r.metrics["logit_diff"][..., 0] for r in result.pairs]
+    grids = [r.metrics["logit_diff"][..., 0].numpy() for r in result.pairs]
     clean = [r.baseline["clean_logit_diff"] for r in result.pairs]
     corrupt = [r.baseline["corrupt_logit_diff"] for r in result.pairs]
     return {
@@ -143,7 +143,7 @@ def receiver_numbers(lm: LoadedModel) -> dict[str, np.ndarray]:
 def suppression_numbers(lm: LoadedModel) -> dict[str, np.ndarray]:
     """Suppression: per-token KL ``[n, seq]`` and the mean-log-KL matrix ``[n, n]``."""
     res = suppression_matrix(Engine.of(lm), trace_tokens(lm), SuppressionOptions())
-    return {"token_kl": res.token_kl, "matrix": res.matrix}
+    return {"token_kl": res.token_kl.numpy(), "matrix": res.matrix.numpy()}
 
 
 def pairset(lm: LoadedModel) -> PairSet:

@@ -26,6 +26,7 @@ from mechscope.runs.result import (
     save_result,
 )
 from payload_checks import assert_same
+from result_checks import assert_short_repr, assert_tensors
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -57,6 +58,9 @@ def _round_trip(run_path: Path, result: Result) -> Result:
     back = load_result(run_path, "main", type(result))
     pd.testing.assert_frame_equal(back.to_frame(), result.to_frame())
     assert_same(result, back)
+    for one in (result, back):  # one array type, as computed and as reopened; a short repr
+        assert_tensors(one)
+        assert_short_repr(one)
     html = back._repr_html_()  # a notebook shows the result as its main table
     assert type(result).__name__ in html and "<table" in html
     return back

@@ -32,6 +32,7 @@ from mechscope.report import (
 )
 from mechscope.report.findings import number, with_interval
 from mechscope.runs import RunDir, has_table, read_table
+from mechscope.runs.tensors import arrays
 
 MIN_SCORED_SENTENCES = 8
 
@@ -201,7 +202,7 @@ def _graph_matrix(
 def _graphs(run: RunDir, sentences: pd.DataFrame, result: ResamplingResult | None) -> list:
     blocks = []
     empty = pd.DataFrame(columns=["trace", "chunk_index"])
-    matrices = {} if result is None else result.matrices  # written with the chunk table
+    matrices = {} if result is None else arrays(result.matrices)  # written with the chunks
     for k, (trace, part) in enumerate(sentences.groupby("trace", sort=False)):
         if k >= MAX_TRACE_FIGURES:
             break

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 
 from mechscope.anchors.config import ReceiverOptions, SuppressionOptions
 from mechscope.anchors.layout import CHUNKS_TABLE, RESAMPLING_MATRIX
@@ -27,15 +28,19 @@ from mechscope.runs.result import (
     get_arrays,
     put_arrays,
 )
+from mechscope.runs.tensors import TensorFields, array, arrays
 from mechscope.stats import SplitHalf
 
 
 @dataclass
-class ResamplingResult(HtmlRepr):
-    """Chunk metrics of every resampled trace, and their resampling sentence matrices."""
+class ResamplingResult(TensorFields, HtmlRepr):
+    """Chunk metrics of every resampled trace, and their resampling sentence matrices (CPU
+    torch tensors)."""
+
+    _tensor_fields = ("matrices",)
 
     chunks: pd.DataFrame  # one row per analysed chunk (the ``anchors_chunks`` table)
-    matrices: dict[str, np.ndarray] = field(default_factory=dict)  # trace id → [n, n]
+    matrices: dict[str, torch.Tensor] = field(default_factory=dict)  # trace id → [n, n]
 
     def to_frame(self) -> pd.DataFrame:
         """The main table: :attr:`chunks`."""
@@ -44,7 +49,7 @@ class ResamplingResult(HtmlRepr):
     def to_payload(self) -> dict[str, Any]:
         """The table as plain JSON, the matrices under ``matrices.<i>`` (trace ids in JSON)."""
         payload: dict[str, Any] = {"chunks": frame_to_payload(self.chunks)}
-        put_arrays(payload, "matrices", self.matrices)
+        put_arrays(payload, "matrices", arrays(self.matrices))
         return payload
 
     @classmethod
@@ -64,14 +69,17 @@ class ResamplingResult(HtmlRepr):
 
 
 @dataclass
-class ReceiverResult(HtmlRepr):
-    """Receiver heads chosen over a set of traces, and every trace's receiver scores."""
+class ReceiverResult(TensorFields, HtmlRepr):
+    """Receiver heads chosen over a set of traces, and every trace's receiver scores (CPU
+    torch tensors; the reliability's ``split_r`` too)."""
+
+    _tensor_fields = ("kurtosis", "mean_kurtosis", "scores", "reliability")
 
     trace_ids: list[str]
-    kurtosis: np.ndarray  # [n_traces, layers, heads]
-    mean_kurtosis: np.ndarray  # [layers, heads], excluded layers NaN
+    kurtosis: torch.Tensor  # [n_traces, layers, heads]
+    mean_kurtosis: torch.Tensor  # [layers, heads], excluded layers NaN
     heads: list[tuple[int, int]]  # receiver heads, highest mean kurtosis first
-    scores: dict[str, np.ndarray]  # trace id → [n_sent] receiver score
+    scores: dict[str, torch.Tensor]  # trace id → [n_sent] receiver score
     reliability: SplitHalf | None  # None with fewer than 2 traces
     options: ReceiverOptions = field(default_factory=ReceiverOptions)
 
@@ -98,7 +106,7 @@ class ReceiverResult(HtmlRepr):
         rows = [
             {"trace": tid, "sentence": j, "receiver_score": float(v)}
             for tid, values in self.scores.items()
-            for j, v in enumerate(values)
+            for j, v in enumerate(values.tolist())
         ]
         return pd.DataFrame(rows, columns=["trace", "sentence", "receiver_score"])
 
@@ -125,8 +133,8 @@ class ReceiverResult(HtmlRepr):
         rel = self.reliability
         payload: dict[str, Any] = {
             "trace_ids": list(self.trace_ids),
-            "kurtosis": np.asarray(self.kurtosis),
-            "mean_kurtosis": np.asarray(self.mean_kurtosis),
+            "kurtosis": array(self.kurtosis),
+            "mean_kurtosis": array(self.mean_kurtosis),
             "heads": [[int(layer), int(head)] for layer, head in self.heads],
             "options": asdict(self.options),
             "reliability": None
@@ -134,8 +142,8 @@ class ReceiverResult(HtmlRepr):
             else {"reliability": float(rel.reliability), "mean_r": float(rel.mean_r)},
         }
         if rel is not None:
-            payload["reliability_split_r"] = np.asarray(rel.split_r)
-        put_arrays(payload, "scores", self.scores)
+            payload["reliability_split_r"] = array(rel.split_r)
+        put_arrays(payload, "scores", arrays(self.scores))
         return payload
 
     @classmethod
@@ -157,25 +165,29 @@ class ReceiverResult(HtmlRepr):
 
 
 @dataclass
-class SuppressionResult(HtmlRepr):
-    """The suppression matrix of one trace (rows: target sentences, columns: sources)."""
+class SuppressionResult(TensorFields, HtmlRepr):
+    """The suppression matrix of one trace (rows: target sentences, columns: sources), as
+    CPU torch tensors."""
+
+    _tensor_fields = ("matrix", "normalized", "token_kl")
 
     trace_id: str
-    matrix: np.ndarray  # [n_sent, n_sent] mean log(KL + ε)
-    normalized: np.ndarray  # [n_sent, n_sent] row-centred
-    token_kl: np.ndarray  # [n_sent, seq] KL at each logits position, per suppressed source
+    matrix: torch.Tensor  # [n_sent, n_sent] mean log(KL + ε)
+    normalized: torch.Tensor  # [n_sent, n_sent] row-centred
+    token_kl: torch.Tensor  # [n_sent, seq] KL at each logits position, per suppressed source
     options: SuppressionOptions = field(default_factory=SuppressionOptions)
 
     def to_frame(self) -> pd.DataFrame:
         """Long format: one row per defined (source, target) pair."""
-        targets, sources = np.nonzero(~np.isnan(self.matrix))
+        matrix, normalized = array(self.matrix), array(self.normalized)
+        targets, sources = np.nonzero(~np.isnan(matrix))
         return pd.DataFrame(
             {
                 "trace": self.trace_id,
                 "source": sources.astype(int),
                 "target": targets.astype(int),
-                "mean_log_kl": self.matrix[targets, sources],
-                "normalized": self.normalized[targets, sources],
+                "mean_log_kl": matrix[targets, sources],
+                "normalized": normalized[targets, sources],
             }
         )
 
@@ -185,9 +197,9 @@ class SuppressionResult(HtmlRepr):
     def to_payload(self) -> dict[str, Any]:
         return {
             "trace_id": self.trace_id,
-            "matrix": np.asarray(self.matrix),
-            "normalized": np.asarray(self.normalized),
-            "token_kl": np.asarray(self.token_kl),
+            "matrix": array(self.matrix),
+            "normalized": array(self.normalized),
+            "token_kl": array(self.token_kl),
             "options": self.options_dict(),
         }
 

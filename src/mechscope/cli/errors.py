@@ -9,7 +9,7 @@ from pydantic_core import ValidationError  # pydantic's, without importing pydan
 from rich.console import Console
 
 from mechscope.errors import DiskFullError, MechscopeError, ResumableError
-from mechscope.progress import drop_warnings, hold_warnings, release_warnings
+from mechscope.progress import command_line, drop_warnings, hold_warnings, release_warnings
 from mechscope.runs import interrupt
 from mechscope.runs.executor import ARGV, WorkerDone
 
@@ -88,7 +88,8 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> None:
     hold_warnings()  # until the run opens: a refusal before it prints alone
     try:
         # Outside standalone mode typer turns Ctrl-C (and typer.Exit) into a returned code.
-        code = app(args=args, standalone_mode=False, prog_name="mechscope")
+        with command_line():  # the command line's display, not the Python API's bars
+            code = app(args=args, standalone_mode=False, prog_name="mechscope")
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:

@@ -20,6 +20,7 @@ from mechscope.data.tokens import (
     first_token_text,
 )
 from mechscope.errors import InputError
+from mechscope.runs.summary import SummaryRepr
 
 Span = tuple[int, int]
 Policy = Literal["first", "error"]
@@ -54,7 +55,7 @@ def _spans(raw: dict, text: str, sample: str, name: str) -> dict[str, Span]:
 
 
 @dataclass(frozen=True)
-class ContrastivePair:
+class ContrastivePair(SummaryRepr):
     """A clean/corrupt prompt pair with answers and named character spans.
 
     ``spans`` / ``corrupt_spans`` map a position name (``"IO"``, ``"S2"``, ``"subject"``,

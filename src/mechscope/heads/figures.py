@@ -19,6 +19,7 @@ from mechscope.heads.postprocess import orient
 from mechscope.heads.result import HeadsResult
 from mechscope.report import Figure, Series, heatmap, panels, scatter
 from mechscope.report.findings import interval_marks
+from mechscope.runs.tensors import arrays
 from mechscope.stats import cell_ci
 
 KIND_NAMES = {
@@ -151,13 +152,14 @@ def attribution_figures(result: HeadsResult) -> list[tuple[str, Figure]]:
     every IG path, and the agreement of the first two paths."""
     out: list[tuple[str, Figure]] = []
     labels = [f"{i}:{t}" for i, t in enumerate(result.tasks)]  # short labels; ids in tables
-    kinds = sorted(result.importance, key=lambda k: (k != lead_path(result), k == "gradient"))
+    attributions, importances = arrays(result.attributions), arrays(result.importance)
+    kinds = sorted(importances, key=lambda k: (k != lead_path(result), k == "gradient"))
     for kind in kinds:
-        importance = result.importance[kind]
+        importance = importances[kind]
         what = "gradient importance" if kind == "gradient" else "mean IG (helps +)"
         per_sample = None
-        if kind in result.attributions:  # signed IG: the mean of the oriented samples
-            per_sample = orient(result.attributions[kind], result.higher_is_better)
+        if kind in attributions:  # signed IG: the mean of the oriented samples
+            per_sample = orient(attributions[kind], result.higher_is_better)
             # aggregate's signed mean is these operations on these numbers: equal bit for
             # bit; abs or relu changed some sample (no interval of the samples to draw)
             if not np.array_equal(per_sample.mean(axis=0), importance, equal_nan=True):
@@ -177,15 +179,15 @@ def attribution_figures(result: HeadsResult) -> list[tuple[str, Figure]]:
                     ),
                 )
             )
-    paths = [k for k in result.importance if k in result.attributions]
+    paths = [k for k in importances if k in attributions]
     if len(result.sample_ids) >= 2:
         for kind in paths:
-            m = similarity_matrix(result.attributions[kind])
+            m = similarity_matrix(attributions[kind])
             title = f"Per-sample similarity of {kind} attributions"
             out.append((f"attribution-similarity-{kind}", similarity_figure(m, labels, title)))
     if len(paths) >= 2:
         a, b = paths[0], paths[1]
-        fig = agreement_figure(result.importance[a], result.importance[b], a, b)
+        fig = agreement_figure(importances[a], importances[b], a, b)
         out.append((f"attribution-agreement-{a}-{b}", fig))
     return out
 

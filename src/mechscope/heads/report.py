@@ -20,6 +20,7 @@ from mechscope.report import (
 )
 from mechscope.report.findings import ci_words, pct, with_interval
 from mechscope.runs import RunDir, has_arrays, has_table, read_table
+from mechscope.runs.tensors import array
 from mechscope.stats import mean_ci
 
 INTRO = (
@@ -91,7 +92,7 @@ def pruning_table(auc: pd.DataFrame) -> pd.DataFrame:
 def top_head_sentence(result: HeadsResult, path: str, summary: pd.DataFrame) -> str:
     """The head ``path`` ranks most helpful, its mean IG with its interval over samples, and
     the path's median completeness error."""
-    x = orient(result.attributions[path], result.higher_is_better)  # [n, L, H]
+    x = orient(array(result.attributions[path]), result.higher_is_better)  # [n, L, H]
     layer, head = np.unravel_index(np.argmax(x.mean(axis=0)), x.shape[1:])
     mean, low, high, n = mean_ci(x[:, layer, head])
     err = summary.set_index("path")["median_rel_error"].get(path, np.nan)

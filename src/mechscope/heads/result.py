@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 
 from mechscope.runs import RunDir, has_table, read_arrays, read_table
 from mechscope.runs.result import (
@@ -18,6 +19,7 @@ from mechscope.runs.result import (
     optional_frame_back,
     put_arrays,
 )
+from mechscope.runs.tensors import TensorFields, array, arrays
 
 #: In ``arrays/heads_attributions.npz``: the prefix of the importance maps and the keys that
 #: are not a path's per-sample attributions.
@@ -26,17 +28,20 @@ _NOT_PATHS = frozenset({"sample_ids", "tasks", "gradient"})
 
 
 @dataclass
-class HeadsResult(HtmlRepr):
-    """What :func:`run_heads` computed (also saved in the run directory)."""
+class HeadsResult(TensorFields, HtmlRepr):
+    """What :func:`run_heads` computed (also saved in the run directory); arrays are CPU
+    torch tensors."""
+
+    _tensor_fields = ("attributions", "gradients", "importance")
 
     sample_ids: list[str]
     tasks: list[str]
-    attributions: dict[str, np.ndarray]  # path -> [n, layers, heads] raw IG
+    attributions: dict[str, torch.Tensor]  # path -> [n, layers, heads] raw IG
     completeness: pd.DataFrame
     diagnostics: pd.DataFrame
     higher_is_better: bool
-    gradients: np.ndarray | None = None  # [n, layers, heads] gate gradients at α = 1
-    importance: dict[str, np.ndarray] = field(default_factory=dict)  # [layers, heads]
+    gradients: torch.Tensor | None = None  # [n, layers, heads] gate gradients at α = 1
+    importance: dict[str, torch.Tensor] = field(default_factory=dict)  # [layers, heads]
     pruning: pd.DataFrame | None = None
     pruning_auc: pd.DataFrame | None = None
     pruning_bands: pd.DataFrame | None = None  # mean and bootstrap band per order and fraction
@@ -52,8 +57,8 @@ class HeadsResult(HtmlRepr):
         ``higher_is_better`` comes from ``heads_meta``; the pruning and Shapley tables are
         read when the run computed them.
         """
-        arrays = read_arrays(run, "heads_attributions")
-        ids = [str(s) for s in arrays["sample_ids"]]
+        saved = read_arrays(run, "heads_attributions")
+        ids = [str(s) for s in saved["sample_ids"]]
         meta = read_table(run, "heads_meta")
         meta_values = dict(zip(meta["key"], meta["value"], strict=True))
 
@@ -62,19 +67,19 @@ class HeadsResult(HtmlRepr):
 
         return cls(
             sample_ids=ids,
-            tasks=[str(t) for t in arrays["tasks"]] if "tasks" in arrays else list(ids),
+            tasks=[str(t) for t in saved["tasks"]] if "tasks" in saved else list(ids),
             attributions={
                 k: v
-                for k, v in arrays.items()
+                for k, v in saved.items()
                 if k not in _NOT_PATHS and not k.startswith(_IMPORTANCE)
             },
             completeness=read_table(run, "heads_completeness"),
             diagnostics=read_table(run, "heads_diagnostics"),
             higher_is_better=meta_values["higher is better"] == "True",
-            gradients=arrays.get("gradient"),
+            gradients=saved.get("gradient"),
             importance={
                 k.removeprefix(_IMPORTANCE): v
-                for k, v in arrays.items()
+                for k, v in saved.items()
                 if k.startswith(_IMPORTANCE)
             },
             pruning=table("heads_pruning"),
@@ -88,7 +93,7 @@ class HeadsResult(HtmlRepr):
         frames = []
         ids = np.asarray(self.sample_ids, dtype=object)
         tasks = np.asarray(self.tasks, dtype=object)
-        for path, attr in self.attributions.items():
+        for path, attr in arrays(self.attributions).items():
             n, n_l, n_h = attr.shape
             i, layer, head = np.meshgrid(
                 np.arange(n), np.arange(n_l), np.arange(n_h), indexing="ij"
@@ -121,10 +126,10 @@ class HeadsResult(HtmlRepr):
             "pruning_auc": optional_frame(self.pruning_auc),
             "pruning_bands": optional_frame(self.pruning_bands),
             "shapley": optional_frame(self.shapley),
-            "gradients": None if self.gradients is None else np.asarray(self.gradients),
+            "gradients": array(self.gradients),
         }
-        put_arrays(payload, "attributions", self.attributions)
-        put_arrays(payload, "importance", self.importance)
+        put_arrays(payload, "attributions", arrays(self.attributions))
+        put_arrays(payload, "importance", arrays(self.importance))
         return payload
 
     @classmethod

@@ -30,6 +30,7 @@ from mechscope.models.loaded import LoadedModel
 from mechscope.runs import RunDir, ShardStore, run_sharded, write_arrays, write_table
 from mechscope.runs.content_key import content_key
 from mechscope.runs.executor import shared_work_done
+from mechscope.runs.tensors import array, arrays
 from mechscope.stats.finite import HINT, require_finite
 
 
@@ -83,30 +84,21 @@ def _attribute_all(run: RunDir, fs: list[GateFunction], kind: str, cfg: HeadsCon
 
 def _diagnostics(res: HeadsResult, cfg: HeadsConfig) -> pd.DataFrame:
     parts = [
-        sample_diagnostics(v, method=k, thresholds=cfg.thresholds)
+        sample_diagnostics(array(v), method=k, thresholds=cfg.thresholds)
         for k, v in res.attributions.items()
     ]
-    if res.gradients is not None:
-        parts.append(
-            sample_diagnostics(res.gradients, method="gradient", thresholds=cfg.thresholds)
-        )
+    gradients = array(res.gradients)
+    if gradients is not None:
+        parts.append(sample_diagnostics(gradients, method="gradient", thresholds=cfg.thresholds))
     names = list(res.attributions)
     if len(res.sample_ids) >= 1:
+        first = array(res.attributions[names[0]])
         for other in names[1:]:
             parts.append(
-                agreement(
-                    res.attributions[names[0]],
-                    res.attributions[other],
-                    name_a=names[0],
-                    name_b=other,
-                )
+                agreement(first, array(res.attributions[other]), name_a=names[0], name_b=other)
             )
-        if res.gradients is not None:
-            parts.append(
-                agreement(
-                    res.attributions[names[0]], res.gradients, name_a=names[0], name_b="gradient"
-                )
-            )
+        if gradients is not None:
+            parts.append(agreement(first, gradients, name_a=names[0], name_b="gradient"))
     return pd.concat(parts, ignore_index=True)
 
 
@@ -131,7 +123,7 @@ def _shapley(
         df = sh.frame()
         df.insert(0, "sample_id", f.sample_id)
         i = res.sample_ids.index(f.sample_id)
-        for kind, attr in res.attributions.items():
+        for kind, attr in arrays(res.attributions).items():
             df[f"ig_{kind}"] = [attr[i, layer, head] for layer, head in heads]
         frames.append(df)
     return pd.concat(frames, ignore_index=True)
@@ -162,25 +154,27 @@ def run_heads(
             completeness.append(frame)
     shared_work_done()  # a worker ends here: this command does the rest once
     hib = fs[0].higher_is_better
-    res = HeadsResult(
-        ids, tasks, attributions, pd.concat(completeness, ignore_index=True), pd.DataFrame(), hib
-    )
+    gradients, importance = None, {}
     if cfg.gradient_baseline:
         with run.timed("heads-gradient"):
-            res.gradients = gate_gradients(fs)
-        for sid, x in zip(ids, res.gradients, strict=True):
+            gradients = gate_gradients(fs)
+        for sid, x in zip(ids, gradients, strict=True):
             require_finite(x, "gate gradient", sample=sid)
-        res.importance["gradient"] = head_mask_importance(res.gradients)
+        importance["gradient"] = head_mask_importance(gradients)
     for kind, x in attributions.items():
-        res.importance[kind] = aggregate(x, mode=cfg.postprocess, higher_is_better=hib)
+        importance[kind] = aggregate(x, mode=cfg.postprocess, higher_is_better=hib)
+    completeness_frame = pd.concat(completeness, ignore_index=True)
+    res = HeadsResult(
+        ids, tasks, attributions, completeness_frame, pd.DataFrame(), hib, gradients, importance
+    )
     res.diagnostics = _diagnostics(res, cfg)
-    arrays = {k: v for k, v in attributions.items()} | {
-        f"importance_{k}": v for k, v in res.importance.items()
+    saved = {k: v for k, v in attributions.items()} | {
+        f"importance_{k}": v for k, v in importance.items()
     }
-    if res.gradients is not None:
-        arrays["gradient"] = res.gradients
-    arrays |= {"sample_ids": np.array(ids), "tasks": np.array(tasks)}
-    write_arrays(run, "heads_attributions", arrays)
+    if gradients is not None:
+        saved["gradient"] = gradients
+    saved |= {"sample_ids": np.array(ids), "tasks": np.array(tasks)}
+    write_arrays(run, "heads_attributions", saved)
     write_table(run, "heads_completeness", res.completeness)
     write_table(run, "heads_diagnostics", res.diagnostics)
     if cfg.prune:
@@ -198,11 +192,11 @@ def _ranking(res: HeadsResult, name: str, cfg: HeadsConfig) -> np.ndarray:
     ``cfg.prune_postprocess`` (default ``abs``: the smallest effects go first, whatever their
     sign, the usual pruning criterion), or Michel et al.'s gradient importance."""
     if name == "gradient" and "gradient" in res.importance:
-        return res.importance["gradient"]
+        return array(res.importance["gradient"])
     if name not in res.attributions:
         known = ", ".join([*res.attributions, *(["gradient"] if res.gradients is not None else [])])
         raise InputError(f"prune_by among {known}, got {name!r}", field="prune_by")
-    x = res.attributions[name]
+    x = array(res.attributions[name])
     return aggregate(x, mode=cfg.prune_postprocess, higher_is_better=res.higher_is_better)
 
 

@@ -19,6 +19,7 @@ import pandas as pd
 
 from mechscope.lens.result import METRICS, SampleDiff
 from mechscope.lens.tokens import TOKEN_CLASSES, anchor_pattern, anchor_token
+from mechscope.runs.tensors import array
 from mechscope.stats import (
     anchor_align,
     curve_ci,
@@ -59,8 +60,8 @@ def per_sample_layer_means(samples: Sequence[SampleDiff], metric: str, mask_fn=N
     """``[n_samples, layers]``: each sample's mean over its semantic tokens (or ``mask_fn``)."""
     rows = []
     for s in samples:
-        keep = s.semantic if mask_fn is None else mask_fn(s)
-        vals = s.metric(metric)[:, keep]  # [L, kept]
+        keep = array(s.semantic) if mask_fn is None else mask_fn(s)
+        vals = array(s.metric(metric))[:, keep]  # [L, kept]
         rows.append(_nanmean(vals, axis=1) if vals.shape[1] else np.full(s.n_layers, np.nan))
     return np.stack(rows)
 
@@ -175,7 +176,7 @@ def class_curves(
     for cls in TOKEN_CLASSES:
 
         def keep(s: SampleDiff, cls: str = cls) -> np.ndarray:
-            return s.semantic & (np.asarray(s.classes) == cls)
+            return array(s.semantic) & (np.asarray(s.classes) == cls)
 
         if not any(keep(s).any() for s in samples):
             continue
@@ -196,12 +197,14 @@ def aligned_heatmaps(
     for metric in metrics:
         per: dict[str, list[np.ndarray]] = {"progress": [], "first_k": [], "anchor": []}
         for s in samples:
-            vals = s.metric(metric)[:, s.semantic].astype(np.float64)  # [L, K]
+            semantic = array(s.semantic)
+            vals = array(s.metric(metric))[:, semantic].astype(np.float64)  # [L, K]
             if vals.shape[1] == 0:
                 continue
             per["progress"].append(progress_bins(vals, opts.n_bins))
             per["first_k"].append(first_k(vals, opts.first_k))
-            at = anchor_token(s.continuation, [tuple(o) for o in s.offsets], s.semantic, pattern)
+            spans = [tuple(o) for o in s.offsets.tolist()]
+            at = anchor_token(s.continuation, spans, semantic, pattern)
             if at is not None:
                 per["anchor"].append(anchor_align(vals, at, opts.anchor_before, opts.anchor_after))
         for kind, arrays in per.items():
@@ -243,8 +246,8 @@ def attention_curves(samples: Sequence[SampleDiff], opts: AggregateOptions) -> p
             for s in with_att:
                 if seg not in s.segments[cond]:
                     continue
-                mass = s.attention[cond][..., s.segments[cond].index(seg)]  # [L, H, T]
-                rows.append(mass.mean(axis=1)[:, s.semantic].mean(axis=1))  # [L]
+                mass = array(s.attention[cond])[..., s.segments[cond].index(seg)]  # [L, H, T]
+                rows.append(mass.mean(axis=1)[:, array(s.semantic)].mean(axis=1))  # [L]
                 groups.append(s.group)
             frames += _group_rows(np.stack(rows), groups, opts, condition=cond, segment=seg)
     return pd.concat(frames, ignore_index=True)
@@ -255,11 +258,12 @@ def attention_correlations(samples: Sequence[SampleDiff]) -> pd.DataFrame:
     _finite(samples)
     rows = []
     for s in samples:
-        dnll = s.metric("dnll")[:, s.semantic].ravel()
+        semantic = array(s.semantic)
+        dnll = array(s.metric("dnll"))[:, semantic].ravel()
         for cond, mass in s.attention.items():
-            avg = mass.mean(axis=1)  # [L, T, S]
+            avg = array(mass).mean(axis=1)  # [L, T, S]
             for k, seg in enumerate(s.segments[cond]):
-                x = avg[..., k][:, s.semantic].ravel()
+                x = avg[..., k][:, semantic].ravel()
                 r = pearson(x, dnll) if x.size >= 3 else float("nan")
                 rows.append(
                     {

@@ -16,6 +16,7 @@ from typing import Any, Self
 
 import numpy as np
 import pandas as pd
+import torch
 
 from mechscope.lens.layout import (
     CANDIDATES_CURVES,
@@ -34,6 +35,8 @@ from mechscope.runs.result import (
     get_payloads,
     put_payloads,
 )
+from mechscope.runs.summary import SummaryRepr
+from mechscope.runs.tensors import TensorFields, array
 from mechscope.stats.finite import require_finite
 
 #: Metric axis of :attr:`SampleDiff.metrics`: NLL under A and B, ΔNLL = A - B, JS, KL both ways.
@@ -41,19 +44,21 @@ METRICS = ("nll_a", "nll_b", "dnll", "js", "kl_ab", "kl_ba")
 
 
 @dataclass
-class SampleDiff:
-    """The paired teacher-forced analysis of one sample."""
+class SampleDiff(TensorFields, SummaryRepr):
+    """The paired teacher-forced analysis of one sample (arrays: CPU torch tensors)."""
+
+    _tensor_fields = ("offsets", "semantic", "metrics", "attention")
 
     sample_id: str
     group: str | None
     contrast: tuple[str, str]
     continuation: str
     tokens: list[str]  # [T] text of each continuation token
-    offsets: np.ndarray  # [T, 2] character span of each token in the continuation
-    semantic: np.ndarray  # [T] bool: not whitespace only
+    offsets: torch.Tensor  # [T, 2] character span of each token in the continuation
+    semantic: torch.Tensor  # [T] bool: not whitespace only
     classes: list[str]  # [T] code token class
-    metrics: np.ndarray  # [metric, layer, T] float32, metrics in METRICS order
-    attention: dict[str, np.ndarray] = field(default_factory=dict)  # cond -> [L, H, T, S]
+    metrics: torch.Tensor  # [metric, layer, T] float32, metrics in METRICS order
+    attention: dict[str, torch.Tensor] = field(default_factory=dict)  # cond -> [L, H, T, S]
     segments: dict[str, list[str]] = field(default_factory=dict)  # cond -> segment names
     position_ids: dict[str, int] = field(default_factory=dict)  # cond -> pos id of 1st semantic
     cont_start: dict[str, int] = field(default_factory=dict)
@@ -63,7 +68,7 @@ class SampleDiff:
     def n_layers(self) -> int:
         return int(self.metrics.shape[1])
 
-    def metric(self, name: str) -> np.ndarray:
+    def metric(self, name: str) -> torch.Tensor:
         """``[layer, T]`` values of one metric."""
         return self.metrics[METRICS.index(name)]
 
@@ -73,11 +78,12 @@ class SampleDiff:
         token before the sample is stored, and over its semantic tokens (all that curves,
         heatmaps and correlations read) before samples are aggregated: a readout that covers
         semantic tokens only marks the others NaN (the HumanEval study)."""
-        keep = self.semantic if semantic_only else slice(None)
+        keep = array(self.semantic) if semantic_only else slice(None)
         sid = self.sample_id
-        require_finite(self.metrics[..., keep], "metrics", sample=sid, layer_axis=1, names=METRICS)
+        metrics = array(self.metrics)[..., keep]
+        require_finite(metrics, "metrics", sample=sid, layer_axis=1, names=METRICS)
         for cond, mass in self.attention.items():
-            require_finite(mass[:, :, keep], f"attention mass of {cond}", sample=sid)
+            require_finite(array(mass)[:, :, keep], f"attention mass of {cond}", sample=sid)
 
     # --- shards ---------------------------------------------------------------------------
     def to_payload(self) -> dict[str, Any]:
@@ -88,9 +94,9 @@ class SampleDiff:
             "continuation": self.continuation,
             "tokens": list(self.tokens),
             "classes": list(self.classes),
-            "offsets": np.asarray(self.offsets, dtype=np.int64),
-            "semantic": np.asarray(self.semantic, dtype=bool),
-            "metrics": np.asarray(self.metrics, dtype=np.float32),
+            "offsets": np.asarray(array(self.offsets), dtype=np.int64),
+            "semantic": np.asarray(array(self.semantic), dtype=bool),
+            "metrics": np.asarray(array(self.metrics), dtype=np.float32),
             "segments": {k: list(v) for k, v in self.segments.items()},
             "position_ids": dict(self.position_ids),
             "cont_start": dict(self.cont_start),
@@ -98,7 +104,7 @@ class SampleDiff:
             "attention_conditions": list(self.attention),
         }
         for i, cond in enumerate(self.attention):
-            payload[f"attention_{i}"] = np.asarray(self.attention[cond], dtype=np.float32)
+            payload[f"attention_{i}"] = np.asarray(array(self.attention[cond]), dtype=np.float32)
         return payload
 
     @classmethod
@@ -136,9 +142,9 @@ class SampleDiff:
                 "layer": layer.ravel(),
                 "token": tok.ravel(),
                 "token_text": tokens[tok.ravel()],
-                "semantic": np.asarray(self.semantic)[tok.ravel()],
+                "semantic": array(self.semantic)[tok.ravel()],
                 "token_class": classes[tok.ravel()],
-                "value": self.metrics.reshape(-1).astype(np.float64),
+                "value": array(self.metrics).reshape(-1).astype(np.float64),
             }
         )
 
@@ -146,7 +152,7 @@ class SampleDiff:
         """Long format of head-averaged attention mass: (condition, segment, layer, token)."""
         frames = []
         for cond, mass in self.attention.items():
-            avg = mass.mean(axis=1)  # [L, T, S]
+            avg = array(mass).mean(axis=1)  # [L, T, S]
             n_l, n_t, n_s = avg.shape
             layer, tok, seg = np.meshgrid(
                 np.arange(n_l), np.arange(n_t), np.arange(n_s), indexing="ij"
@@ -160,7 +166,7 @@ class SampleDiff:
                         "segment": np.asarray(self.segments[cond], dtype=object)[seg.ravel()],
                         "layer": layer.ravel(),
                         "token": tok.ravel(),
-                        "semantic": np.asarray(self.semantic)[tok.ravel()],
+                        "semantic": array(self.semantic)[tok.ravel()],
                         "mass": avg.reshape(-1).astype(np.float64),
                     }
                 )
@@ -219,11 +225,14 @@ class DiffResult(HtmlRepr):
 
 
 @dataclass
-class CandidateResult(HtmlRepr):
-    """Scores ``[sample][layer, K]`` and the per-layer curves.
+class CandidateResult(TensorFields, HtmlRepr):
+    """Scores ``[sample][layer, K]`` (each sample's ``"scores"``, a CPU torch tensor) and the
+    per-layer curves.
 
     ``label_a`` / ``label_b`` name the sample fields that hold the two labels (the config's
     ``label_a`` / ``label_b``); ``policy`` is how words of several tokens were scored."""
+
+    _tensor_fields = ("samples",)
 
     label_a: str
     label_b: str
@@ -236,7 +245,7 @@ class CandidateResult(HtmlRepr):
         """Long format: one row per (sample, layer, candidate)."""
         rows = []
         for s in self.samples:
-            scores = np.asarray(s["scores"], dtype=np.float64)  # [L, K]
+            scores = np.asarray(array(s["scores"]), dtype=np.float64)  # [L, K]
             restricted = scores - np.logaddexp.reduce(scores, axis=1, keepdims=True)
             for layer in range(scores.shape[0]):
                 for k, cand in enumerate(s["candidates"]):

@@ -13,6 +13,7 @@ import mechscope.bindings as bindings
 from mechscope.errors import SiteError
 from mechscope.models.card import ModelCard
 from mechscope.models.memory import human_bytes
+from mechscope.runs.summary import Plain, SummaryRepr
 
 
 def _attr(config: Any, name: str | None) -> Any:
@@ -25,7 +26,7 @@ def get_submodule(root: nn.Module, path: str) -> nn.Module:
 
 
 @dataclass
-class LoadedModel:
+class LoadedModel(SummaryRepr):
     """A model ready for the engine. Only this class and the cards know module paths."""
 
     model: PreTrainedModel
@@ -193,6 +194,21 @@ class LoadedModel:
     @property
     def n_params(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
+
+    def _repr_fields(self) -> dict[str, Any]:
+        shape = f"{self.n_layers} layers × {self.n_heads} heads ({self.n_kv_heads} kv)"
+        return {
+            "spec": Plain(self.spec),
+            "model": Plain(f"{type(self.model).__name__}, {self.n_params:,} parameters"),
+            "card": Plain(f"{self.card.family} ({self.card_source})"),
+            "shape": Plain(f"{shape}, d_model {self.d_model}, d_head {self.d_head}"),
+            "vocab": self.vocab_size,
+            "dtype, device": Plain(f"{self.dtype}, {self.device}"),
+            "memory budget": Plain(human_bytes(self.memory_budget)),
+        }
+
+    def _repr_held(self) -> Any:
+        return ()  # the weights are the model's: ``n_params`` counts them
 
     def describe(self) -> dict[str, Any]:
         """The facts ``mechscope inspect`` prints."""

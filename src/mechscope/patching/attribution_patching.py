@@ -22,6 +22,7 @@ from mechscope.patching.exact import aligned_values, reference, unit_positions
 from mechscope.patching.metrics import scalar_metric
 from mechscope.patching.prepare import PreparedPair, units
 from mechscope.patching.result import PairResult, PatchingResult
+from mechscope.runs.tensors import array
 from mechscope.stats import pearson
 
 
@@ -87,8 +88,8 @@ def agreement(result: PatchingResult, k: int = 20) -> list[Agreement]:
         for p in items:  # no correlation or top-k ranking of NaN
             p.require_finite()
         metric = items[0].attribution_metric or "logit_diff"
-        exact = [p.exact_change(metric).ravel() for p in items]
-        atp = [p.attribution.ravel() for p in items]  # type: ignore[union-attr]
+        exact = [array(p.exact_change(metric)).ravel() for p in items]
+        atp = [array(p.attribution).ravel() for p in items]
         per_pair = [pearson(a, e) for a, e in zip(atp, exact, strict=True)]
         out.append(
             Agreement(

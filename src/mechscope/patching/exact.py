@@ -14,7 +14,7 @@ causal model, those that patch only positions after the readout.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -229,17 +229,21 @@ def sweep_pairs(
     spec: PatchSpec,
     *,
     keep_logits: bool = False,
+    advance: Callable[[int], None] | None = None,
 ) -> list[PairResult]:
     """Exact patching of several pairs; pairs whose base prompts have the same length share
     forwards (a chunk gathers the rows of every pair it holds: ``expand=(layer, index)``),
-    so short prompts fill the batch instead of paying a forward's fixed cost each."""
+    so short prompts fill the batch instead of paying a forward's fixed cost each.
+    ``advance(n)`` is told of each ``n`` grid cells done (skipped ones at once)."""
     grids = [_grid(eng, spec, p, base, source, keep_logits) for p, base, source in items]
+    if advance is not None:
+        advance(int(sum(g.skip.sum() for g in grids)))
     by_len: dict[int, list[int]] = {}
     for j, g in enumerate(grids):
         by_len.setdefault(len(g.p.base_ids), []).append(j)
     held = _held(eng, spec, grids)
     for seq, members in by_len.items():
-        _sweep_same_length(eng, spec, [grids[j] for j in members], seq, held)
+        _sweep_same_length(eng, spec, [grids[j] for j in members], seq, held, advance)
     out = []
     for g in grids:
         clean, corrupt = g.res.baseline["clean_logit_diff"], g.res.baseline["corrupt_logit_diff"]
@@ -263,7 +267,12 @@ def _held(eng: Engine, spec: PatchSpec, grids: list[_PairGrid]) -> int:
 
 
 def _sweep_same_length(
-    eng: Engine, spec: PatchSpec, grids: list[_PairGrid], seq: int, held: int
+    eng: Engine,
+    spec: PatchSpec,
+    grids: list[_PairGrid],
+    seq: int,
+    held: int,
+    advance: Callable[[int], None] | None = None,
 ) -> None:
     """Fill the grids of pairs whose base prompts have ``seq`` tokens (readout: the last);
     ``held``: bytes the group holds meanwhile (chunks are sized beside them)."""
@@ -317,6 +326,8 @@ def _sweep_same_length(
             if grids[j].kept is not None:
                 grids[j].kept[cells] = host[at : at + n_mine, len(_METRIC_KEYS) :]
             at += n_mine
+        if advance is not None:
+            advance(len(rows))
 
 
 #: The metrics read off a patched pass's logits: all but ``normalized_effect``, which is

@@ -18,6 +18,7 @@ from mechscope.patching.config import PER_HEAD_SITES
 from mechscope.patching.result import PatchingResult
 from mechscope.report import Figure, Series, curves, heatmap, scatter
 from mechscope.report.findings import interval_marks
+from mechscope.runs.tensors import array
 from mechscope.stats import cell_ci, curve_ci
 
 LABELS = {
@@ -82,7 +83,7 @@ def shown_values(result: PatchingResult, metric: str, direction: str) -> tuple[n
     effects (0.93, 1.21) invisible. It is drawn as 1 − effect instead, the share of the clean
     logit difference the patch removes: 0 = no change, as in a denoising map, where 0 = no
     recovery."""
-    arr = result.stack(metric, direction)
+    arr = array(result.stack(metric, direction))
     if metric == "normalized_effect" and direction == "noising":
         return 1.0 - arr, NOISING_LABEL
     return arr, LABELS.get(metric, metric)
@@ -173,13 +174,13 @@ def layer_curves(
     labels = unit_labels(result, direction)
     if units is None:
         if first.granularity == "position":
-            eff = np.abs(np.nanmean(result.stack(metrics[0], direction), axis=(0, 1, 3)))
+            eff = np.abs(np.nanmean(array(result.stack(metrics[0], direction)), axis=(0, 1, 3)))
             units = [int(np.nanargmax(eff))]
         else:
             units = list(range(len(first.units)))
     series = []
     for metric in metrics:
-        arr = np.nanmean(result.stack(metric, direction), axis=3)  # [pairs, layers, units]
+        arr = np.nanmean(array(result.stack(metric, direction)), axis=3)  # [pairs, layers, units]
         for u in units:
             values = arr[:, :, u]  # [pairs, layers]
             name = f"{LABELS.get(metric, metric)} · {labels[u]}"
@@ -208,8 +209,8 @@ def attribution_scatter(result: PatchingResult, direction: str = "denoising") ->
     if not items:
         raise InputError("expected attribution results", field="attribution")
     metric = items[0].attribution_metric or "logit_diff"
-    exact = np.concatenate([p.exact_change(metric).ravel() for p in items])
-    atp = np.concatenate([p.attribution.ravel() for p in items])  # type: ignore[union-attr]
+    exact = np.concatenate([array(p.exact_change(metric)).ravel() for p in items])
+    atp = np.concatenate([array(p.attribution).ravel() for p in items])
     text = [
         f"{p.pair_id} L{layer} {unit} h{h}"
         for p in items

@@ -23,10 +23,11 @@ from mechscope.engine.core.unembed import logit_diff
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 from mechscope.patching.config import PathSpec, head_label
-from mechscope.patching.path_core import path_patch_ids
+from mechscope.patching.path_core import path_patch_ids, paths_per_pair
 from mechscope.patching.path_plan import RECEIVER_INPUTS, check_path
 from mechscope.patching.path_result import PathResult
 from mechscope.patching.run import check_pair_ids
+from mechscope.progress import make_progress
 from mechscope.runs import RunDir, ShardStore, write_table
 from mechscope.runs.content_key import content_key
 from mechscope.runs.executor import shared_work_done
@@ -122,8 +123,10 @@ def _sweep(
     spec: PathSpec,
     metric: Metric | None,
     where: Sequence[int],
+    advance: Callable[[int], None] | None = None,
 ) -> PathResult:
-    """One group of pairs of one length (``where``: their indices for ``metric``)."""
+    """One group of pairs of one length (``where``: their indices for ``metric``;
+    ``advance``: told of the paths done, else the group shows a bar of its own)."""
     correct = torch.tensor([t.correct_id for t in tokens])
     wrong = torch.tensor([t.wrong_id for t in tokens])
     where_t = torch.tensor(list(where))
@@ -145,6 +148,7 @@ def _sweep(
         freeze_mlps=spec.freeze_mlps,
         budget_bytes=spec.budget_bytes,
         description=f"path patching → {spec.receiver_input}",
+        advance=advance,
     )
     kv = spec.receiver_input in ("k", "v")
     receivers = ["logits"] if spec.receiver_input == "resid_final" else [
@@ -157,13 +161,13 @@ def _sweep(
         receivers=receivers,
         receiver_input=spec.receiver_input,
         freeze_mlps=spec.freeze_mlps,
-        logit_diff=out.patched[..., 0].numpy(),
-        clean_logit_diff=out.clean[:, 0].numpy(),
-        corrupt_logit_diff=out.corrupt[:, 0].numpy(),
-        metric=out.patched[..., 1].numpy() if custom else None,
-        clean_metric=out.clean[:, 1].numpy() if custom else None,
-        corrupt_metric=out.corrupt[:, 1].numpy() if custom else None,
-        forward_rows=out.forward_rows.numpy(),
+        logit_diff=out.patched[..., 0].contiguous(),
+        clean_logit_diff=out.clean[:, 0].contiguous(),
+        corrupt_logit_diff=out.corrupt[:, 0].contiguous(),
+        metric=out.patched[..., 1].contiguous() if custom else None,
+        clean_metric=out.clean[:, 1].contiguous() if custom else None,
+        corrupt_metric=out.corrupt[:, 1].contiguous() if custom else None,
+        forward_rows=out.forward_rows,
     )
 
 
@@ -178,6 +182,7 @@ def path_patch(
     metric: Metric | None = None,
     policy: str = "error",
     budget_bytes: int | None = None,
+    progress: bool = True,
 ) -> PathResult:
     """Path patching of every sender group into every receiver group, in memory.
 
@@ -186,6 +191,8 @@ def path_patch(
     receiver). ``receiver_input``: ``q``, ``k``, ``v`` (receivers are then key/value
     heads) or ``resid_final`` (the logits: ``receivers`` other than ``"all"`` is refused).
     ``metric``: a further score of the readout logits, kept beside the logit difference.
+    ``progress`` shows a bar counting paths (pairs × sender × receiver groups with a path):
+    a tqdm bar on stderr (a widget in a notebook); nothing is printed on stdout.
     """
     if receiver_input not in RECEIVER_INPUTS:
         expected = ", ".join(RECEIVER_INPUTS)
@@ -212,9 +219,17 @@ def path_patch(
     check_inputs(lm, pairs, spec)
     tokens = [tokenize_path_pair(lm, p, spec.policy) for p in pairs]
     parts = {}
-    for idx in _by_length(tokens):
-        res = _sweep(lm, [pairs[i] for i in idx], [tokens[i] for i in idx], spec, metric, idx)
-        parts.update({i: res.pair(k) for k, i in enumerate(idx)})
+    per_pair = paths_per_pair(lm, spec.senders, spec.receivers, spec.receiver_input)
+    with make_progress(progress) as bar:
+        task = bar.add_task(
+            f"path patching → {receiver_input}", total=len(pairs) * per_pair, unit="paths"
+        )
+        for idx in _by_length(tokens):
+            res = _sweep(
+                lm, [pairs[i] for i in idx], [tokens[i] for i in idx], spec, metric, idx,
+                lambda n: bar.advance(task, n),
+            )  # fmt: skip
+            parts.update({i: res.pair(k) for k, i in enumerate(idx)})
     return PathResult.concat([parts[i] for i in range(len(pairs))])
 
 

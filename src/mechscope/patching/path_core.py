@@ -43,6 +43,7 @@ import torch
 from mechscope.engine import Engine, Patch, Read, Site
 from mechscope.engine.interventions.prefix import KVCache, Resume, can_resume
 from mechscope.errors import InputError
+from mechscope.models.loaded import LoadedModel
 from mechscope.patching.config import Head
 from mechscope.patching.path_plan import (
     Sizes,
@@ -131,11 +132,13 @@ def path_patch_ids(
     freeze_mlps: bool = False,
     budget_bytes: int | None = None,
     description: str = "path patching",
+    advance: Callable[[int], None] | None = None,
 ) -> PathScores:
     """Path patching of every sender group into every receiver group (module docstring).
 
     ``receivers`` is ignored for ``resid_final`` (one receiver: the logits). Scores are
-    read at the last position.
+    read at the last position. ``advance(n)`` is told of each ``n`` paths done (without
+    it, a progress bar of its own counts them).
     """
     lm = eng.lm
     final = check_path(lm, senders, receivers, receiver_input)
@@ -158,10 +161,11 @@ def path_patch_ids(
         seq=setup.seq,
     )
     per_pair = len(live) + (0 if final else int((first[live] >= 0).sum()))  # type: ignore[index]
-    with make_progress() as bar:
-        task = bar.add_task(
-            description, total=n_pairs * (per_pair - len(live) if not final else per_pair)
-        )
+    with make_progress(advance is None) as bar:
+        total = n_pairs * paths_per_pair(lm, senders, receivers, receiver_input)
+        task = bar.add_task(description, total=total, unit="paths")
+        if advance is None:
+            advance = lambda n: bar.advance(task, n)  # noqa: E731
         for chunk in chunks:
             rows = [rows2[i] for i in chunk]
             bank, logits = _pass2(eng, setup, rows, send, low, recv_layers, receiver_input)
@@ -169,13 +173,26 @@ def path_patch_ids(
                 p_idx = torch.tensor([p for p, _ in rows])
                 s_idx = torch.tensor([s for _, s in rows])
                 patched[p_idx, s_idx, 0] = score(logits, p_idx).float().cpu()
-                bar.advance(task, len(rows))
+                advance(len(rows))
                 continue
             _pass3(
                 eng, setup, rows, bank, first, low, receivers, receiver_input, score, patched,
-                rows_3, lambda n: bar.advance(task, n),
+                rows_3, advance,
             )  # fmt: skip
     return PathScores(patched, clean_s, corrupt_s, torch.full((n_pairs,), per_pair))
+
+
+def paths_per_pair(
+    lm: LoadedModel,
+    senders: Sequence[Sequence[Head]],
+    receivers: Sequence[Sequence[Head]],
+    receiver_input: str,
+) -> int:
+    """The (sender group, receiver group) paths of one pair: every sender into the logits
+    (``resid_final``), else the receivers above each sender; what a progress bar counts."""
+    if check_path(lm, senders, receivers, receiver_input):
+        return len(senders)
+    return int((first_receiver_layers(senders, list(receivers)) >= 0).sum())
 
 
 def _first_pass(

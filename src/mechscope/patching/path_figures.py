@@ -13,6 +13,7 @@ import numpy as np
 from mechscope.errors import InputError
 from mechscope.patching.path_result import PathResult
 from mechscope.report import Figure, Series, bars, heatmap
+from mechscope.runs.tensors import array
 from mechscope.stats import curve_ci
 
 EFFECT = "path effect (patched − clean) / (clean − corrupt)"
@@ -37,7 +38,7 @@ def _about(result: PathResult) -> str:
 def sender_receiver_heatmap(result: PathResult) -> Figure:
     """Rows = sender groups, columns = receiver groups: the mean path effect (blank: no
     path, the receiver is not above the sender)."""
-    mean = result.mean_effect()  # [S, R]
+    mean = array(result.mean_effect())  # [S, R]
     return heatmap(
         mean,
         result.receivers,
@@ -71,7 +72,7 @@ def sender_grid(result: PathResult, receiver: int = 0) -> Figure:
     n_layers = max(layer for layer, _ in heads) + 1
     n_heads = max(h for _, h in heads) + 1
     grid = np.full((n_layers, n_heads), np.nan)
-    mean = result.mean_effect()[:, receiver]  # [S]
+    mean = array(result.mean_effect()[:, receiver])  # [S]
     for (layer, head), value in zip(heads, mean, strict=True):
         grid[layer, head] = value
     target = result.receivers[receiver]
@@ -92,7 +93,7 @@ def top_paths(result: PathResult, k: int = 15, *, n_resamples: int = 2000, seed:
     """The ``k`` paths with the largest mean |effect|, with 95 % bootstrap intervals over
     pairs (resampling unit: the pair)."""
     top = result.top_paths(k)
-    eff = result.path_effect()  # [P, S, R]
+    eff = array(result.path_effect())  # [P, S, R]
     s_of = {s: i for i, s in enumerate(result.senders)}
     r_of = {r: j for j, r in enumerate(result.receivers)}
     values = np.stack(

@@ -9,48 +9,59 @@ effect* is ``(patched − clean) / (clean − corrupt)``: 0 when the path carrie
 
 from __future__ import annotations
 
-import warnings
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 
 from mechscope.runs import RunDir, ShardStore, read_table
 from mechscope.runs.result import HtmlRepr
+from mechscope.runs.tensors import TensorFields, array
 
 
 @dataclass
-class PathResult(HtmlRepr):
-    """Every pair of one path-patching sweep."""
+class PathResult(TensorFields, HtmlRepr):
+    """Every pair of one path-patching sweep; arrays are CPU torch tensors."""
 
     pair_ids: list[str]
     senders: list[str]  # group labels, e.g. "9.6" or "9.6+9.9"
     receivers: list[str]  # group labels, or ["logits"] for resid_final
     receiver_input: str  # q, k, v or resid_final
     freeze_mlps: bool
-    logit_diff: np.ndarray  # [pairs, senders, receivers] fp32, NaN: no path
-    clean_logit_diff: np.ndarray  # [pairs]
-    corrupt_logit_diff: np.ndarray  # [pairs]
-    metric: np.ndarray | None = None  # [pairs, senders, receivers]: a custom metric
-    clean_metric: np.ndarray | None = None  # [pairs]
-    corrupt_metric: np.ndarray | None = None  # [pairs]
-    forward_rows: np.ndarray | None = None  # [pairs]: batch rows each pair's cells took
+    logit_diff: torch.Tensor  # [pairs, senders, receivers] fp32, NaN: no path
+    clean_logit_diff: torch.Tensor  # [pairs]
+    corrupt_logit_diff: torch.Tensor  # [pairs]
+    metric: torch.Tensor | None = None  # [pairs, senders, receivers]: a custom metric
+    clean_metric: torch.Tensor | None = None  # [pairs]
+    corrupt_metric: torch.Tensor | None = None  # [pairs]
+    forward_rows: torch.Tensor | None = None  # [pairs]: batch rows each pair's cells took
 
-    def path_effect(self) -> np.ndarray:
-        """``[pairs, senders, receivers]``: (patched − clean) / (clean − corrupt); NaN where
-        there is no path or clean and corrupt do not differ."""
-        clean = self.clean_logit_diff[:, None, None].astype(np.float64)
+    _ARRAYS = (
+        "logit_diff",
+        "clean_logit_diff",
+        "corrupt_logit_diff",
+        "metric",
+        "clean_metric",
+        "corrupt_metric",
+        "forward_rows",
+    )
+    _tensor_fields = _ARRAYS
+
+    def path_effect(self) -> torch.Tensor:
+        """``[pairs, senders, receivers]`` fp32: (patched − clean) / (clean − corrupt); NaN
+        where there is no path or clean and corrupt do not differ."""
+        clean = self.clean_logit_diff[:, None, None].double()
         gap = clean - self.corrupt_logit_diff[:, None, None]
-        gap = np.where(np.abs(gap) < 1e-9, np.nan, gap)
-        return ((self.logit_diff - clean) / gap).astype(np.float32)
+        gap = torch.where(gap.abs() < 1e-9, torch.nan, gap)
+        return ((self.logit_diff - clean) / gap).float()
 
-    def mean_effect(self) -> np.ndarray:
-        """``[senders, receivers]``: the path effect averaged over pairs."""
-        with warnings.catch_warnings():  # cells without a path: NaN, quietly
-            warnings.simplefilter("ignore", RuntimeWarning)
-            return np.nanmean(self.path_effect(), axis=0)
+    def mean_effect(self) -> torch.Tensor:
+        """``[senders, receivers]``: the path effect averaged over pairs (NaN: no path)."""
+        return self.path_effect().nanmean(0)
 
     def top_paths(self, k: int = 10) -> pd.DataFrame:
         """The ``k`` paths with the largest mean |path effect| (signed, sorted)."""
@@ -59,7 +70,7 @@ class PathResult(HtmlRepr):
             {"sender": s, "receiver": r, "path_effect": float(mean[i, j])}
             for i, s in enumerate(self.senders)
             for j, r in enumerate(self.receivers)
-            if not np.isnan(mean[i, j])
+            if not math.isnan(float(mean[i, j]))
         ]
         df = pd.DataFrame(rows, columns=["sender", "receiver", "path_effect"])
         order = df["path_effect"].abs().sort_values(ascending=False).index
@@ -74,34 +85,34 @@ class PathResult(HtmlRepr):
         """Long format: one row per (pair, sender, receiver) with a path."""
         n_p, n_s, n_r = self.logit_diff.shape
         p, s, r = (a.ravel() for a in np.meshgrid(*map(np.arange, (n_p, n_s, n_r)), indexing="ij"))
+        ld = array(self.logit_diff)
         df = pd.DataFrame(
             {
                 "pair": np.asarray(self.pair_ids, dtype=object)[p],
                 "sender": np.asarray(self.senders, dtype=object)[s],
                 "receiver": np.asarray(self.receivers, dtype=object)[r],
                 "receiver_input": self.receiver_input,
-                "logit_diff": self.logit_diff.ravel(),
-                "delta_logit_diff": (
-                    self.logit_diff - self.clean_logit_diff[:, None, None]
-                ).ravel(),
-                "path_effect": self.path_effect().ravel(),
+                "logit_diff": ld.ravel(),
+                "delta_logit_diff": (ld - array(self.clean_logit_diff)[:, None, None]).ravel(),
+                "path_effect": array(self.path_effect()).ravel(),
             }
         )
         if self.metric is not None:
-            df["metric"] = self.metric.ravel()
-        return df[~np.isnan(self.logit_diff.ravel())].reset_index(drop=True)
+            df["metric"] = array(self.metric).ravel()
+        return df[~np.isnan(ld.ravel())].reset_index(drop=True)
 
     def baselines(self) -> pd.DataFrame:
         """One row per pair: the unpatched clean and corrupt runs."""
         df = pd.DataFrame(
             {
                 "pair": self.pair_ids,
-                "clean_logit_diff": self.clean_logit_diff,
-                "corrupt_logit_diff": self.corrupt_logit_diff,
+                "clean_logit_diff": array(self.clean_logit_diff),
+                "corrupt_logit_diff": array(self.corrupt_logit_diff),
             }
         )
         if self.clean_metric is not None and self.corrupt_metric is not None:
-            df["clean_metric"], df["corrupt_metric"] = self.clean_metric, self.corrupt_metric
+            df["clean_metric"] = array(self.clean_metric)
+            df["corrupt_metric"] = array(self.corrupt_metric)
         return df
 
     def pair(self, i: int) -> PathResult:
@@ -122,9 +133,9 @@ class PathResult(HtmlRepr):
         """Pairs of several results of the same sweep, in order."""
         first = parts[0]
 
-        def cat(name: str) -> np.ndarray | None:
-            arrays = [getattr(p, name) for p in parts]
-            return None if any(a is None for a in arrays) else np.concatenate(arrays)
+        def cat(name: str) -> torch.Tensor | None:
+            values = [getattr(p, name) for p in parts]
+            return None if any(a is None for a in values) else torch.cat(values)
 
         return cls(
             [i for p in parts for i in p.pair_ids], first.senders, first.receivers,
@@ -132,16 +143,6 @@ class PathResult(HtmlRepr):
             cat("clean_logit_diff"), cat("corrupt_logit_diff"),  # type: ignore[arg-type]
             cat("metric"), cat("clean_metric"), cat("corrupt_metric"), cat("forward_rows"),
         )  # fmt: skip
-
-    _ARRAYS = (
-        "logit_diff",
-        "clean_logit_diff",
-        "corrupt_logit_diff",
-        "metric",
-        "clean_metric",
-        "corrupt_metric",
-        "forward_rows",
-    )
 
     def to_payload(self) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -155,7 +156,7 @@ class PathResult(HtmlRepr):
             value = getattr(self, name)
             if value is not None:
                 dtype = np.int64 if name == "forward_rows" else np.float32
-                payload[name] = np.asarray(value, dtype=dtype)
+                payload[name] = np.asarray(array(value), dtype=dtype)
         return payload
 
     @classmethod

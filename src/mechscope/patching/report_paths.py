@@ -18,6 +18,7 @@ from mechscope.report import Block, DetailsBlock, FigureBlock, TableBlock, TextB
 from mechscope.report.findings import ci_words, with_interval
 from mechscope.report.render_blocks import format_value
 from mechscope.runs import RunDir, read_table
+from mechscope.runs.tensors import array
 from mechscope.stats import cell_ci
 
 SPEC_SUFFIX = "_spec.parquet"
@@ -39,7 +40,7 @@ def saved_path_parts(run: RunDir) -> list[str]:
 
 def strongest_path(result: PathResult) -> str:
     """The path with the largest mean |effect|, with its interval over pairs, in words."""
-    effects = result.path_effect()  # [pairs, senders, receivers]
+    effects = array(result.path_effect())  # [pairs, senders, receivers]
     ci = cell_ci(effects)  # [senders, receivers]
     if not np.isfinite(ci.mean).any():
         return "no finite path effect (clean and corrupt runs do not differ)"

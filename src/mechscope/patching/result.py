@@ -15,19 +15,25 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 
 from mechscope.errors import InputError
 from mechscope.patching.config import METRICS
 from mechscope.runs import RunDir, ShardStore, read_table
 from mechscope.runs.result import HtmlRepr, get_payloads, put_payloads
+from mechscope.runs.summary import Plain, SummaryRepr
+from mechscope.runs.tensors import TensorFields, array
 from mechscope.stats.finite import require_finite
 
 
 @dataclass
-class PairResult:
+class PairResult(TensorFields, SummaryRepr):
     """One pair in one direction. ``metrics[name]`` is ``[layers, units, heads]`` (heads is
     1 with label -1 for sites without heads); ``attribution`` holds the gradient estimate
-    of the change in ``attribution_metric`` on the same grid, when it was run."""
+    of the change in ``attribution_metric`` on the same grid, when it was run. Arrays are
+    CPU torch tensors (:mod:`mechscope.runs.tensors`)."""
+
+    _tensor_fields = ("metrics", "attribution", "logits")
 
     pair_id: str
     direction: str
@@ -37,13 +43,13 @@ class PairResult:
     units: list[str]
     positions: list[int]
     heads: list[int]
-    metrics: dict[str, np.ndarray] = field(default_factory=dict)
+    metrics: dict[str, torch.Tensor] = field(default_factory=dict)
     baseline: dict[str, float] = field(default_factory=dict)
-    attribution: np.ndarray | None = None  # [layers, units, heads]
+    attribution: torch.Tensor | None = None  # [layers, units, heads]
     attribution_metric: str | None = None
     tokens: list[str] = field(default_factory=list)
     roles: list[str] = field(default_factory=list)  # per unit: the span it ends, or ""
-    logits: np.ndarray | None = None  # [layers, units, heads, vocab], only when kept
+    logits: torch.Tensor | None = None  # [layers, units, heads, vocab], only when kept
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -63,11 +69,11 @@ class PairResult:
         )
         for name, values in self.metrics.items():
             if name != "normalized_effect":
-                require_finite(values, name, sample=where, layers=self.layers)
+                require_finite(array(values), name, sample=where, layers=self.layers)
         if self.attribution is not None:
-            require_finite(self.attribution, "attribution", sample=where, layers=self.layers)
+            require_finite(array(self.attribution), "attribution", sample=where, layers=self.layers)
 
-    def exact_change(self, metric: str) -> np.ndarray:
+    def exact_change(self, metric: str) -> torch.Tensor:
         """``metric(patched) - metric(base)`` on the grid (what attribution estimates)."""
         key = {
             "logit_diff": "logit_diff",
@@ -95,9 +101,9 @@ class PairResult:
         )
         for name in METRICS:
             if name in self.metrics:
-                df[name] = self.metrics[name].ravel()
+                df[name] = array(self.metrics[name]).ravel()
         if self.attribution is not None:
-            df["attribution"] = self.attribution.ravel()
+            df["attribution"] = array(self.attribution).ravel()
             df["attribution_metric"] = self.attribution_metric
         return df
 
@@ -117,9 +123,9 @@ class PairResult:
             "attribution_metric": self.attribution_metric,
         }
         for name, arr in self.metrics.items():
-            payload[f"m_{name}"] = np.asarray(arr, dtype=np.float32)
+            payload[f"m_{name}"] = np.asarray(array(arr), dtype=np.float32)
         if self.attribution is not None:
-            payload["attribution"] = np.asarray(self.attribution, dtype=np.float32)
+            payload["attribution"] = np.asarray(array(self.attribution), dtype=np.float32)
         return payload
 
     @classmethod
@@ -151,7 +157,7 @@ def flag_undefined_effects(pairs: list[PairResult]) -> list[str]:
     ids = [
         f"{p.pair_id} ({p.direction})"
         for p in pairs
-        if "normalized_effect" in p.metrics and np.isnan(p.metrics["normalized_effect"]).all()
+        if "normalized_effect" in p.metrics and bool(p.metrics["normalized_effect"].isnan().all())
     ]
     if ids:
         shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
@@ -172,6 +178,18 @@ class PatchingResult(HtmlRepr):
     pairs: list[PairResult]
     site: str
     granularity: str
+
+    def _repr_fields(self) -> dict[str, Any]:
+        shapes = sorted({p.shape for p in self.pairs})
+        metrics = list(self.pairs[0].metrics) if self.pairs else []
+        return {
+            "site": self.site,
+            "granularity": self.granularity,
+            "directions": self.directions,
+            "pairs": self.pairs,
+            "grids": Plain(f"[layers, units, heads] {', '.join(map(str, shapes))}"),
+            "metrics": metrics,
+        }
 
     def direction(self, direction: str) -> list[PairResult]:
         return [p for p in self.pairs if p.direction == direction]
@@ -206,7 +224,7 @@ class PatchingResult(HtmlRepr):
         for p in self.pairs:
             item = p.to_payload()
             if p.logits is not None:
-                item["logits"] = np.asarray(p.logits)
+                item["logits"] = array(p.logits)
             items.append(item)
         payload: dict[str, Any] = {"site": self.site, "granularity": self.granularity}
         put_payloads(payload, "pairs", items)
@@ -229,7 +247,7 @@ class PatchingResult(HtmlRepr):
         for item in get_payloads(payload, "pairs"):
             logits = item.pop("logits", None)
             pair = PairResult.from_payload(item)
-            pair.logits = None if logits is None else np.asarray(logits)
+            pair.logits = logits
             pairs.append(pair)
         return cls(pairs, payload["site"], payload["granularity"])
 
@@ -251,8 +269,9 @@ class PatchingResult(HtmlRepr):
             [p for p in self.pairs if p.shape == shape], self.site, self.granularity
         )
 
-    def stack(self, metric: str, direction: str) -> np.ndarray:
-        """``[pairs, layers, units, heads]`` for pairs whose grids have the same shape."""
+    def stack(self, metric: str, direction: str) -> torch.Tensor:
+        """``[pairs, layers, units, heads]`` (a CPU tensor) for pairs whose grids have the
+        same shape."""
         items = self.direction(direction)
         if not items:
             raise InputError(f"expected results for direction {direction!r}", field="direction")
@@ -264,8 +283,8 @@ class PatchingResult(HtmlRepr):
                 field=metric,
             )
         if metric == "attribution":
-            return np.stack([p.attribution for p in items])  # type: ignore[misc]
-        return np.stack([p.metrics[metric] for p in items])
+            return torch.stack([p.attribution for p in items])  # type: ignore[misc]
+        return torch.stack([p.metrics[metric] for p in items])
 
 
 def shard_payload(results: list[PairResult]) -> dict[str, Any]:

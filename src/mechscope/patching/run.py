@@ -10,7 +10,7 @@ Parquet for the report.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from mechscope.data.pairs import ContrastivePair
 from mechscope.engine import Engine
@@ -24,6 +24,7 @@ from mechscope.patching.exact import new_result, sweep_heads, sweep_layers, swee
 from mechscope.patching.memory import fit_group
 from mechscope.patching.modal import prepare_any, prompt_length
 from mechscope.patching.modal_pairs import ModalPair
+from mechscope.patching.prepare import PreparedPair, units
 from mechscope.patching.result import (
     PairResult,
     PatchingResult,
@@ -31,7 +32,7 @@ from mechscope.patching.result import (
     from_shard_payload,
     shard_payload,
 )
-from mechscope.progress import make_progress, track
+from mechscope.progress import make_progress
 from mechscope.runs import RunDir, ShardStore, write_table
 from mechscope.runs.content_key import content_key
 from mechscope.runs.executor import shared_work_done
@@ -62,10 +63,12 @@ def patch_group(
     spec: PatchSpec,
     *,
     keep_logits: bool = False,
+    advance: Callable[[int], None] | None = None,
 ) -> list[list[PairResult]]:
     """Every direction of ``spec`` for a few pairs: one read pass over all their prompts,
     then one exact sweep per direction in which pairs of equal length share forwards.
-    Returns each pair's results (one per direction), in order."""
+    Returns each pair's results (one per direction), in order; ``advance(n)`` is told of
+    each ``n`` patches done (:func:`patch_count`)."""
     eng = Engine.of(lm)
     prepared = [[prepare_any(lm, pair, d, spec) for d in spec.directions] for pair in pairs]
     layers = sweep_layers(eng, spec)
@@ -91,12 +94,14 @@ def patch_group(
             for ps in prepared
         ]
         if spec.exact:
-            results = sweep_pairs(eng, items, spec, keep_logits=keep_logits)
+            results = sweep_pairs(eng, items, spec, keep_logits=keep_logits, advance=advance)
         else:
             results = [new_result(eng, p, spec, base, source) for p, base, source in items]
         for i, ((p, base, source), res) in enumerate(zip(items, results, strict=True)):
             if spec.attribution:
                 attribute_pair(eng, p, spec, base, source, res)
+                if advance is not None:
+                    advance(len(res.layers) * len(res.units) * len(res.heads))
             res.require_finite()  # refused here, naming the pair and layer: never stored
             out[i].append(res)
     return out
@@ -107,6 +112,16 @@ def patch_pair(
 ) -> list[PairResult]:
     """Every direction of ``spec`` for one pair (one read pass per prompt)."""
     return patch_group(lm, [pair], spec, keep_logits=keep_logits)[0]
+
+
+def patch_count(lm: LoadedModel, prepared: Sequence[PreparedPair], spec: PatchSpec) -> int:
+    """The patches a sweep makes: for every prepared pair (one per pair and direction), its
+    layers × positions (or spans) × heads, once for the exact sweep and once for attribution
+    patching: the count its progress bar shows."""
+    eng = Engine.of(lm)
+    per_unit = len(sweep_layers(eng, spec)) * len(sweep_heads(eng, spec))
+    passes = int(spec.exact) + int(spec.attribution)
+    return per_unit * passes * sum(len(units(p, spec)[0]) for p in prepared)
 
 
 def group_size(lm: LoadedModel, pairs: Sequence[AnyPair], spec: PatchSpec) -> int:
@@ -137,21 +152,28 @@ def patch_pairs(
     Pairs are :class:`~mechscope.data.pairs.ContrastivePair` (text) or tokenized pairs;
     every pair is checked before the first forward pass, so a bad one is refused in one line
     naming it. Pairs go through in groups sized by the memory budget; ``keep_logits`` keeps
-    each patched run's readout logits, ``progress`` shows a progress bar."""
+    each patched run's readout logits. ``progress`` shows a bar counting patches (pairs ×
+    directions × layers × positions × heads, :func:`patch_count`): a tqdm bar on stderr (a
+    widget in a notebook); nothing is printed on stdout."""
     check_pair_ids(pairs)
-    for p in pairs:  # fail before any forward on a bad pair
-        for d in spec.directions:
-            prepare_any(lm, p, d, spec)
+    # every pair checked before any forward (a bad one is refused in one line)
+    prepared = [prepare_any(lm, p, d, spec) for p in pairs for d in spec.directions]
     groups = _groups(pairs, group_size(lm, pairs, spec))
-    it = track(groups, "patching") if progress else groups
-    results = [
-        r
-        for g in it
-        for per_pair in patch_group(lm, g, spec, keep_logits=keep_logits)
-        for r in per_pair
-    ]
+    with make_progress(progress) as bar:
+        task = bar.add_task(
+            f"patching {spec.site}", total=patch_count(lm, prepared, spec), unit="patches"
+        )
+        results = [
+            r
+            for g in groups
+            for per_pair in patch_group(
+                lm, g, spec, keep_logits=keep_logits, advance=lambda n: bar.advance(task, n)
+            )
+            for r in per_pair
+        ]
+    result = PatchingResult(results, spec.site, spec.granularity)  # before anything else
     flag_undefined_effects(results)
-    return PatchingResult(results, spec.site, spec.granularity)
+    return result
 
 
 def run_patching(
@@ -177,7 +199,10 @@ def run_patching(
     report_reuse(store, f"patching {spec.site}", list(keys), [p.id for p in todo])
     with run.timed(name), make_progress() as bar:
         task = bar.add_task(
-            f"patching {spec.site}", total=len(pairs), completed=len(pairs) - len(todo)
+            f"patching {spec.site}",
+            total=len(pairs),
+            completed=len(pairs) - len(todo),
+            unit="pairs",
         )
 
         # Groups are cut from *all* pairs, so a resumed run batches each pair with the same

@@ -27,11 +27,13 @@ from mechscope.report.plotly_text import (
     ticks,
 )
 from mechscope.report.render_graph import graph_plotly
+from mechscope.report.render_heatmap_grid import heatmap_grid_plotly
 from mechscope.report.specs import (
     BarsSpec,
     CurvesSpec,
     Drawable,
     GraphSpec,
+    HeatmapGridSpec,
     HeatmapSpec,
     PanelsSpec,
     ScatterSpec,
@@ -323,3 +325,4 @@ def _scatter(spec: ScatterSpec) -> go.Figure:
 
 
 _render.register(GraphSpec, graph_plotly)
+_render.register(HeatmapGridSpec, heatmap_grid_plotly)

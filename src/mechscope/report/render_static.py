@@ -24,11 +24,13 @@ from matplotlib.figure import Figure as MplFigure
 from matplotlib.lines import Line2D
 
 from mechscope.report.render_graph import graph_static
+from mechscope.report.render_heatmap_grid import heatmap_grid_static
 from mechscope.report.specs import (
     BarsSpec,
     CurvesSpec,
     Drawable,
     GraphSpec,
+    HeatmapGridSpec,
     HeatmapSpec,
     PanelsSpec,
     ScatterSpec,
@@ -265,3 +267,4 @@ def _scatter(spec: ScatterSpec, fig: MplFigure) -> None:
 
 
 _draw.register(GraphSpec, graph_static)
+_draw.register(HeatmapGridSpec, heatmap_grid_static)

@@ -115,7 +115,24 @@ class GraphSpec:
     labelled: frozenset[str] | None = None  # node ids whose label is written (None: all)
 
 
-FigureSpec = HeatmapSpec | CurvesSpec | PanelsSpec | BarsSpec | ScatterSpec | GraphSpec
+@dataclass(frozen=True)
+class HeatmapGridSpec:
+    """Small multiples of heatmaps: one panel per entry, sharing axes and one colour scale
+    (sequential, from ``zmin`` to ``zmax``)."""
+
+    panels: list[tuple[str, np.ndarray]]  # (panel title, [rows, cols] float64, NaN = blank)
+    x_labels: list[str]
+    y_labels: list[str]
+    x_title: str
+    y_title: str
+    colorbar_title: str
+    zmin: float
+    zmax: float
+
+
+FigureSpec = (
+    HeatmapSpec | CurvesSpec | PanelsSpec | BarsSpec | ScatterSpec | GraphSpec | HeatmapGridSpec
+)
 
 
 class Drawable(Protocol):

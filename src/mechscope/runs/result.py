@@ -29,6 +29,7 @@ import pandas as pd
 from mechscope.errors import InputError
 from mechscope.runs.rundir import RunDir, check_name
 from mechscope.runs.shards import ShardStore, shard_stem
+from mechscope.runs.summary import SummaryRepr
 
 #: The part of the run directory that holds saved results (``shards/results/``).
 R = TypeVar("R")
@@ -54,10 +55,11 @@ RESULT_TYPES = (
 )
 
 
-class HtmlRepr:
+class HtmlRepr(SummaryRepr):
     """Jupyter rendering shared by results: a title, a summary line and the head of the
     result's main table. A class provides ``to_frame()`` (or overrides ``_repr_frame``) and
-    may add a one-line ``_repr_summary``; notebooks then show the object as a table."""
+    may add a one-line ``_repr_summary``; notebooks then show the object as a table, and
+    ``repr`` is a few lines (:class:`~mechscope.runs.summary.SummaryRepr`)."""
 
     _repr_rows = 12
 

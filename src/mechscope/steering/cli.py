@@ -99,5 +99,5 @@ def sweep(
     change = result.change("logit_diff")[:, [0, -1]]
     console.print(
         f"{len(todo)} prompts × {len(result.alphas)} alphas; mean Δ metric at the ends "
-        f"{change.mean(0)[0]:+.3f} / {change.mean(0)[1]:+.3f}; report: {report}"
+        f"{float(change.mean(0)[0]):+.3f} / {float(change.mean(0)[1]):+.3f}; report: {report}"
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from mechscope.report import Figure, Series, curves
+from mechscope.runs.tensors import array
 from mechscope.stats import curve_ci
 from mechscope.steering.result import SteeringResult
 
@@ -19,7 +20,7 @@ LABELS = {
 def alpha_curve(result: SteeringResult, metric: str = "logit_diff", *, seed: int = 0) -> Figure:
     """Mean ``metric`` over prompts at each alpha, with a bootstrap band (resampling unit:
     the prompt)."""
-    values = result.metrics[metric]  # [prompts, alphas]
+    values = array(result.metrics[metric])  # [prompts, alphas]
     keep = ~np.isnan(values).all(axis=1)
     values = values[keep]
     what = LABELS.get(metric, metric)
@@ -33,7 +34,7 @@ def alpha_curve(result: SteeringResult, metric: str = "logit_diff", *, seed: int
     )
     how = "added (h + α v)" if result.mode == "add" else "projected out (h − α (h·d̂) d̂)"
     return curves(
-        [float(a) for a in result.alphas],
+        result.alphas.tolist(),
         series,
         f"steering at {where}: {what} by α",
         "α",

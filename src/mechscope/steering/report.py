@@ -22,6 +22,7 @@ from mechscope.report import (
 from mechscope.report.findings import ci_words, with_interval
 from mechscope.runs import RunDir
 from mechscope.runs.result import has_result
+from mechscope.runs.tensors import array
 from mechscope.stats import cell_ci
 from mechscope.steering.figures import alpha_curve
 from mechscope.steering.result import PART, SteeringResult
@@ -38,7 +39,7 @@ INTRO = (
 def largest_change(result: SteeringResult, metric: str) -> str:
     """The α whose mean change of ``metric`` from the unsteered run is largest in size, with
     its interval over prompts, in words."""
-    change = result.change(metric)  # [prompts, alphas]
+    change = array(result.change(metric))  # [prompts, alphas]
     ci = cell_ci(change)  # [alphas]
     if not np.isfinite(ci.mean).any():
         return f"no finite change of {metric}"
@@ -46,7 +47,7 @@ def largest_change(result: SteeringResult, metric: str) -> str:
     value = with_interval(ci.mean[a], ci.low[a], ci.high[a], missing="")
     where = f"{result.site} at layer {result.layer}"
     return (
-        f"{result.mode} at {where}: α = {result.alphas[a]:g} changes the {metric} by "
+        f"{result.mode} at {where}: α = {float(result.alphas[a]):g} changes the {metric} by "
         f"**{value}** from the unsteered run ({ci_words(change.shape[0], 'prompts')})"
     )
 
@@ -56,19 +57,19 @@ def steering_section(run: RunDir) -> list[Block] | None:
     if not has_result(run, PART):
         return None
     result = SteeringResult.from_run(run)
-    metrics = [m for m in ("logit_diff", "target_prob") if not np.isnan(result.metrics[m]).all()]
+    metrics = [m for m in ("logit_diff", "target_prob") if not result.metrics[m].isnan().all()]
     finding = largest_change(result, metrics[0]) + "." if metrics else "No metric was measured."
     figures = [FigureBlock(alpha_curve(result, m), name=f"steering-{m}") for m in metrics]
     blocks: list[Block] = [FindingBlock(finding), *figures[:1]]
     if figures[1:]:
         blocks.append(DetailsBlock(f"{len(figures) - 1} more figure(s)", figures[1:]))
-    norm = float(np.linalg.norm(result.vector)) if result.vector is not None else float("nan")
+    norm = float(result.vector.norm()) if result.vector is not None else float("nan")
     settings = {
         "site": result.site,
         "layer": result.layer,
         "head": "-" if result.head is None else result.head,
         "mode": result.mode,
-        "alphas": ", ".join(f"{a:g}" for a in result.alphas),
+        "alphas": ", ".join(f"{a:g}" for a in result.alphas.tolist()),
         "vector norm": f"{norm:.4g}",
         "prompts": len(result.prompt_ids),
     }

@@ -8,37 +8,42 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 
 from mechscope.runs import RunDir
 from mechscope.runs.result import HtmlRepr, load_result
+from mechscope.runs.tensors import TensorFields, array
 
 PART = "steering"
 METRICS = ("logit_diff", "target_logprob", "target_prob")
 
 
 @dataclass
-class SteeringResult(HtmlRepr):
+class SteeringResult(TensorFields, HtmlRepr):
     """``metrics[name]`` is ``[prompts, alphas]`` (NaN where a prompt has no target, or no
     ``versus`` for the logit difference); ``generations[i][a]`` is prompt ``i``'s greedy
-    continuation at ``alphas[a]`` (empty without generation)."""
+    continuation at ``alphas[a]`` (empty without generation). Arrays are CPU torch
+    tensors."""
+
+    _tensor_fields = ("alphas", "metrics", "vector")
 
     site: str
     layer: int
     head: int | None
     mode: str
-    alphas: np.ndarray  # [alphas], sorted, with 0
+    alphas: torch.Tensor  # [alphas] float64, sorted, with 0
     prompt_ids: list[str]
     prompts: list[str]
-    metrics: dict[str, np.ndarray]
+    metrics: dict[str, torch.Tensor]
     generations: list[list[str]] = field(default_factory=list)
-    vector: np.ndarray | None = None  # the direction used (after any normalisation)
+    vector: torch.Tensor | None = None  # [d] the direction used (after any normalisation)
 
     @property
     def unsteered(self) -> int:
         """The index of alpha 0."""
-        return int(np.flatnonzero(self.alphas == 0)[0])
+        return int((self.alphas == 0).nonzero()[0, 0])
 
-    def change(self, metric: str = "logit_diff") -> np.ndarray:
+    def change(self, metric: str = "logit_diff") -> torch.Tensor:
         """``[prompts, alphas]``: the metric minus its unsteered value."""
         values = self.metrics[metric]
         return values - values[:, [self.unsteered]]
@@ -55,8 +60,8 @@ class SteeringResult(HtmlRepr):
         df = pd.DataFrame(
             {
                 "prompt_id": np.asarray(self.prompt_ids, dtype=object)[p],
-                "alpha": self.alphas[a],
-                **{k: self.metrics[k].ravel() for k in METRICS if k in self.metrics},
+                "alpha": array(self.alphas)[a],
+                **{k: array(self.metrics[k]).ravel() for k in METRICS if k in self.metrics},
             }
         )
         if self.generations:
@@ -65,7 +70,10 @@ class SteeringResult(HtmlRepr):
 
     def generations_frame(self) -> pd.DataFrame:
         """Prompts as rows, one column of continuations per alpha."""
-        cols = {f"alpha {x:g}": [g[j] for g in self.generations] for j, x in enumerate(self.alphas)}
+        cols = {
+            f"alpha {x:g}": [g[j] for g in self.generations]
+            for j, x in enumerate(self.alphas.tolist())
+        }
         return pd.DataFrame({"prompt": self.prompts, **cols})
 
     def to_payload(self) -> dict[str, Any]:
@@ -74,15 +82,17 @@ class SteeringResult(HtmlRepr):
             "layer": self.layer,
             "head": self.head,
             "mode": self.mode,
-            "alphas": np.asarray(self.alphas, dtype=np.float64),
+            "alphas": np.asarray(array(self.alphas), dtype=np.float64),
             "prompt_ids": list(self.prompt_ids),
             "prompts": list(self.prompts),
             "generations": [list(g) for g in self.generations],
             "metric_names": sorted(self.metrics),
         }
-        payload.update({f"m_{k}": np.asarray(v, dtype=np.float32) for k, v in self.metrics.items()})
+        payload.update(
+            {f"m_{k}": np.asarray(array(v), dtype=np.float32) for k, v in self.metrics.items()}
+        )
         if self.vector is not None:
-            payload["vector"] = np.asarray(self.vector, dtype=np.float32)
+            payload["vector"] = np.asarray(array(self.vector), dtype=np.float32)
         return payload
 
     @classmethod

@@ -149,7 +149,7 @@ def steer_sweep(
         for k in _metrics(torch.zeros(1, 1), -1, -1)
     }
     items = range(len(prompts))
-    for i in track(items, "steering: metrics") if progress else items:
+    for i in track(items, "steering: metrics", unit="prompts", enabled=progress):
         ids, target, versus = prepared[i]
         chunk = max(1, rows_per_chunk(lm, len(ids), budget_bytes=config.budget_bytes))
         for start in range(0, n_a, chunk):
@@ -162,16 +162,16 @@ def steer_sweep(
     if config.max_new_tokens > 0:
         todo = [Prompt(ids, seeds=[0]) for ids, _, _ in prepared]
         sampling = Sampling(config.max_new_tokens)
-        for alpha in track(config.alphas, "steering: generations") if progress else config.alphas:
+        for alpha in track(config.alphas, "steering: generations", unit="α", enabled=progress):
             steer = Steer(site, vec, float(alpha), config.mode)
             done = eng.generate(todo, sampling, slots=len(todo), interventions=[steer])
             for i, rollouts in enumerate(done):
                 generations[i].append(rollouts[0].text)
     return SteeringResult(
         site=config.site, layer=config.layer, head=config.head, mode=config.mode,
-        alphas=alphas.double().numpy(), prompt_ids=[p.id for p in prompts],
+        alphas=alphas.double(), prompt_ids=[p.id for p in prompts],
         prompts=[p.prompt for p in prompts], metrics=metrics,
-        generations=generations if config.max_new_tokens > 0 else [], vector=vec.numpy(),
+        generations=generations if config.max_new_tokens > 0 else [], vector=vec.cpu(),
     )  # fmt: skip
 
 

@@ -22,12 +22,13 @@ from mechscope.data.loaders import iter_jsonl
 from mechscope.data.sentiment import sentiment_pairs, sentiment_prompts
 from mechscope.data.tasks import check_task, tasks_of
 from mechscope.errors import InputError
+from mechscope.runs.summary import SummaryRepr
 
 TASKS = tasks_of("steering")  # the registry's (mechscope.data.tasks)
 
 
 @dataclass(frozen=True)
-class Contrast:
+class Contrast(SummaryRepr):
     """Two texts that differ in the property to steer (positive minus negative)."""
 
     id: str
@@ -36,7 +37,7 @@ class Contrast:
 
 
 @dataclass(frozen=True)
-class SteerPrompt:
+class SteerPrompt(SummaryRepr):
     """A prompt to steer; its metric is read at the next token."""
 
     id: str

@@ -14,13 +14,14 @@ computed in fp32 and checked to sum to what the model computed.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
 import torch
 
+import mechscope.bindings as bindings
 from mechscope.engine.analysis.attribution import LogitAttribution, logit_attribution
 from mechscope.engine.analysis.components import Components
 from mechscope.engine.analysis.decompose import head_results
@@ -32,6 +33,7 @@ from mechscope.engine.core.unembed import fp32_twin, unembed
 from mechscope.errors import InputError, SiteError
 from mechscope.models.loaded import LoadedModel
 from mechscope.runs.result import HtmlRepr
+from mechscope.runs.summary import Plain
 
 Key = tuple[str, int | str | None]
 
@@ -187,6 +189,28 @@ class Cache(HtmlRepr):
         ]
         return pd.DataFrame(rows, columns=["site", "layer", "shape", "dtype", "device"])
 
+    def _repr_fields(self) -> dict[str, Any]:
+        kinds: dict[str, torch.Tensor] = {}
+        for (name, _), value in self.reads.items():
+            kinds.setdefault(name, value)
+        layers = sorted({k[1] for k in self.reads if isinstance(k[1], int)})
+        logits = "not kept" if self.final_hidden is None else "read out on first access"
+        first = next(iter(self.reads.values()), None)
+        shapes = ", ".join(f"{n} {list(v.shape)}" for n, v in kinds.items())
+        return {
+            "model": Plain(self.lm.spec),
+            "tokens": self.tokens.ids,
+            "sites": Plain(shapes or "none"),
+            "layers": Plain(f"{layers[0]}–{layers[-1]}" if layers else "none"),
+            "positions": Plain("all") if self.positions is None else list(self.positions),
+            "stop_at_layer": self.stop_at_layer,
+            "dtype, device": Plain("-" if first is None else f"{first.dtype}, {first.device}"),
+            "logits": Plain(logits) if self._logits is None else self._logits,
+        }
+
+    def _repr_held(self) -> Any:
+        return [self.reads, self.final_hidden, self._logits]
+
     def _repr_summary(self) -> str:
         b, s = self.tokens.ids.shape
         mb = sum(v.numel() * v.element_size() for v in self.reads.values()) / 2**20
@@ -282,6 +306,15 @@ class Cache(HtmlRepr):
         return Components(
             torch.cat(values), labels, "stack_head_results", torch.stack(rests).sum(0)
         )
+
+    def pattern_figure(
+        self, layer: int, heads: int | Sequence[int] | None = None, *, row: int = 0
+    ) -> Any:  # a mechscope.report.Figure (the report sits above the engine)
+        """``layer``'s attention pattern for batch row ``row``, drawn by the report
+        (:func:`mechscope.report.attention_pattern.pattern_figure`, through
+        :mod:`mechscope.bindings`): one head (a number) as a heatmap, several (a list; None:
+        all) as small multiples, the row's tokens on both axes. Needs ``pattern`` cached."""
+        return bindings.pattern_figure(self, layer, heads, row)
 
     def logit_attribution(
         self, a: Any, b: Any = None, *, position: int | torch.Tensor = -1

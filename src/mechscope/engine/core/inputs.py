@@ -25,6 +25,7 @@ import torch
 
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
+from mechscope.runs.summary import SummaryRepr
 
 TextOrIds = Any
 """A prompt, prompts, ids ``[seq]`` / ``[batch, seq]`` (a tensor or lists of ints), or
@@ -32,7 +33,7 @@ TextOrIds = Any
 
 
 @dataclass(frozen=True)
-class Tokens:
+class Tokens(SummaryRepr):
     """A batch ready for :meth:`Engine.run`: ``ids`` ``[batch, seq]``, and, where rows were
     padded, ``attention_mask`` (1 = token) and ``position_ids`` ``[batch, seq]``."""
 

@@ -54,10 +54,11 @@ from mechscope.engine.interventions.values import (
 )
 from mechscope.errors import SiteError, UnsupportedInterventionError
 from mechscope.models.loaded import LoadedModel
+from mechscope.runs.summary import SummaryRepr
 
 
 @dataclass
-class RunOutput:
+class RunOutput(SummaryRepr):
     """What a pass returns: logits (if asked), reads by site, reductions by layer, and the
     key/value cache (if asked). A model whose final norm or unembedding is not fp32 gets
     the fp32 readout of its last residual stream as logits (:meth:`Forward.unembed`), not
@@ -89,6 +90,9 @@ class Forward:
             attn_module = lm.layer_part("attn", layer)
             attn_module._mechscope_layer = layer  # type: ignore[assignment]
             attn_module._mechscope_bidirectional = lm.card.bidirectional_override  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.lm.spec})"
 
     # ------------------------------------------------------------------------------------
     def run(

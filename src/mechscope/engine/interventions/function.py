@@ -22,6 +22,7 @@ import torch
 from mechscope.engine.core.attention import ACTIVE
 from mechscope.engine.core.sites import Site
 from mechscope.errors import InputError, SiteError
+from mechscope.runs.summary import SummaryRepr
 
 #: Sites an Edit cannot change: read only in the engine.
 READ_ONLY = ("pattern", "logits")
@@ -30,7 +31,7 @@ EditFn = Callable[[torch.Tensor, "EditContext"], "torch.Tensor | None"]
 
 
 @dataclass(eq=False)
-class Edit:
+class Edit(SummaryRepr):
     """Run ``fn(activation, context) -> activation or None`` at ``site`` in the pass.
 
     ``activation``: the site's value as a ``Read`` there would see it (after the edits
@@ -74,7 +75,7 @@ class Edit:
 
 
 @dataclass(frozen=True)
-class EditContext:
+class EditContext(SummaryRepr):
     """What ``fn`` of an :class:`Edit` knows besides the activation.
 
     ``mask``: ``[batch, P]`` bool, True where a position of the activation is a real token

@@ -41,10 +41,11 @@ from mechscope.engine.interventions.values import (
 )
 from mechscope.errors import SiteError, UnsupportedInterventionError
 from mechscope.models.loaded import LoadedModel
+from mechscope.runs.summary import SummaryRepr
 
 
 @dataclass(frozen=True)
-class KVCache:
+class KVCache(SummaryRepr):
     """Keys and values of every layer from one pass: ``layers[l] = (keys, values)``, each
     ``[batch, kv_heads, seq, d_head]``. Immutable: a resumed pass builds its own cache."""
 
@@ -76,7 +77,7 @@ class KVCache:
 
 
 @dataclass(frozen=True)
-class Resume:
+class Resume(SummaryRepr):
     """Continue from ``cache`` (an unedited pass over the same tokens) at position ``start``."""
 
     cache: KVCache

@@ -18,6 +18,7 @@ from mechscope.engine.core.sites import SCORE_SITES, Site
 from mechscope.engine.interventions.function import Edit
 from mechscope.errors import InputError
 from mechscope.models.placement import check_device
+from mechscope.runs.summary import SummaryRepr
 
 if TYPE_CHECKING:
     from mechscope.engine.analysis.cache import Cache
@@ -29,7 +30,7 @@ STEER_HEAD_SITES = ("z", "q", "k", "v")
 
 
 @dataclass(eq=False)
-class Read:
+class Read(SummaryRepr):
     """Record the value at ``site`` (kept in the autograd graph when gradients are on).
     ``device``: where to keep it, moved the moment it is read (a GPU pass then never holds
     every layer's reads at once); None keeps it where the model computed it."""
@@ -44,7 +45,7 @@ class Read:
 
 
 @dataclass(eq=False)
-class Patch:
+class Patch(SummaryRepr):
     """Overwrite ``site`` with ``value``.
 
     Three ways to say where:
@@ -69,7 +70,7 @@ class Patch:
 
 
 @dataclass(eq=False)
-class Gate:
+class Gate(SummaryRepr):
     """Scale every head's ``z`` by ``alpha`` (differentiable): ``[layers, heads]`` for all rows
     or ``[batch, layers, heads]`` for one gate vector per row (batched IG steps). ``layers``
     limits it to those layers (default all): a pass expanded at ``resid_pre[k]`` gates the
@@ -92,7 +93,7 @@ class AblationReference(Protocol):
 
 
 @dataclass(eq=False)
-class Ablate:
+class Ablate(SummaryRepr):
     """Replace ``site`` by zeros, by a mean, or by resampled rows.
 
     - ``mode="zero"``: zeros (``reference`` unused);
@@ -190,7 +191,7 @@ def checked_mask(ablate: Ablate) -> torch.Tensor | None:
 
 
 @dataclass(eq=False)
-class SuppressAttention:
+class SuppressAttention(SummaryRepr):
     """Mask attention to a key span pre-softmax, for the queries after the span.
 
     ``spans`` is one ``(start, end)`` (end exclusive) for every row, or a ``[batch, 2]`` tensor
@@ -204,7 +205,7 @@ class SuppressAttention:
 
 
 @dataclass(eq=False)
-class ReduceAttention:
+class ReduceAttention(SummaryRepr):
     """Call ``fn(layer, probs)`` with each ``[batch, heads, q, k]`` fp32 probability block the
     moment it exists; its return values are collected per layer, the block is dropped."""
 
@@ -213,7 +214,7 @@ class ReduceAttention:
 
 
 @dataclass(eq=False)
-class Steer:
+class Steer(SummaryRepr):
     """Steer ``site`` along ``vector``.
 
     ``mode="add"``: ``h + alpha * vector`` (activation addition: ActAdd, contrastive

@@ -20,12 +20,16 @@ from mechscope.runs.result import (
     get_payloads,
     put_payloads,
 )
+from mechscope.runs.tensors import TensorFields
 from mechscope.studies.humaneval.layout import PART, TABLES, TESTS_PART
 
 
 @dataclass
-class StudyResult(HtmlRepr):
-    """Shard payloads of both steps and the tables written to the run directory."""
+class StudyResult(TensorFields, HtmlRepr):
+    """Shard payloads of both steps (their arrays as CPU torch tensors) and the tables
+    written to the run directory."""
+
+    _tensor_fields = ("payloads", "tests")
 
     payloads: dict[str, dict]
     tests: dict[str, dict]

@@ -24,6 +24,7 @@ from mechscope.lens.aggregate import (
     per_sample_layer_means,
 )
 from mechscope.lens.result import SampleDiff
+from mechscope.runs.tensors import array
 from mechscope.stats.proportions import mcnemar_exact, pass_rate
 from mechscope.studies.humaneval.arms import ASSISTED
 from mechscope.studies.humaneval.conditions import TOOL
@@ -153,8 +154,8 @@ def tool_mass(s: SampleDiff) -> np.ndarray:
     segs = s.segments["agentic"]
     if TOOL not in segs:
         return np.zeros(s.n_layers)
-    mass = s.attention["agentic"][..., segs.index(TOOL)]  # [L, H, T]
-    return mass.mean(axis=1)[:, s.semantic].mean(axis=1)
+    mass = array(s.attention["agentic"])[..., segs.index(TOOL)]  # [L, H, T]
+    return mass.mean(axis=1)[:, array(s.semantic)].mean(axis=1)
 
 
 def control_rows(samples: Sequence[SampleDiff], opts: AggregateOptions, **labels) -> pd.DataFrame:
@@ -208,7 +209,8 @@ def mode_gap_frame(payloads: Mapping[str, dict], variants: Sequence[str]) -> pd.
         for pay in payloads.values():
             a, b = pair_diff(pay, v, "as_run"), pair_diff(pay, v, "position_matched")
             for m in gaps:
-                gaps[m].append(np.abs(a.metric(m) - b.metric(m))[:, a.semantic].ravel())
+                gap = (a.metric(m) - b.metric(m)).abs()[:, a.semantic]
+                gaps[m].append(array(gap).ravel())
         for m, parts in gaps.items():
             x = np.concatenate(parts)
             x = x[~np.isnan(x)]
