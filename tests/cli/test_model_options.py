@@ -25,6 +25,7 @@ NO_MODEL = {
     "distill summarize",
     "distill configs",
     "media speech-demo",
+    "features inspect",
 }
 
 

@@ -200,7 +200,8 @@ def path_patch(
             f"expected one of {expected}, got {receiver_input!r}", field="receiver_input"
         )
     kv = receiver_input in ("k", "v")
-    if receiver_input == "resid_final" and not (isinstance(receivers, str) and receivers == "all"):
+    named = not (isinstance(receivers, str) and receivers == "all") and len(receivers) > 0
+    if receiver_input == "resid_final" and named:  # "all" or none: nothing to ignore
         raise InputError(
             "no receivers with receiver_input 'resid_final' (the logits read every head), "
             f"got {_short(receivers)}",
