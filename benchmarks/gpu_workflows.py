@@ -97,7 +97,7 @@ def lens_cases(ctx: Ctx, lm: Any, deadline: float) -> list[harness.Case]:
     layers = [0, lm.n_layers // 2, lm.n_layers - 1]
     tokens = torch.linspace(0, prep.n_tokens - 1, 16).long()
     want, top = lens_reference(eng, prep, layers, tokens)
-    got = metrics[[0, 1, 3, 4, 5]][:, layers][:, :, tokens.numpy()].astype(np.float64)
+    got = metrics[[0, 1, 3, 4, 5]][:, layers][:, :, tokens].double().cpu().numpy()
     ok, err_nll, err_div = harness.lens_agreement(
         got, want, logit_scale=top, vocab=lm.vocab_size, depth=2
     )
