@@ -1,0 +1,110 @@
+"""The features study: dictionaries trained here on two real models, evaluated, explained.
+
+- SmolLM2-135M: TopK SAEs on ``resid_post`` at layers 6, 15 and 24 (width 4096, k 32);
+- Gemma 3 270M: a per-layer TopK transcoder set, the MLP's input to its output at each of
+  its 18 layers (width 1024, k 32).
+
+Sized for a 2-core CPU shared with other work (about an hour in all): each model reads
+100,000 (SmolLM2) or 50,000 (Gemma) tokens of the corpus once through the model, and each
+buffer of 32,768 activations is used four times, so the dictionaries see four times as many
+training tokens as the model computed. The corpus is the built-in one (the Python
+documentation shipped with CPython) and, where the shared datasets are found, GSM8K's test
+problems with their worked answers.
+
+    python scripts/features_study.py                      # both models, every stage
+    python scripts/features_study.py --models smollm2 --stages train
+
+Each model's run directory (``runs/features-study/<model>``) resumes where it stopped:
+killed while training, it continues from its checkpoints; a stage already done is reused.
+``docs/features.md``'s table is printed by ``--table`` from these run directories.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from mechscope.data.datasets import dataset_path
+from mechscope.features.config import CorpusConfig, EvalConfig, ExplainConfig, TrainConfig
+from mechscope.models.options import ModelOptions
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "runs" / "features-study"
+
+
+def corpus() -> tuple[str, ...]:
+    """The built-in corpus's documents come first by default; GSM8K is added by name."""
+    gsm8k = dataset_path("gsm8k_test.jsonl")
+    from mechscope.features.samples import DEFAULT_CORPUS
+
+    return (DEFAULT_CORPUS,) + ((str(gsm8k),) if gsm8k else ())
+
+
+def studies() -> dict[str, tuple[str, TrainConfig]]:
+    c = CorpusConfig(corpus=corpus(), context=128, n_eval=32, seed=0)
+    common = dict(activation="topk", k=32, batch=4096, buffer=32_768, passes=4, corpus=c)
+    return {
+        "smollm2": (
+            "smollm2-135m",
+            TrainConfig(
+                kind="sae", site="resid_post", layers=(6, 15, 24), width=4096, tokens=400_000,
+                **common,
+            ),
+        ),
+        "gemma3": (
+            "gemma3-270m",
+            TrainConfig(
+                kind="transcoder", site="mlp_in", site_out="mlp_out", layers=tuple(range(18)),
+                width=1024, tokens=200_000, **common,
+            ),
+        ),
+    }  # fmt: skip
+
+
+def run_one(name: str, stages: list[str]) -> None:
+    from mechscope.features.run import run_training
+    from mechscope.runs import RunDir
+
+    spec, config = studies()[name]
+    opts = ModelOptions(model=spec)
+    lm = opts.load()
+    record = {"train": config.model_dump(mode="json"), **opts.config()}
+    run = RunDir.for_model(OUT / name, record, lm.model, model_spec=spec, seed=0)
+    t0 = time.perf_counter()
+    if "train" in stages:
+        result = run_training(run, lm, config, model_name=spec)
+        print(result.final().to_string(), file=sys.stderr)
+    if "eval" in stages:
+        from mechscope.features.run import run_evaluation
+
+        run_evaluation(run, lm, EvalConfig(corpus=config.corpus, forward_batch=8))
+    if "explain" in stages:
+        from mechscope.features.run import run_explain
+
+        run_explain(run, lm, ExplainConfig(corpus=config.corpus, features=None))
+    print(f"{name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    if {"train", "eval", "explain"} <= set(stages):
+        from mechscope.cli.common import finish
+
+        finish(run)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="smollm2,gemma3")
+    parser.add_argument("--stages", default="train,eval,explain")
+    parser.add_argument("--table", action="store_true", help="print docs/features.md's table")
+    args = parser.parse_args()
+    if args.table:
+        from mechscope.features.study_table import study_table
+
+        print(study_table([OUT / n for n in args.models.split(",")]))
+        return
+    for name in args.models.split(","):
+        run_one(name, args.stages.split(","))
+
+
+if __name__ == "__main__":
+    main()
