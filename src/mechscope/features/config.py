@@ -121,14 +121,17 @@ class EvalConfig(BaseModel):
 
 
 class ExplainConfig(BaseModel):
-    """Feature dashboards from the held-out contexts: the ``top`` contexts of each of
-    ``features`` features (all when None), ``per_quantile`` contexts from each of
-    ``quantiles`` activation bands, a window of ``window`` tokens around the activation,
-    ``logits`` top and bottom tokens of the decoder row through the unembedding."""
+    """Feature dashboards from the first ``contexts`` contexts (the held-out ones first):
+    the ``top`` contexts of each of ``features`` (None: ``n_features`` features that fire,
+    drawn with the corpus's seed), ``per_quantile`` contexts from each of ``quantiles``
+    activation bands, a window of ``window`` tokens around the activation, ``logits`` top
+    and bottom tokens of the decoder row through the unembedding."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    contexts: int = Field(default=256, ge=1)
     features: tuple[int, ...] | None = None
+    n_features: int = Field(default=48, ge=1)
     top: int = Field(default=20, ge=1)
     quantiles: int = Field(default=5, ge=1)
     per_quantile: int = Field(default=5, ge=0)

@@ -161,7 +161,7 @@ def topk_step(
     fired = torch.zeros(d.d_sae, dtype=torch.bool)
     fired[top.indices[values > 0]] = True
     l0 = float((values > 0).sum()) / x.shape[0]
-    return StepOutput(loss, float(fvu), float(aux), l0, fired)
+    return StepOutput(loss, float(fvu.detach()), float(aux.detach()), l0, fired)
 
 
 def batchtopk_step(d: Dictionary, x: torch.Tensor, y: torch.Tensor, config: TrainConfig):
@@ -179,7 +179,7 @@ def batchtopk_step(d: Dictionary, x: torch.Tensor, y: torch.Tensor, config: Trai
     fvu, _ = _fvu(y, _decode(d, f, x))
     fired = (f > 0).any(0)
     l0 = float((f > 0).sum()) / x.shape[0]
-    return StepOutput(fvu, float(fvu), 0.0, l0, fired, kept_min)
+    return StepOutput(fvu, float(fvu.detach()), 0.0, l0, fired, kept_min)
 
 
 def jumprelu_step(d: Dictionary, x: torch.Tensor, y: torch.Tensor, config: TrainConfig):
@@ -191,7 +191,7 @@ def jumprelu_step(d: Dictionary, x: torch.Tensor, y: torch.Tensor, config: Train
     l0 = _Step.apply(pre, threshold, config.bandwidth).sum(-1).mean()
     loss = fvu + config.l0_coef * l0
     fired = (f > 0).any(0).detach()
-    return StepOutput(loss, float(fvu), 0.0, float(l0), fired)
+    return StepOutput(loss, float(fvu.detach()), 0.0, float(l0.detach()), fired)
 
 
 @torch.no_grad()

@@ -116,3 +116,46 @@ class EvalResult(HtmlRepr):
     @classmethod
     def from_run(cls, run: RunDir | Path | str, part: str = EVAL_PART) -> EvalResult:
         return load_result(run, part, cls)
+
+
+@dataclass
+class ExplainResult(HtmlRepr):
+    """Feature dashboards: every feature's frequency and activation (``summary``), and for
+    the explained ones their Neuronpedia batch (``dashboards``: one per dictionary)."""
+
+    summary: pd.DataFrame  # name, feature, frequency, max, mean
+    dashboards: dict[str, dict[str, Any]] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def _repr_summary(self) -> str:
+        n = sum(len(b["features"]) for b in self.dashboards.values())
+        return f"{n} feature dashboards over {len(self.dashboards)} dictionaries"
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.summary
+
+    def feature(self, name: str, index: int) -> dict[str, Any]:
+        """One feature's dashboard (Neuronpedia's feature schema)."""
+        for entry in self.dashboards[name]["features"]:
+            if entry["feature_index"] == index:
+                return entry
+        raise KeyError(f"feature {index} of {name} has no dashboard")
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "summary": frame_to_payload(self.summary),
+            "dashboards": self.dashboards,
+            "settings": self.settings,
+        }
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> ExplainResult:
+        return cls(
+            frame_from_payload(payload["summary"]),
+            dict(payload["dashboards"]),
+            dict(payload["settings"]),
+        )
+
+    @classmethod
+    def from_run(cls, run: RunDir | Path | str, part: str = EXPLAIN_PART) -> ExplainResult:
+        return load_result(run, part, cls)

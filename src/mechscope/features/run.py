@@ -19,6 +19,7 @@ import pandas as pd
 
 from mechscope.features.config import CorpusConfig, TrainConfig
 from mechscope.features.layout import save_saelens
+from mechscope.features.on_disk import DICTIONARIES, dictionary_folder, run_dictionaries
 from mechscope.features.result import TRAIN_PART, TrainingResult
 from mechscope.features.samples import Contexts, make_contexts, read_documents
 from mechscope.features.sites import Where
@@ -28,8 +29,6 @@ from mechscope.runs import RunDir, ShardStore, write_table
 from mechscope.runs.options import ExecutorOptions
 from mechscope.runs.result import has_result, save_result
 from mechscope.runs.shared_work import claimed_groups
-
-DICTIONARIES = "dictionaries"
 
 
 def contexts_for(lm: LoadedModel, corpus: CorpusConfig, n_contexts: int) -> Contexts:
@@ -47,10 +46,6 @@ def training_contexts(config: TrainConfig) -> int:
     then they are read again, epoch after epoch)."""
     per_pass = config.tokens / config.passes
     return math.ceil(per_pass / (config.corpus.context - 1)) + 1
-
-
-def dictionary_folder(run: RunDir | Path, name: str) -> Path:
-    return Path(run) / DICTIONARIES / name
 
 
 def run_training(
@@ -147,48 +142,6 @@ def _gather(run: RunDir, store: ShardStore, wheres: list[Where], config: TrainCo
     return TrainingResult(pd.concat(logs, ignore_index=True), pd.DataFrame(timing), settings)
 
 
-def where_of(d) -> Where:
-    """Where a dictionary read from disk reads and writes: its ``mechscope_site`` metadata,
-    or its SAELens hook names."""
-    from mechscope.features.sites import HOOK_NAMES
-
-    meta = d.config.extra.get("metadata", {})
-    if "mechscope_site" in meta:
-        site, layer = meta["mechscope_site"].rsplit(".", 1)
-        out = meta.get("mechscope_site_out", meta["mechscope_site"]).rsplit(".", 1)[0]
-        return Where(int(layer), site, out)
-    by_hook = {v.split("}.", 1)[1]: k for k, v in HOOK_NAMES.items()}
-    hook_in, hook_out = d.config.hook_in, d.config.hook_out or d.config.hook_in
-    if hook_in is None or hook_in.layer is None:
-        from mechscope.errors import InputError
-
-        raise InputError("a dictionary whose hook names its site and layer", field="dictionary")
-
-    def site(hook) -> str:
-        return by_hook.get(hook.original.split(".", 2)[2], hook.site)
-
-    return Where(hook_in.layer, site(hook_in), site(hook_out))
-
-
-def run_dictionaries(folder: Path) -> dict[str, tuple]:
-    """Every dictionary under ``folder/dictionaries`` (a run), or ``folder`` itself (one
-    dictionary's folder), with where it reads and writes."""
-    from mechscope.features.layout import CFG, load_saelens
-
-    folder = Path(folder)
-    paths = (
-        [folder]
-        if (folder / CFG).is_file()
-        else sorted(p for p in (folder / DICTIONARIES).glob("*") if (p / CFG).is_file())
-    )
-    out = {}
-    for p in paths:
-        d = load_saelens(p)
-        w = where_of(d)
-        out[w.name] = (d, w)
-    return dict(sorted(out.items(), key=lambda kv: kv[1][1]))
-
-
 def run_evaluation(run: RunDir, lm: LoadedModel, config, dictionaries=None):
     """Evaluate ``dictionaries`` (``{name: (Dictionary, Where)}``; default: the run's own)
     on the held-out contexts into ``run``; a finished evaluation is reused."""
@@ -218,4 +171,49 @@ def run_evaluation(run: RunDir, lm: LoadedModel, config, dictionaries=None):
     result = EvalResult(pd.DataFrame(rows), tokens, settings)
     save_result(run, EVAL_PART, result)
     write_table(run, EVAL_PART, result.metrics)
+    return result
+
+
+def explained_features(summary: pd.DataFrame, name: str, config) -> list[int]:
+    """The features to explain in ``name``: those asked for, or ``n_features`` that fire,
+    drawn with the corpus's seed (in index order)."""
+    if config.features is not None:
+        return sorted(config.features)
+    rows = summary[(summary["name"] == name) & (summary["frequency"] > 0)]
+    alive = rows["feature"].to_numpy()
+    rng = np.random.default_rng(config.corpus.seed)
+    pick = rng.choice(alive, size=min(config.n_features, alive.size), replace=False)
+    return sorted(int(i) for i in pick)
+
+
+def run_explain(run: RunDir, lm: LoadedModel, config, dictionaries=None, *, model_id: str = ""):
+    """Dashboards of the features of ``dictionaries`` (default: the run's own) into
+    ``run``: a summary of every feature and Neuronpedia batches (also written as
+    ``neuronpedia/<name>.json``); a finished explanation is reused."""
+    import json
+
+    from mechscope.features.explain import dashboards, firings, summary_rows
+    from mechscope.features.result import EXPLAIN_PART, ExplainResult
+    from mechscope.runs import atomic_write_text
+
+    if has_result(run, EXPLAIN_PART):
+        return ExplainResult.from_run(run)
+    dictionaries = dictionaries or run_dictionaries(Path(run))
+    contexts = contexts_for(lm, config.corpus, max(1, config.contexts - config.corpus.n_eval))
+    ids = contexts.ids[: config.contexts]
+    with run.timed(EXPLAIN_PART):
+        fired = firings(lm, dictionaries, ids, config.forward_batch)
+        rows = [r for n, (d, _) in dictionaries.items() for r in summary_rows(n, fired[n], d.d_sae)]
+        summary = pd.DataFrame(rows)
+        batches = {}
+        for name, (d, where) in dictionaries.items():
+            feats = explained_features(summary, name, config)
+            batches[name] = dashboards(
+                lm, name, d, fired[name], ids, feats, config, model_id=model_id,
+                layer=where.layer, seed=config.corpus.seed,
+            )  # fmt: skip
+            atomic_write_text(Path(run) / "neuronpedia" / f"{name}.json", json.dumps(batches[name]))
+    result = ExplainResult(summary, batches, config.model_dump(mode="json"))
+    save_result(run, EXPLAIN_PART, result)
+    write_table(run, EXPLAIN_PART, summary)
     return result

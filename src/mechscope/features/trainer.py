@@ -139,7 +139,7 @@ def train_step(learner: Learner, x: torch.Tensor, y: torch.Tensor, config: Train
         out = objectives.batchtopk_step(d, x, y, config)
     else:
         out = objectives.jumprelu_step(d, x, y, config)
-    if not math.isfinite(float(out.loss)):
+    if not math.isfinite(float(out.loss.detach())):
         raise NonFiniteError(
             f"the training loss of {learner.where.name} is not finite at step "
             f"{learner.step + 1}; {NonFiniteError.HINT}",
@@ -161,7 +161,8 @@ def train_step(learner: Learner, x: torch.Tensor, y: torch.Tensor, config: Train
     learner.step += 1
     learner.seconds += time.perf_counter() - t0
     dead_frac = float((learner.since_fired >= config.dead_tokens).float().mean())
-    row = [learner.step, learner.step * x.shape[0], float(out.loss), out.fvu, out.aux, out.l0]
+    row = [learner.step, learner.step * x.shape[0], float(out.loss.detach()), out.fvu, out.aux]
+    row.append(out.l0)
     learner.log.append(dict(zip(LOG_KEYS, [*row, dead_frac, lr, learner.seconds], strict=True)))
 
 
