@@ -4,12 +4,12 @@
 - Gemma 3 270M: a per-layer TopK transcoder set, the MLP's input to its output at each of
   its 18 layers (width 1024, k 32).
 
-Sized for a 2-core CPU shared with other work (about an hour in all): each model reads
-100,000 (SmolLM2) or 50,000 (Gemma) tokens of the corpus once through the model, and each
-buffer of 32,768 activations is used four times, so the dictionaries see four times as many
-training tokens as the model computed. The corpus is the built-in one (the Python
-documentation shipped with CPython) and, where the shared datasets are found, GSM8K's test
-problems with their worked answers.
+Sized for a 2-core CPU shared with other work (about an hour and a half in all): SmolLM2
+computes 100,000 tokens of the corpus in buffers of 32,768 and Gemma 33,000 in buffers of
+16,384; each buffer is used four times, so the dictionaries see four times as many
+training tokens (400,000 and 131,072) as the model computed. The corpus is the built-in
+one (the Python documentation shipped with CPython) and, where the shared datasets are
+found, GSM8K's test problems with their worked answers.
 
     python scripts/features_study.py                      # both models, every stage
     python scripts/features_study.py --models smollm2 --stages train
@@ -42,22 +42,28 @@ def corpus() -> tuple[str, ...]:
     return (DEFAULT_CORPUS,) + ((str(gsm8k),) if gsm8k else ())
 
 
+#: Held-out contexts evaluated (each dictionary costs three passes with logits: Gemma's
+#: 262,144-token unembedding dominates them) and contexts explained, per model.
+EVAL = {"smollm2": (16, 8), "gemma3": (6, 2)}
+EXPLAIN = {"smollm2": 128, "gemma3": 48}
+
+
 def studies() -> dict[str, tuple[str, TrainConfig]]:
     c = CorpusConfig(corpus=corpus(), context=128, n_eval=32, seed=0)
-    common = dict(activation="topk", k=32, batch=4096, buffer=32_768, passes=4, corpus=c)
+    common = dict(activation="topk", k=32, batch=4096, passes=4, corpus=c)
     return {
         "smollm2": (
             "smollm2-135m",
             TrainConfig(
                 kind="sae", site="resid_post", layers=(6, 15, 24), width=4096, tokens=400_000,
-                **common,
+                buffer=32_768, **common,
             ),
         ),
         "gemma3": (
             "gemma3-270m",
             TrainConfig(
                 kind="transcoder", site="mlp_in", site_out="mlp_out", layers=tuple(range(18)),
-                width=1024, tokens=200_000, **common,
+                width=1024, tokens=131_072, buffer=16_384, **common,
             ),
         ),
     }  # fmt: skip
@@ -79,11 +85,13 @@ def run_one(name: str, stages: list[str]) -> None:
     if "eval" in stages:
         from mechscope.features.run import run_evaluation
 
-        run_evaluation(run, lm, EvalConfig(corpus=config.corpus, forward_batch=8))
+        n, batch = EVAL[name]
+        run_evaluation(run, lm, EvalConfig(corpus=config.corpus, contexts=n, forward_batch=batch))
     if "explain" in stages:
         from mechscope.features.run import run_explain
 
-        run_explain(run, lm, ExplainConfig(corpus=config.corpus, features=None))
+        explain = ExplainConfig(corpus=config.corpus, contexts=EXPLAIN[name], forward_batch=8)
+        run_explain(run, lm, explain, model_id=spec)
     print(f"{name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     if {"train", "eval", "explain"} <= set(stages):
         from mechscope.cli.common import finish

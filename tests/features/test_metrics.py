@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tolerance import assert_beyond_rounding, assert_fp64_close, assert_rounding_close, depth_of
 
 from mechscope.dictionaries import Dictionary, DictionaryConfig
 from mechscope.features.config import CorpusConfig, EvalConfig
@@ -15,6 +14,7 @@ from mechscope.features.evaluate import evaluate
 from mechscope.features.metrics import kl_rows, next_token_ce, reconstruction_sums, summarize
 from mechscope.features.run import contexts_for
 from mechscope.features.sites import Where
+from tolerance import assert_beyond_rounding, assert_fp64_close, assert_rounding_close, depth_of
 
 
 def _synthetic(seed: int = 0, n_ctx: int = 6, t: int = 9, d: int = 5, f: int = 12):
@@ -36,7 +36,9 @@ def test_reconstruction_metrics_equal_their_textbook_formulas() -> None:
     ev = 1 - ((flat_x - flat_hat) ** 2).sum() / (centred**2).sum()
     assert_fp64_close(got["explained_variance"], ev, terms=n, scale=1.0)
     assert_fp64_close(got["mse"], ((flat_x - flat_hat) ** 2).sum(1).mean(), terms=n)
-    cos = [a @ b / np.linalg.norm(a) / np.linalg.norm(b) for a, b in zip(flat_x, flat_hat)]
+    cos = [
+        a @ b / np.linalg.norm(a) / np.linalg.norm(b) for a, b in zip(flat_x, flat_hat, strict=True)
+    ]
     assert_fp64_close(got["cossim"], np.mean(cos), terms=n)
     assert_fp64_close(got["l0"], np.mean([(row != 0).sum() for row in flat_f]), terms=n)
     assert_fp64_close(got["l1"], np.abs(flat_f).sum(1).mean(), terms=n)
@@ -83,9 +85,11 @@ def test_ce_scores_are_saelens_ratios_of_means() -> None:
     kl = {"kl_sae": np.array([0.1, 0.2, 0.1, 0.3]), "kl_zero": np.array([2.0, 1.0, 3.0, 2.0])}
     sums.update(ce, **kl, kl_mean=kl["kl_zero"] / 2, n_ce=np.full(4, 8.0))
     got = {k: v[0] for k, v in summarize(sums, n_resamples=20).items()}
-    clean, sae, zero, mean = (ce[k].sum() / 32 for k in ("ce_clean", "ce_sae", "ce_zero", "ce_mean"))
+    keys = ("ce_clean", "ce_sae", "ce_zero", "ce_mean")
+    clean, sae, zero, mean = (ce[k].sum() / 32 for k in keys)
     assert_fp64_close(got["ce_loss_score"], (zero - sae) / (zero - clean), terms=32, scale=10.0)
-    assert_fp64_close(got["ce_loss_score_mean"], (mean - sae) / (mean - clean), terms=32, scale=10.0)
+    score_mean = (mean - sae) / (mean - clean)
+    assert_fp64_close(got["ce_loss_score_mean"], score_mean, terms=32, scale=10.0)
     kl_sae, kl_zero = kl["kl_sae"].sum() / 32, kl["kl_zero"].sum() / 32
     assert_fp64_close(got["kl_div_score"], (kl_zero - kl_sae) / kl_zero, terms=32)
 
@@ -137,7 +141,9 @@ def test_evaluation_against_a_plain_hook_on_transformers_forward(tiny) -> None:
     depth = depth_of(tiny)
     for name, value in ce.items():
         assert_rounding_close(got.metrics[name][0], value, depth=depth, scale=20.0, msg=name)
-    flat, rec = hidden.reshape(-1, hidden.shape[-1]).double(), sae(hidden).reshape(-1, hidden.shape[-1]).double()
+    flat = hidden.reshape(-1, hidden.shape[-1]).double()
+    rec = sae(hidden).reshape(-1, hidden.shape[-1]).double()
     ev = 1 - ((flat - rec) ** 2).sum() / ((flat - flat.mean(0)) ** 2).sum()
     assert_rounding_close(got.metrics["explained_variance"][0], ev, depth=depth, scale=1.0)
-    assert_beyond_rounding(ce["ce_loss_with_sae"], ce["ce_loss_without_sae"], depth=depth, scale=20.0)
+    spliced, clean = ce["ce_loss_with_sae"], ce["ce_loss_without_sae"]
+    assert_beyond_rounding(spliced, clean, depth=depth, scale=20.0)

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tolerance import assert_exact, assert_rounding_close
 
 from mechscope.features.config import CorpusConfig, TrainConfig
 from mechscope.features.layout import load_saelens, save_saelens
 from mechscope.features.run import contexts_for, run_training, training_contexts
 from mechscope.features.trainer import finished, train_group
 from mechscope.runs import RunDir
+from tolerance import assert_exact, assert_rounding_close
 
 CORPUS = CorpusConfig(context=16, n_eval=2)
 
@@ -35,7 +35,11 @@ class Stop(Exception):
 
 
 def _weights(learners) -> dict[str, torch.Tensor]:
-    return {f"{lrn.where.name}.{k}": v for lrn in learners for k, v in lrn.dictionary.state_dict().items()}
+    return {
+        f"{lrn.where.name}.{k}": v
+        for lrn in learners
+        for k, v in lrn.dictionary.state_dict().items()
+    }
 
 
 def test_a_killed_run_resumes_to_the_same_weights(tiny, contexts, tmp_path) -> None:

@@ -108,11 +108,13 @@ class TrainConfig(BaseModel):
 
 class EvalConfig(BaseModel):
     """Evaluation on the held-out contexts: every metric of :mod:`mechscope.features.metrics`
-    over ``n_eval`` contexts in passes of ``forward_batch``; ``per_token`` keeps every
-    token's values; intervals from ``n_resamples`` bootstrap resamples of contexts."""
+    over the first ``contexts`` of them (None: all ``n_eval``) in passes of
+    ``forward_batch``; ``per_token`` keeps every token's values; intervals from
+    ``n_resamples`` bootstrap resamples of contexts."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    contexts: int | None = Field(default=None, ge=1)
     forward_batch: int = Field(default=8, ge=1)
     per_token: bool = False
     dense_threshold: float = Field(default=0.1, gt=0, le=1)

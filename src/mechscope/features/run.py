@@ -156,7 +156,7 @@ def run_evaluation(run: RunDir, lm: LoadedModel, config, dictionaries=None):
 
         raise InputError("at least one dictionary to evaluate", field="dictionaries")
     contexts = contexts_for(lm, config.corpus, 1)
-    ids = contexts.eval_ids
+    ids = contexts.eval_ids[: config.contexts]
     with run.timed(EVAL_PART):
         done = evaluate(lm, dictionaries, ids, config)
     rows, tokens = [], {}
