@@ -99,16 +99,79 @@ def run_one(name: str, stages: list[str]) -> None:
         finish(run)
 
 
+def _ci(rows, metric: str, digits: int = 3) -> str:
+    r = rows.loc[metric]
+    return f"{r.value:.{digits}f} [{r.low:.{digits}f}, {r.high:.{digits}f}]"
+
+
+def table(names: list[str]) -> str:
+    """docs/features.md's table, from the run directories: one row per dictionary."""
+    from mechscope.features.result import EvalResult, TrainingResult
+
+    lines = [
+        "| model | dictionary | width | k | training tokens (model passes) | explained variance "
+        "| L0 | CE recovered (zero-abl.) | CE recovered (mean-abl.) | KL | dead | training time |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name in names:
+        spec, config = studies()[name]
+        ev, tr = EvalResult.from_run(OUT / name), TrainingResult.from_run(OUT / name)
+        timing = tr.timing.set_index("name")
+        for dname in dict.fromkeys(ev.metrics["name"]):
+            rows = ev.metrics[ev.metrics["name"] == dname].set_index("metric")
+            t = timing.loc[dname]
+            own = f"{t.train_seconds / 60:.1f} min + {t.forward_seconds / 60:.0f} min passes"
+            lines.append(
+                f"| {spec} | {dname} | {config.width} | {config.k} | {int(t.tokens):,} "
+                f"({int(t.forward_tokens):,}) | {_ci(rows, 'explained_variance')} "
+                f"| {rows.loc['l0'].value:.1f} | {_ci(rows, 'ce_loss_score')} "
+                f"| {_ci(rows, 'ce_loss_score_mean')} | {rows.loc['kl_div_with_sae'].value:.3f} "
+                f"| {rows.loc['dead'].value:.3f} | {own} |"
+            )
+    return "\n".join(lines)
+
+
+def feature_contexts(picks: list[str], n: int = 4) -> str:
+    """Each picked feature's top contexts and logits, as Markdown (``model/dictionary:i``)."""
+    from mechscope.features.result import ExplainResult
+
+    out = []
+    for pick in picks:
+        where, index = pick.rsplit(":", 1)
+        model, dname = where.split("/", 1)
+        f = ExplainResult.from_run(OUT / model).feature(dname, int(index))
+        spec = studies()[model][0]
+        out.append(
+            f"**{spec} {dname}, feature {index}** (fires on {100 * f['frac_nonzero']:.2f}% of "
+            f"tokens; promotes {', '.join(repr(t) for t in f['pos_str'][:5])})\n"
+        )
+        tops = [a for a in f["activations"] if a["bin_min"] == -1][:n]
+        for a in tops:
+            peak = max(range(len(a["values"])), key=lambda i: a["values"][i])
+            text = (
+                "".join(f"[[{t}]]" if i == peak else t for i, t in enumerate(a["tokens"]))
+                .replace("\n", "↵")
+                .replace("|", "\\|")
+            )
+            out.append(f"- `{a['values'][peak]:.2f}` {text}")
+        out.append("")
+    return "\n".join(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="smollm2,gemma3")
     parser.add_argument("--stages", default="train,eval,explain")
     parser.add_argument("--table", action="store_true", help="print docs/features.md's table")
+    parser.add_argument(
+        "--features", help="print these features' top contexts (smollm2/resid_post.6:12,…)"
+    )
     args = parser.parse_args()
     if args.table:
-        from mechscope.features.study_table import study_table
-
-        print(study_table([OUT / n for n in args.models.split(",")]))
+        print(table(args.models.split(",")))
+        return
+    if args.features:
+        print(feature_contexts(args.features.split(",")))
         return
     for name in args.models.split(","):
         run_one(name, args.stages.split(","))
