@@ -241,7 +241,9 @@ def train_group(
         return [learners[w] for w in wheres], timing
     bar = make_progress()
     bar.start()
-    names = ", ".join(w.name for w in wheres)
+    names = ", ".join(w.name for w in wheres[:3]) + (
+        f" and {len(wheres) - 3} more" if len(wheres) > 3 else ""
+    )
     task = bar.add_task(f"features: training {names}", total=config.steps, completed=start)
     try:
         for b in range(start // steps_per_buffer, math.ceil(config.steps / steps_per_buffer)):
