@@ -106,27 +106,31 @@ def _ci(rows, metric: str, digits: int = 3) -> str:
 
 def table(names: list[str]) -> str:
     """docs/features.md's table, from the run directories: one row per dictionary."""
-    from mechscope.features.result import EvalResult, TrainingResult
+    from mechscope.features.result import EvalResult, ExplainResult, TrainingResult
 
     lines = [
         "| model | dictionary | width | k | training tokens (model passes) | explained variance "
-        "| L0 | CE recovered (zero-abl.) | CE recovered (mean-abl.) | KL | dead | training time |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| L0 | CE recovered (zero-abl.) | CE recovered (mean-abl.) | KL | dead (training) "
+        "| silent (explained tokens) | training time |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name in names:
         spec, config = studies()[name]
         ev, tr = EvalResult.from_run(OUT / name), TrainingResult.from_run(OUT / name)
         timing = tr.timing.set_index("name")
+        final = tr.final().set_index("name")
+        summary = ExplainResult.from_run(OUT / name).summary
         for dname in dict.fromkeys(ev.metrics["name"]):
             rows = ev.metrics[ev.metrics["name"] == dname].set_index("metric")
             t = timing.loc[dname]
             own = f"{t.train_seconds / 60:.1f} min + {t.forward_seconds / 60:.0f} min passes"
+            silent = float((summary[summary["name"] == dname]["frequency"] == 0).mean())
             lines.append(
                 f"| {spec} | {dname} | {config.width} | {config.k} | {int(t.tokens):,} "
                 f"({int(t.forward_tokens):,}) | {_ci(rows, 'explained_variance')} "
                 f"| {rows.loc['l0'].value:.1f} | {_ci(rows, 'ce_loss_score')} "
                 f"| {_ci(rows, 'ce_loss_score_mean')} | {rows.loc['kl_div_with_sae'].value:.3f} "
-                f"| {rows.loc['dead'].value:.3f} | {own} |"
+                f"| {final.loc[dname, 'dead']:.3f} | {silent:.3f} | {own} |"
             )
     return "\n".join(lines)
 

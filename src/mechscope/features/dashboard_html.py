@@ -26,9 +26,14 @@ def _tokens(tokens: list[str], values: list[float], peak: float) -> str:
     for tok, v in zip(tokens, values, strict=True):
         alpha = 0.0 if peak <= 0 else min(1.0, max(0.0, v / peak))
         style = f"background: rgba(230, 159, 0, {alpha:.2f})" if v > 0 else ""
-        text = escape(tok).replace("\n", "↵")
+        text = escape(tok.replace("\n", "↵").replace("\r", "↵"))
         out.append(f'<span class="tok" style="{style}" title="{v:.3g}">{text}</span>')
     return "".join(out)
+
+
+def _one_line(text: str) -> str:
+    """A token as it prints in a list: escaped, line breaks shown as ↵, quoted."""
+    return "'" + str(escape(text.replace("\n", "↵").replace("\r", "↵"))) + "'"
 
 
 def _histogram(heights: list[int], width: int = 220, height: int = 40) -> str:
@@ -50,10 +55,10 @@ def feature_card(name: str, f: dict[str, Any]) -> str:
     bands = [a for a in f["activations"] if a["bin_min"] != -1]
     peak = max((max(a["values"]) for a in tops), default=0.0)
     logits = ", ".join(
-        f"{escape(s)!s} ({v:+.2f})" for s, v in zip(f["pos_str"], f["pos_values"], strict=True)
+        f"{_one_line(s)} ({v:+.2f})" for s, v in zip(f["pos_str"], f["pos_values"], strict=True)
     )
     negative = ", ".join(
-        f"{escape(s)!s} ({v:+.2f})" for s, v in zip(f["neg_str"], f["neg_values"], strict=True)
+        f"{_one_line(s)} ({v:+.2f})" for s, v in zip(f["neg_str"], f["neg_values"], strict=True)
     )
     rows = "".join(f"<li>{_tokens(a['tokens'], a['values'], peak)}</li>" for a in tops)
     band_rows = "".join(
@@ -61,8 +66,9 @@ def feature_card(name: str, f: dict[str, Any]) -> str:
         f"{_tokens(a['tokens'], a['values'], peak)}</li>"
         for a in bands
     )
-    words = " ".join(t for a in tops for t in a["tokens"]) + " " + " ".join(f["pos_str"])
-    search = escape(f"{name} {f['feature_index']} {words}".lower())
+    words = " ".join("".join(a["tokens"]) for a in tops) + " " + " ".join(f["pos_str"])
+    # one line: a blank line would end the report's HTML block inside the attribute
+    search = escape(" ".join(f"{name} {f['feature_index']} {words}".lower().split()))
     return (
         f'<details class="feature" data-text="{search}"><summary><b>{escape(name)} · feature '
         f"{f['feature_index']}</b> · fires on {100 * f['frac_nonzero']:.3g}% of tokens · max "
@@ -87,4 +93,5 @@ def dashboard_html(batches: dict[str, dict[str, Any]]) -> str:
         '<p><input type="search" placeholder="search features: a word of their contexts or '
         'logits, a dictionary, an index" style="width:60%"></p>'
     )
-    return f'<div class="features-dashboard">{style}<div>{box}</div>{SCRIPT}{cards}</div>'
+    html = f'<div class="features-dashboard">{style}<div>{box}</div>{SCRIPT}{cards}</div>'
+    return html.replace("\n\n", "\n")
