@@ -79,6 +79,14 @@ WORKFLOWS: list[Workflow] = [
         help="Head importance by integrated gradients over gates.",
     ),
     Workflow(
+        "features",
+        "mechscope.features",
+        order=40,
+        command="features",
+        help="Sparse dictionaries (SAEs, transcoders): train, evaluate, explain features.",
+        demo=False,
+    ),
+    Workflow(
         "anchors",
         "mechscope.anchors",
         order=50,

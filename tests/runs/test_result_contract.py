@@ -88,6 +88,9 @@ REOPENED = (
     "ResamplingResult",
     "AdaptiveResult",
     "DistillResult",
+    "TrainingResult",
+    "EvalResult",
+    "ExplainResult",
 )
 
 
@@ -203,6 +206,23 @@ def test_steering_result(tiny, tmp_path):
     result = steer_sweep(tiny, torch.ones(tiny.d_model), prompts, config, progress=False)
     assert result.generations and result.vector is not None
     _round_trip(tmp_path, result)
+
+
+def test_features_results(tmp_path):
+    from mechscope.features.result import EvalResult, ExplainResult, TrainingResult
+
+    log = pd.DataFrame({"name": ["a", "a"], "step": [1.0, 2.0], "fvu": [0.5, 0.25]})
+    timing = pd.DataFrame({"name": ["a"], "train_seconds": [1.5], "folder": ["dictionaries/a"]})
+    _round_trip(tmp_path, TrainingResult(log, timing, {"width": 8}))
+    metrics = pd.DataFrame(
+        {"name": ["a", "a"], "metric": ["l0", "mse"], "value": [4.0, 0.1], "low": [3.5, 0.05],
+         "high": [4.5, np.nan]}
+    )  # fmt: skip
+    _round_trip(tmp_path, EvalResult(metrics, {"a/sse": np.arange(6.0).reshape(2, 3)}, {"n": 1}))
+    summary = pd.DataFrame({"name": ["a"], "feature": [0], "frequency": [0.1]})
+    batch = {"model_id": "m", "layer": 1, "sae_set": "a", "features": [{"feature_index": 0}]}
+    back = _round_trip(tmp_path, ExplainResult(summary, {"a": batch}, {}))
+    assert back.feature("a", 0) == {"feature_index": 0}
 
 
 def test_heads_result(tiny, tmp_path):

@@ -52,6 +52,9 @@ RESULT_TYPES = (
     "mechscope.anchors.result:ReceiverResult",
     "mechscope.anchors.result:SuppressionResult",
     "mechscope.distill.result:DistillResult",
+    "mechscope.features.result:TrainingResult",
+    "mechscope.features.result:EvalResult",
+    "mechscope.features.result:ExplainResult",
 )
 
 

@@ -90,6 +90,8 @@ def read(folder: Path) -> Dictionary:
         )
     kind, activation = ARCHITECTURES[arch]
     t = read_safetensors(folder / WEIGHTS)
+    if arch == "topk" and "d_out" in cfg:  # a TopK transcoder (SAELens 6.54 has none)
+        kind = "skip_transcoder" if "W_skip" in t else "transcoder"
     w_enc, w_dec, b_dec = need(t, "W_enc", "W_dec", "b_dec", where=folder / WEIGHTS)
     threshold = t.get("threshold")
     if threshold is None and "log_threshold" in t:
@@ -153,23 +155,34 @@ def architecture(d: Dictionary) -> str:
         rule = "topk"  # per-token top-k: what BatchTopK computes without a threshold
     if c.kind == "sae":
         return {"relu": "standard"}.get(rule, rule)
-    if rule not in ("relu", "jumprelu"):
+    if rule not in ("relu", "jumprelu", "topk"):
         raise InputError(
-            f"a relu or jumprelu transcoder for SAELens' layout, got {rule}", field="activation"
+            f"a relu, jumprelu or topk transcoder for SAELens' layout, got {rule}",
+            field="activation",
         )
+    if rule == "topk":  # read back by mechscope, not by SAELens 6.54
+        return "topk"
     skip = "skip_" if d.w_skip is not None else ""
     return f"{'jumprelu_' if rule == 'jumprelu' else ''}{skip}transcoder"
 
 
 def save_saelens(
-    d: Dictionary, folder: str | Path, log_sparsity: torch.Tensor | None = None
+    d: Dictionary,
+    folder: str | Path,
+    log_sparsity: torch.Tensor | None = None,
+    *,
+    metadata: dict[str, Any] | None = None,
 ) -> Path:
     """``d`` in SAELens' 6.x layout in ``folder`` (made if missing): what ``SAE.load_from_disk``
     and Neuronpedia read. ``log_sparsity [d_sae]``: each feature's log10 firing rate, written
-    to ``sparsity.safetensors``. Returns the folder."""
+    to ``sparsity.safetensors``. ``metadata``: further keys of ``cfg.json``'s ``metadata``
+    (read back into ``config.extra``). Each file is written whole or not at all, so a run
+    stopped while saving leaves no half-written dictionary. Returns the folder."""
     from safetensors.torch import save_file
 
-    c = d.config
+    from mechscope.runs import atomic_path, atomic_write_text
+
+    c, extra_metadata = d.config, dict(metadata or {})
     if c.kind == "cross_layer_transcoder":
         raise InputError("a single-layer dictionary (SAELens has no cross-layer layout)")
     if c.hook_in is None:
@@ -216,6 +229,7 @@ def save_saelens(
         hook_name=to_tl(c.hook_in),
         hook_head_index=None,
     )
+    metadata.update(extra_metadata)
     cfg: dict[str, Any] = {
         "d_in": d.d_in,
         "d_sae": d.d_sae,
@@ -235,10 +249,10 @@ def save_saelens(
             metadata["hook_name_out"] = to_tl(c.hook_out)
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(out / WEIGHTS))
-    (out / CFG).write_text(json.dumps(cfg, indent=2))
+    with atomic_path(out / WEIGHTS) as tmp:
+        save_file(tensors, str(tmp))
     if log_sparsity is not None:
-        save_file(
-            {"sparsity": log_sparsity.detach().float().cpu().contiguous()}, str(out / SPARSITY)
-        )
+        with atomic_path(out / SPARSITY) as tmp:
+            save_file({"sparsity": log_sparsity.detach().float().cpu().contiguous()}, str(tmp))
+    atomic_write_text(out / CFG, json.dumps(cfg, indent=2))  # last: the folder is complete
     return out

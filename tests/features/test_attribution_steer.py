@@ -1,0 +1,84 @@
+"""Feature attribution and steering against what they claim: the exposed splice leaves the
+logits as the model computes them, integrated gradients are complete (the attributions sum
+to the metric's change), gradient × activation equals a finite difference to first order,
+a clamp to the feature's own value changes nothing and a clamp to zero removes exactly the
+feature's decoder contribution, and feature steering is a Steer along the decoder row."""
+
+from __future__ import annotations
+
+import torch
+
+from mechscope.dictionaries import Dictionary, DictionaryConfig
+from mechscope.engine import Engine, Read, Site
+from mechscope.features.attribution import exposed_splice, feature_attribution
+from mechscope.features.sites import Where
+from mechscope.features.steer import clamp_feature, decoder_row, feature_steer
+from tolerance import assert_rounding_close, assert_within, depth_of
+
+WHERE = Where(1, "resid_post", "resid_post")
+PROMPT = "When Mary and John went to the store, John gave a drink to"
+
+
+def _sae(d_model: int, width: int = 16) -> Dictionary:
+    g = torch.Generator().manual_seed(3)
+    w_dec = torch.randn(width, d_model, generator=g)
+    w_dec /= w_dec.norm(dim=-1, keepdim=True)
+    config = DictionaryConfig(activation="relu", apply_b_dec_to_input=False)
+    w_enc = 4 * w_dec.T.clone()  # the tiny model's residual norm is about 0.2
+    return Dictionary(w_enc, torch.zeros(width), w_dec, torch.zeros(d_model), config)
+
+
+def _metric(logits: torch.Tensor) -> torch.Tensor:
+    return logits[:, -1, 5] - logits[:, -1, 7]
+
+
+def test_the_exposed_splice_changes_nothing(tiny, engine) -> None:
+    from mechscope.engine import Edit
+
+    d, holder = _sae(tiny.d_model), {}
+    clean = engine.run(PROMPT).logits
+    edit = Edit(Site("resid_post", 1), exposed_splice(d, None, holder, 1.0))
+    spliced = engine.run(PROMPT, [edit])
+    assert_rounding_close(spliced.logits, clean, depth=depth_of(tiny))
+    assert holder["f"].shape[-1] == d.d_sae
+
+
+def test_integrated_gradients_are_complete(tiny) -> None:
+    d = _sae(tiny.d_model)
+    ig = feature_attribution(tiny, d, WHERE, PROMPT, _metric, method="ig", steps=64)
+    total = ig.scores.sum((1, 2))
+    # the midpoint rule's error on a smooth path: a few per cent of the change at 64 steps
+    change = ig.value - ig.baseline
+    assert_within(total, change, 0.05 * change.abs() + 1e-3, msg="IG completeness")
+    assert ig.top(3)[0][1] != 0
+
+
+def test_gradient_times_activation_is_the_derivative_along_the_feature(tiny) -> None:
+    """Scaling feature i by (1 + ε) at every position moves the metric by ε times its
+    gradient × activation, to first order."""
+    from mechscope.engine import Edit
+
+    d = _sae(tiny.d_model)
+    att = feature_attribution(tiny, d, WHERE, PROMPT, _metric)
+    feat, score = att.top(1)[0]
+    eps = 1e-2
+    scale = torch.ones(d.d_sae)
+    scale[feat] = 1 + eps
+    edit = Edit(Site("resid_post", 1), exposed_splice(d, None, {}, 1.0, scale))
+    moved = _metric(Engine.of(tiny).run(PROMPT, [edit]).logits.detach()) - att.value
+    # second order: ε² times the curvature, a few per cent of ε · score here
+    assert_within(moved, eps * score, 0.05 * abs(eps * score), msg="grad x act vs ε-scaling")
+
+
+def test_clamps_and_steering(tiny, engine) -> None:
+    d = _sae(tiny.d_model)
+    site = Site("resid_post", 1)
+    clean = engine.run(PROMPT, [Read(site)], logits=False)[site]
+    f = d.encode(clean).detach()
+    feat = int(f.sum((0, 1)).argmax())
+    zero = engine.run(PROMPT, [clamp_feature(tiny, d, WHERE, feat, 0.0), Read(site)], logits=False)
+    want = clean - f[..., feat, None] * decoder_row(d, feat)
+    assert_rounding_close(zero[site], want, depth=2)
+    steer = feature_steer(tiny, d, WHERE, feat, 2.0)
+    steered = engine.run(PROMPT, [steer, Read(site)], logits=False)[site]
+    assert_rounding_close(steered, clean + 2.0 * decoder_row(d, feat), depth=2)
