@@ -12,9 +12,7 @@ import pytest
 import torch
 from patching_reference import metric_scale
 from scipy import stats
-from torch import nn
 
-from mechscope.models import load_model
 from mechscope.patching import PatchSpec, agreement, patch_pairs, prepare_pair, top_k_overlap
 from tolerance import (
     assert_fp64_close,
@@ -24,41 +22,6 @@ from tolerance import (
     depth_of,
     rounding_tolerance,
 )
-
-
-class _Ones(nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ones_like(x)
-
-
-@pytest.fixture(scope="module")
-def linear_lm():
-    """A tiny Llama whose logits are linear in every activation.
-
-    Norms become identities, queries are zero (attention is a uniform causal average, so
-    the pattern no longer depends on the input) and the MLP gate is the constant 1 (the
-    MLP becomes ``down(up(x))``). What remains is a composition of linear maps.
-    """
-    lm = load_model("tiny:llama", seed=3)
-    model = lm.model.model
-    model.norm = nn.Identity()
-    with torch.no_grad():  # without norms, rescale so that effects are far above rounding
-        model.embed_tokens.weight.mul_(20.0)
-        lm.model.lm_head.weight.mul_(20.0)
-        for block in model.layers:
-            block.input_layernorm = nn.Identity()
-            block.post_attention_layernorm = nn.Identity()
-            block.self_attn.q_proj.weight.zero_()
-            block.mlp.act_fn = _Ones()
-            for lin in (
-                block.self_attn.v_proj,
-                block.self_attn.o_proj,
-                block.mlp.up_proj,
-                block.mlp.down_proj,
-            ):
-                lin.weight.mul_(8.0)
-    return lm
-
 
 CASES = [
     ("resid_pre", "position"),

@@ -15,10 +15,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mechscope.engine import Engine, Read, Site
+from mechscope.engine import Engine, Read
 from mechscope.patching.cache import RunCache
 from mechscope.patching.config import PatchSpec
 from mechscope.patching.exact import aligned_values, reference, unit_positions
+from mechscope.patching.features import patch_site
 from mechscope.patching.metrics import scalar_metric
 from mechscope.patching.prepare import PreparedPair, units
 from mechscope.patching.result import PairResult, PatchingResult
@@ -30,7 +31,7 @@ def attribute_pair(
     eng: Engine, p: PreparedPair, spec: PatchSpec, base: RunCache, source: RunCache, res: PairResult
 ) -> PairResult:
     """Fill ``res.attribution`` (``[layers, units, heads]``) for ``p``."""
-    sites = [Site(spec.site, layer) for layer in res.layers]
+    sites = [patch_site(spec, layer) for layer in res.layers]
     ids = torch.tensor([p.base_ids], dtype=torch.long)  # [1, seq]
     out = eng.run(ids, [Read(s) for s in sites], logits=torch.tensor([p.readout]), grad=True)
     metric = scalar_metric(out.logits[0, 0], reference(p, base), spec.attribution_metric)
@@ -40,15 +41,17 @@ def attribute_pair(
     member = unit_positions(base_pos, act0.shape[1]).to(act0.device, torch.float32)  # [U, seq]
     heads = torch.tensor(res.heads if spec.per_head else [0], device=act0.device)
     per_layer = []
-    for site, grad in zip(sites, grads, strict=True):
+    for layer, site, grad in zip(res.layers, sites, grads, strict=True):
         act = out.reads[site].detach()  # [1, seq, ...] (the base run, where grad is taken)
-        values = aligned_values(p, spec, base, source, site.layer)  # [1|U, seq, ...]
+        values = aligned_values(p, spec, base, source, layer)  # [1|U, seq, ...]
         # fp32 before subtracting: a difference of two bf16 values is exact in fp32
-        contrib = ((values.float() - act.float()) * grad.float()).sum(-1)  # [1|U, seq(, H)]
+        contrib = (values.float() - act.float()) * grad.float()  # [1|U, seq, ...]
+        if spec.site != "feature":  # a feature site's last axis is its features
+            contrib = contrib.sum(-1)  # [1|U, seq(, H)]
         if not spec.per_head:
             contrib = contrib[..., None]  # [1|U, seq, 1]
-        est_u = (member[:, :, None] * contrib).sum(1)  # [U, H|1]: each unit's own positions
-        per_layer.append(est_u[:, heads])  # [U, heads]
+        # [U, heads]: each unit's own positions, the swept heads (features) only
+        per_layer.append((member[:, :, None] * contrib[..., heads]).sum(1))
     est = torch.stack(per_layer).cpu().numpy()  # [layers, U, heads]: one transfer
     del out, grads
     res.attribution = est.astype(np.float32)

@@ -38,6 +38,24 @@ def _spec(**kwargs):
     return validated(PatchSpec, **kwargs)
 
 
+def feature_axis(text: str | None) -> dict:
+    """``--features``: ``3,17,40`` (indices) or ``top:K`` (the K most active)."""
+    if text is None:
+        return {}
+    if text.strip().lower().startswith("top:"):
+        k = text.split(":", 1)[1].strip()
+        if not k.isdigit() or int(k) < 1:
+            raise InputError(
+                f"expected top:K with K a positive integer, got {text!r}", field="--features"
+            )
+        return {"top_features": int(k)}
+    return {
+        "features": parse_list(
+            text, "--features", what="comma-separated integers or top:K", cast=int
+        )
+    }
+
+
 @app.command()
 @model_options
 @executor_options
@@ -53,8 +71,8 @@ def run(
     site: str = typer.Option(
         "resid_pre",
         "--site",
-        help="resid_pre, resid_mid, resid_post, attn_out, mlp_out, mlp_post, or per head "
-        "z, q, k, v.",
+        help="resid_pre, resid_mid, resid_post, attn_out, mlp_out, mlp_post, per head "
+        "z, q, k, v, or feature (with --dictionary).",
     ),
     granularity: str = typer.Option("position", "--granularity", help="position, span or all."),
     direction: list[str] = typer.Option(
@@ -71,6 +89,18 @@ def run(
         help="Spans of different lengths: error, pad (media), truncate or pool.",
     ),
     heads: str | None = typer.Option(None, "--heads", help="Heads for z, q, k, v (default: all)."),
+    dictionary: Path | None = typer.Option(
+        None,
+        "--dictionary",
+        help="Folder of an SAE or transcoder (any published layout), for --site feature "
+        "(a set: --layers names the layer).",
+    ),
+    features: str | None = typer.Option(
+        None,
+        "--features",
+        help="Features for --site feature: indices (3,17,40) or top:K, the K most active on "
+        "the clean prompts (default top:10).",
+    ),
     candidates: str | None = typer.Option(
         None, "--candidates", help="Comma-separated answer words (K-way tasks)."
     ),
@@ -98,6 +128,8 @@ def run(
         positions=parse_list(positions, "--positions", what=INTEGERS, cast=int),
         spans=parse_list(spans, "--spans", what="comma-separated span names"),
         heads=parse_list(heads, "--heads", what=INTEGERS, cast=int),
+        dictionary=str(dictionary.resolve()) if dictionary is not None else None,
+        **feature_axis(features),
         candidates=parse_list(candidates, "--candidates", what="comma-separated answer words"),
         policy=policy,
         span_policy=span_policy,

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from mechscope.errors import first_problem
 
@@ -24,9 +32,13 @@ PATCH_SITES = (
     "q",
     "k",
     "v",
+    "feature",
 )
 #: Sites patched one head at a time (``k`` and ``v`` count key/value heads).
 PER_HEAD_SITES = ("z", "q", "k", "v")
+#: Features a ``feature`` sweep patches when none are named: the most active on the clean
+#: prompts (:func:`mechscope.patching.features.choose_features`).
+DEFAULT_TOP_FEATURES = 10
 Direction = Literal["denoising", "noising"]
 Granularity = Literal["position", "span", "all"]
 #: What a span sweep does when a span has more tokens in one prompt than in the other
@@ -68,6 +80,16 @@ class PatchSpec(BaseModel):
     ``span_policy`` says how to align spans of different lengths);
     ``all`` patches every position at once. Sites ``z``, ``q``, ``k`` and ``v`` are patched
     one head at a time (``k`` / ``v``: key/value heads under grouped-query attention).
+
+    ``site="feature"`` patches a sparse dictionary's features one at a time
+    (:meth:`~mechscope.engine.Site.feature`: spliced with its error term, so a patch changes
+    only that feature's decoder contribution): ``dictionary`` is its folder (any layout
+    :func:`~mechscope.dictionaries.load_dictionary` reads; a set or cross-layer transcoder
+    with one ``layers`` entry naming the member), or the loaded object is given to
+    :func:`~mechscope.patching.patch_pairs` (``dictionary=``). ``features`` names the
+    feature indices; ``top_features=k`` takes the ``k`` most active on the clean prompts
+    (the default, with ``k`` = :data:`DEFAULT_TOP_FEATURES`). The feature axis is the grid's
+    head axis: results and figures label it by feature.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -88,6 +110,10 @@ class PatchSpec(BaseModel):
     attribution_metric: Literal["logit_diff", "target_logit", "target_logprob"] = "logit_diff"
     exact: bool = True
     top_k: int = Field(default=20, gt=0)
+    dictionary: str | None = None
+    features: tuple[int, ...] | None = None
+    top_features: int | None = Field(default=None, gt=0)
+    _dictionary: Any = PrivateAttr(default=None)  # the loaded object (with_dictionary)
 
     @field_validator("site")
     @classmethod
@@ -103,9 +129,34 @@ class PatchSpec(BaseModel):
             raise ValueError("expected one or both of 'denoising', 'noising', without repeats")
         return value
 
+    @model_validator(mode="after")
+    def _feature_axis(self) -> PatchSpec:
+        named = [
+            f for f in ("dictionary", "features", "top_features") if getattr(self, f) is not None
+        ]
+        if self.site != "feature" and named:
+            raise ValueError(f"{named[0]} with site 'feature' only, got site {self.site!r}")
+        if self.features is not None and self.top_features is not None:
+            raise ValueError("features or top_features, not both")
+        if self.features is not None and (
+            not self.features or len(set(self.features)) != len(self.features)
+        ):
+            raise ValueError("expected at least one feature index, without repeats")
+        if self.site == "feature" and self.heads is not None:
+            raise ValueError("features=… for a feature sweep, not heads")
+        return self
+
     @property
     def per_head(self) -> bool:
-        return self.site in PER_HEAD_SITES
+        """Whether the grid's head axis is swept (heads, or a feature site's features)."""
+        return self.site in PER_HEAD_SITES or self.site == "feature"
+
+    def with_dictionary(self, dictionary: Any) -> PatchSpec:
+        """This spec with a loaded dictionary for ``site="feature"`` (used instead of
+        loading ``dictionary``'s folder; not written to a run's config)."""
+        out = self.model_copy()
+        out._dictionary = dictionary
+        return out
 
 
 Head = tuple[int, int]

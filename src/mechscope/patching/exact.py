@@ -21,13 +21,14 @@ import numpy as np
 import torch
 
 from mechscope.data.modal_prompt import stack_inputs
-from mechscope.engine import Engine, Patch, Site
+from mechscope.engine import Engine, Patch
 from mechscope.engine.analysis.finite import refuse_nonfinite
 from mechscope.engine.core.unembed import logit_diff
 from mechscope.engine.interventions.prefix import KVCache, Resume
 from mechscope.errors import SiteError
 from mechscope.patching.cache import RunCache
 from mechscope.patching.config import METRICS, PatchSpec
+from mechscope.patching.features import check_features, feature_layer, patch_site, sweep_dictionary
 from mechscope.patching.memory import held_bytes, plan_sweep
 from mechscope.patching.metrics import Reference, normalized_effect, readout_metrics
 from mechscope.patching.prepare import PreparedPair, units
@@ -35,6 +36,11 @@ from mechscope.patching.result import PairResult
 
 
 def sweep_layers(eng: Engine, spec: PatchSpec) -> list[int]:
+    """The swept layers (a feature sweep: its dictionary's one layer)."""
+    if spec.site == "feature":
+        layer = feature_layer(sweep_dictionary(spec))
+        eng.lm.check_layer(layer)
+        return [layer]
     layers = list(spec.layers) if spec.layers is not None else list(range(eng.lm.n_layers))
     for layer in layers:
         eng.lm.check_layer(layer)
@@ -42,6 +48,9 @@ def sweep_layers(eng: Engine, spec: PatchSpec) -> list[int]:
 
 
 def sweep_heads(eng: Engine, spec: PatchSpec) -> list[int]:
+    """The swept heads ([-1]: none; a feature sweep: its features)."""
+    if spec.site == "feature":
+        return check_features(spec)
     if not spec.per_head:
         return [-1]
     lm = eng.lm
@@ -176,7 +185,8 @@ def _identical(
     same = []
     for layer in layers:
         differs = values[layer] != base.acts[layer]  # [1|U, seq, d] or [1|U, seq, H, dh]
-        differs = differs.flatten(3).any(-1) if spec.per_head else differs.any(-1)[..., None]
+        if spec.site != "feature":  # a feature site's last axis is its head axis
+            differs = differs.flatten(3).any(-1) if spec.per_head else differs.any(-1)[..., None]
         hit = (member[:, :, None] & differs).any(1)  # [U, H|1]: any own position differs
         same.append(~hit[:, head_index])  # [U, heads]
     return torch.stack(same).cpu().numpy()  # [layers, U, heads]
@@ -382,5 +392,5 @@ def _chunk_patches(
             mask[mask_rows, mask_pos, mask_heads] = True
         else:
             mask[mask_rows, mask_pos] = True
-        patches.append(Patch(Site(spec.site, layer), value, mask=mask))
+        patches.append(Patch(patch_site(spec, layer), value, mask=mask))
     return patches

@@ -2,6 +2,7 @@
 
 - layer × position (or span) heatmap of a metric, averaged over pairs;
 - head × layer heatmap for per-head ``z`` sweeps;
+- feature × position heatmap for feature sweeps (one dictionary's features, one layer);
 - per-layer curves (flip rates, Δlogit, ...) with bootstrap bands over pairs
   (:func:`mechscope.stats.curve_ci`, resampling unit = pair);
 - attribution vs exact scatter.
@@ -158,6 +159,39 @@ def head_heatmap(
     )
 
 
+def feature_heatmap(
+    result: PatchingResult,
+    metric: str = "normalized_effect",
+    direction: str = "denoising",
+) -> Figure:
+    """Rows = the swept features, columns = positions or spans, for a feature sweep (its
+    one layer; mean over pairs), dots where the interval over pairs excludes 0."""
+    if result.site != "feature":
+        raise InputError(f"expected a feature sweep, got site {result.site!r}", field="site")
+    values, what = shown_values(result, metric, direction)
+    arr = values[:, 0].transpose(0, 2, 1)  # [pairs, features, units]
+    first = result.direction(direction)[0]
+    ci = cell_ci(arr)  # [features, units]
+    marks, hover, note = interval_marks(ci.low, ci.high, arr.shape[0], "pairs")
+    return heatmap(
+        ci.mean,
+        unit_labels(result, direction),
+        [f"f{f}" for f in first.heads],
+        f"feature patching at layer {first.layers[0]} ({direction}): {what}, mean of "
+        f"{arr.shape[0]} pairs",
+        diverging=True,
+        hover_text=hover,
+        colorbar_title=what,
+        x_title="position / span",
+        y_title="feature",
+        marks=marks,
+        mark_label="95% interval excludes 0",
+        caption=_caption(result, direction, what) + " Each cell patches one feature of the "
+        "dictionary (spliced with its error term, so only that feature's decoder contribution "
+        "changes) at one position or span." + note + label_note(result, direction),
+    )
+
+
 def layer_curves(
     result: PatchingResult,
     metrics: Sequence[str] = ("flip_to_target",),
@@ -211,8 +245,9 @@ def attribution_scatter(result: PatchingResult, direction: str = "denoising") ->
     metric = items[0].attribution_metric or "logit_diff"
     exact = np.concatenate([array(p.exact_change(metric)).ravel() for p in items])
     atp = np.concatenate([array(p.attribution).ravel() for p in items])
+    unit_word = "f" if result.site == "feature" else "h"
     text = [
-        f"{p.pair_id} L{layer} {unit} h{h}"
+        f"{p.pair_id} L{layer} {unit} {unit_word}{h}"
         for p in items
         for layer in p.layers
         for unit in p.units

@@ -39,8 +39,13 @@ METRIC_ROWS = 9.5
 MAX_ROWS = 512
 
 
-def site_width(lm: LoadedModel, site: str) -> int:
-    """Elements per position of a patching site's activation."""
+def site_width(lm: LoadedModel, site: str, spec: PatchSpec | None = None) -> int:
+    """Elements per position of a patching site's activation (a feature site's: its
+    dictionary's width, from ``spec``)."""
+    if site == "feature" and spec is not None:
+        from mechscope.patching.features import sweep_dictionary
+
+        return int(sweep_dictionary(spec).d_sae)
     dims = Dims.of(lm)
     if site in ("z", "q"):
         return dims.heads * dims.d_head
@@ -56,8 +61,10 @@ def held_bytes(lm: LoadedModel, seqs: Sequence[int], spec: PatchSpec, *, kv: boo
     every swept layer, the key/value cache (``kv``) and the fp32 readout logits."""
     dims = Dims.of(lm)
     layers = len(spec.layers) if spec.layers is not None else dims.layers
+    if spec.site == "feature":  # one dictionary, one layer
+        layers = 1
     tokens = sum(seqs)
-    reads = tokens * layers * site_width(lm, spec.site) * dims.itemsize
+    reads = tokens * layers * site_width(lm, spec.site, spec) * dims.itemsize
     cache = tokens * dims.layers * dims.kv_width * dims.itemsize if kv else 0
     return reads + cache + len(seqs) * dims.vocab * FP32
 
@@ -110,7 +117,7 @@ def chunk_bytes(
     """Peak bytes beyond the weights while chunk ``c`` is built, run and scored."""
     dims = Dims.of(lm)
     e = dims.itemsize
-    per_value = seq * site_width(lm, spec.site) * e  # a row of one [rows, seq, width] value
+    per_value = seq * site_width(lm, spec.site, spec) * e  # a row of a [rows, seq, width] value
     values = c.layers * c.rows * per_value
     stacked = c.pairs * seq * dims.layers * dims.kv_width * e if reuse else 0
     width = len(spec.candidates) if spec.candidates else dims.vocab
@@ -125,7 +132,7 @@ def chunk_bytes(
         input_rows=c.pairs,
         gathered=True,
     )
-    patched = c.rows * c.tail * site_width(lm, spec.site) * e  # torch.where at a patched layer
+    patched = c.rows * c.tail * site_width(lm, spec.site, spec) * e  # torch.where at a layer
     run = previous + stacked + values + pass_bytes(dims, p) + patched
     logits = c.rows * dims.vocab * FP32
     scored = c.pair_rows * (dims.vocab + width * METRIC_ROWS) * FP32  # a pair's copy, temps

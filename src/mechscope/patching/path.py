@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import pandas as pd
 import torch
@@ -24,6 +25,14 @@ from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 from mechscope.patching.config import PathSpec, head_label
 from mechscope.patching.path_core import path_patch_ids, paths_per_pair
+from mechscope.patching.path_features import (
+    check_nodes,
+    group_label,
+    has_features,
+    is_feature,
+    path_patch_nodes,
+)
+from mechscope.patching.path_features import paths_per_pair as node_paths
 from mechscope.patching.path_plan import RECEIVER_INPUTS, check_path
 from mechscope.patching.path_result import PathResult
 from mechscope.patching.run import check_pair_ids
@@ -52,20 +61,32 @@ def as_groups(heads: str | Sequence, lm: LoadedModel, *, kv: bool = False, field
         n = lm.n_kv_heads if kv else lm.n_heads
         return tuple(((layer, h),) for layer in range(lm.n_layers) for h in range(n))
     wrong = InputError(
-        f"'all', a list of (layer, head) or a list of lists of them, got {_short(heads)}",
+        f"'all', a list of (layer, head) or Site.feature(d, index), or a list of lists of "
+        f"them, got {_short(heads)}",
         field=field,
     )
     if not isinstance(heads, Sequence) or not heads:
         raise wrong
     out = []
     for item in heads:
-        if _is_head(item):
-            out.append((tuple(int(x) for x in item),))
-        elif isinstance(item, Sequence) and item and all(_is_head(h) for h in item):
-            out.append(tuple(tuple(int(x) for x in h) for h in item))
+        if _is_head(item) or is_feature(item):
+            out.append((_node(item),))
+        elif (
+            isinstance(item, Sequence) and item and all(_is_head(h) or is_feature(h) for h in item)
+        ):
+            out.append(tuple(_node(h) for h in item))
         else:
             raise wrong
     return tuple(out)
+
+
+def _is_node(item: Any) -> bool:
+    return _is_head(item) or is_feature(item)
+
+
+def _node(item: Any) -> Any:
+    """A head as ``(layer, head)`` ints, a feature site as it is."""
+    return item if is_feature(item) else tuple(int(x) for x in item)
 
 
 def _is_head(item: object) -> bool:
@@ -99,9 +120,12 @@ def tokenize_path_pair(lm: LoadedModel, pair: ContrastivePair, policy: str) -> T
 
 
 def check_inputs(lm: LoadedModel, pairs: Sequence[ContrastivePair], spec: PathSpec) -> None:
-    """Every refusal before any forward: pair ids, heads, lengths, answers."""
+    """Every refusal before any forward: pair ids, heads, features, lengths, answers."""
     check_pair_ids(pairs)
-    check_path(lm, spec.senders, spec.receivers, spec.receiver_input)
+    if has_features(spec.senders, spec.receivers):
+        check_nodes(lm, spec.senders, spec.receivers, spec.receiver_input)
+    else:
+        check_path(lm, spec.senders, spec.receivers, spec.receiver_input)
     for p in pairs:
         tokenize_path_pair(lm, p, spec.policy)
 
@@ -137,27 +161,29 @@ def _sweep(
             return ld[:, None]
         return torch.stack([ld, metric(logits, where_t[rows]).float()], dim=1)
 
-    out = path_patch_ids(
-        Engine.of(lm),
-        torch.tensor([t.clean_ids for t in tokens]),
-        torch.tensor([t.corrupt_ids for t in tokens]),
-        spec.senders,
-        spec.receivers,
-        spec.receiver_input,
-        score,
-        freeze_mlps=spec.freeze_mlps,
-        budget_bytes=spec.budget_bytes,
-        description=f"path patching → {spec.receiver_input}",
-        advance=advance,
-    )
+    clean = torch.tensor([t.clean_ids for t in tokens])
+    corrupt = torch.tensor([t.corrupt_ids for t in tokens])
+    features = has_features(spec.senders, spec.receivers)
+    if features:
+        out = path_patch_nodes(
+            Engine.of(lm), clean, corrupt, spec.senders, spec.receivers, spec.receiver_input,
+            score, freeze_mlps=spec.freeze_mlps, advance=advance,
+        )  # fmt: skip
+    else:
+        out = path_patch_ids(
+            Engine.of(lm), clean, corrupt, spec.senders, spec.receivers, spec.receiver_input,
+            score, freeze_mlps=spec.freeze_mlps, budget_bytes=spec.budget_bytes,
+            description=f"path patching → {spec.receiver_input}", advance=advance,
+        )  # fmt: skip
     kv = spec.receiver_input in ("k", "v")
+    label = group_label if features else head_label
     receivers = ["logits"] if spec.receiver_input == "resid_final" else [
-        head_label(g).replace(".", ".kv") if kv else head_label(g) for g in spec.receivers
+        label(g).replace(".", ".kv") if kv and not features else label(g) for g in spec.receivers
     ]  # fmt: skip
     custom = metric is not None
     return PathResult(
         pair_ids=[p.id for p in pairs],
-        senders=[head_label(g) for g in spec.senders],
+        senders=[label(g) for g in spec.senders],
         receivers=receivers,
         receiver_input=spec.receiver_input,
         freeze_mlps=spec.freeze_mlps,
@@ -188,7 +214,10 @@ def path_patch(
 
     ``senders`` / ``receivers``: ``"all"`` (each head alone), a list of ``(layer, head)``
     (each alone) or a list of lists (groups patched together, e.g. the name movers as one
-    receiver). ``receiver_input``: ``q``, ``k``, ``v`` (receivers are then key/value
+    receiver). A node may be a dictionary's feature, ``Site.feature(d, index)``, in place of
+    a head (:mod:`mechscope.patching.path_features`: its output is patched from the corrupt
+    run as a sender's, its activation set to its pass-2 value as a receiver's).
+    ``receiver_input``: ``q``, ``k``, ``v`` (receivers are then key/value
     heads) or ``resid_final`` (the logits: ``receivers`` other than ``"all"`` is refused).
     ``metric``: a further score of the readout logits, kept beside the logit difference.
     ``progress`` shows a bar counting paths (pairs × sender × receiver groups with a path):
@@ -207,20 +236,29 @@ def path_patch(
             f"got {_short(receivers)}",
             field="receivers",
         )
-    spec = PathSpec(
-        senders=as_groups(senders, lm),
-        receivers=()
+    values = {
+        "senders": as_groups(senders, lm),
+        "receivers": ()
         if receiver_input == "resid_final"
         else as_groups(receivers, lm, kv=kv, field="receivers"),
-        receiver_input=receiver_input,  # type: ignore[arg-type]
-        freeze_mlps=freeze_mlps,
-        policy=policy,  # type: ignore[arg-type]
-        budget_bytes=budget_bytes,
-    )
+        "receiver_input": receiver_input,
+        "freeze_mlps": freeze_mlps,
+        "policy": policy,
+        "budget_bytes": budget_bytes,
+    }
+    if has_features(values["senders"], values["receivers"]):  # checked by check_nodes
+        if policy not in ("error", "first"):
+            raise InputError(f"expected 'error' or 'first', got {policy!r}", field="policy")
+        spec = PathSpec.model_construct(**values)
+    else:
+        spec = PathSpec(**values)
     check_inputs(lm, pairs, spec)
     tokens = [tokenize_path_pair(lm, p, spec.policy) for p in pairs]
     parts = {}
-    per_pair = paths_per_pair(lm, spec.senders, spec.receivers, spec.receiver_input)
+    if has_features(spec.senders, spec.receivers):
+        per_pair = node_paths(spec.senders, spec.receivers, spec.receiver_input)
+    else:
+        per_pair = paths_per_pair(lm, spec.senders, spec.receivers, spec.receiver_input)
     with make_progress(progress) as bar:
         task = bar.add_task(
             f"path patching → {receiver_input}", total=len(pairs) * per_pair, unit="paths"

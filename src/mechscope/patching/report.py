@@ -14,6 +14,7 @@ from mechscope.patching.attribution_patching import agreement_frame
 from mechscope.patching.config import PER_HEAD_SITES
 from mechscope.patching.figures import (
     attribution_scatter,
+    feature_heatmap,
     head_heatmap,
     layer_curves,
     position_heatmap,
@@ -74,6 +75,8 @@ def strongest_cell(result: PatchingResult, direction: str) -> str:
     where = f"layer {first.layers[layer]} at {at}"
     if result.site in PER_HEAD_SITES:
         where = f"head L{first.layers[layer]}H{first.heads[head]}"
+    elif result.site == "feature":
+        where = f"feature {first.heads[head]} (layer {first.layers[layer]}) at {at}"
     verb = "recovers" if direction == "denoising" else "removes"
     cell = (layer, unit, head)
     value = with_interval(mean[cell], low[cell], high[cell], missing="")
@@ -92,6 +95,9 @@ def sweep_figures(result: PatchingResult, part: str) -> list[FigureBlock]:
         if result.site in PER_HEAD_SITES:
             fig = head_heatmap(same, "normalized_effect", direction)
             out.append(FigureBlock(fig, name=f"{stem}-heads"))
+        elif result.site == "feature":
+            fig = feature_heatmap(same, "normalized_effect", direction)
+            out.append(FigureBlock(fig, name=f"{stem}-features"))
         else:
             fig = position_heatmap(same, "normalized_effect", direction)
             out.append(FigureBlock(fig, name=f"{stem}-positions"))

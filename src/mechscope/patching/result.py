@@ -29,7 +29,8 @@ from mechscope.stats.finite import require_finite
 @dataclass
 class PairResult(TensorFields, SummaryRepr):
     """One pair in one direction. ``metrics[name]`` is ``[layers, units, heads]`` (heads is
-    1 with label -1 for sites without heads); ``attribution`` holds the gradient estimate
+    1 with label -1 for sites without heads; a feature sweep's heads are its features, and
+    its long table calls that column ``feature``); ``attribution`` holds the gradient estimate
     of the change in ``attribution_metric`` on the same grid, when it was run. Arrays are
     CPU torch tensors (:mod:`mechscope.runs.tensors`)."""
 
@@ -99,6 +100,8 @@ class PairResult(TensorFields, SummaryRepr):
                 "head": np.asarray(self.heads, dtype=np.int64)[hi],
             }
         )
+        if self.site == "feature":  # the head axis holds feature indices
+            df = df.rename(columns={"head": "feature"})
         for name in METRICS:
             if name in self.metrics:
                 df[name] = array(self.metrics[name]).ravel()
@@ -200,7 +203,7 @@ class PatchingResult(HtmlRepr):
 
     def to_frame(self) -> pd.DataFrame:
         """Every pair's long table stacked (columns: pair, direction, site, granularity,
-        layer, unit, position, head, metrics...)."""
+        layer, unit, position, head (``feature`` for a feature sweep), metrics...)."""
         if not self.pairs:
             return pd.DataFrame(
                 columns=[

@@ -11,6 +11,8 @@ Parquet for the report.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
 
 from mechscope.data.pairs import ContrastivePair
 from mechscope.engine import Engine
@@ -21,6 +23,7 @@ from mechscope.patching.attribution_patching import agreement_frame, attribute_p
 from mechscope.patching.cache import read_caches
 from mechscope.patching.config import PatchSpec
 from mechscope.patching.exact import new_result, sweep_heads, sweep_layers, sweep_pairs
+from mechscope.patching.features import choose_features, feature_label, patch_site
 from mechscope.patching.memory import fit_group
 from mechscope.patching.modal import prepare_any, prompt_length
 from mechscope.patching.modal_pairs import ModalPair
@@ -81,7 +84,8 @@ def patch_group(
             (ps[0].source_ids, ps[0].source_key, ps[0].source_inputs),
         )
     }
-    caches = read_caches(eng, [k[0] for k in prompts], spec.site, layers, list(prompts.values()))
+    site = partial(patch_site, spec)
+    caches = read_caches(eng, [k[0] for k in prompts], site, layers, list(prompts.values()))
     by_ids = dict(zip(prompts, caches, strict=True))
     out: list[list[PairResult]] = [[] for _ in pairs]
     for k in range(len(spec.directions)):
@@ -144,6 +148,7 @@ def patch_pairs(
     *,
     keep_logits: bool = False,
     progress: bool = True,
+    dictionary: Any = None,
 ) -> PatchingResult:
     """Run the patching sweep ``spec`` on every pair, in memory: a
     :class:`~mechscope.patching.result.PatchingResult` (``to_frame()``, ``figure()``), with
@@ -154,14 +159,23 @@ def patch_pairs(
     naming it. Pairs go through in groups sized by the memory budget; ``keep_logits`` keeps
     each patched run's readout logits. ``progress`` shows a bar counting patches (pairs ×
     directions × layers × positions × heads, :func:`patch_count`): a tqdm bar on stderr (a
-    widget in a notebook); nothing is printed on stdout."""
+    widget in a notebook); nothing is printed on stdout.
+
+    ``dictionary``: the loaded dictionary of a ``site="feature"`` sweep (else the one in
+    ``spec.dictionary``'s folder); its features are chosen before the first patch
+    (:func:`~mechscope.patching.features.choose_features`)."""
     check_pair_ids(pairs)
+    if dictionary is not None:
+        spec = spec.with_dictionary(dictionary)
     # every pair checked before any forward (a bad one is refused in one line)
     prepared = [prepare_any(lm, p, d, spec) for p in pairs for d in spec.directions]
+    spec = choose_features(Engine.of(lm), prepared, spec)
     groups = _groups(pairs, group_size(lm, pairs, spec))
     with make_progress(progress) as bar:
         task = bar.add_task(
-            f"patching {spec.site}", total=patch_count(lm, prepared, spec), unit="patches"
+            f"patching {feature_label(spec)}",
+            total=patch_count(lm, prepared, spec),
+            unit="patches",
         )
         results = [
             r
@@ -183,23 +197,25 @@ def run_patching(
     spec: PatchSpec,
     *,
     name: str = PART,
+    dictionary: Any = None,
 ) -> PatchingResult:
     """Sharded (resumable) :func:`patch_pairs` writing ``tables/<name>.parquet``,
     ``tables/<name>_baselines.parquet`` and ``tables/<name>_agreement.parquet``."""
     check_pair_ids(pairs)
     eng = Engine.of(lm)
+    if dictionary is not None:
+        spec = spec.with_dictionary(dictionary)
+    prepared = [prepare_any(lm, p, d, spec) for p in pairs for d in spec.directions]
+    spec = choose_features(eng, prepared, spec)  # the same features on every resume
     sweep_layers(eng, spec)  # --layers and --heads checked before any pass
     sweep_heads(eng, spec)
-    for p in pairs:
-        for d in spec.directions:
-            prepare_any(lm, p, d, spec)
     store = ShardStore(run, name)
     keys = {p.id: content_key(p) for p in pairs}  # an edited pair is recomputed
     todo = [p for p in pairs if not store.done(p.id, keys[p.id])]
-    report_reuse(store, f"patching {spec.site}", list(keys), [p.id for p in todo])
+    report_reuse(store, f"patching {feature_label(spec)}", list(keys), [p.id for p in todo])
     with run.timed(name), make_progress() as bar:
         task = bar.add_task(
-            f"patching {spec.site}",
+            f"patching {feature_label(spec)}",
             total=len(pairs),
             completed=len(pairs) - len(todo),
             unit="pairs",
@@ -245,4 +261,6 @@ def _spec_frame(spec: PatchSpec, lm: LoadedModel):
         for k, v in spec.model_dump().items()
     }
     row.update(model=lm.spec, n_layers=lm.n_layers, n_heads=lm.n_heads)
+    if spec.site == "feature":
+        row.update(feature_site=feature_label(spec))
     return pd.DataFrame([row])

@@ -5,7 +5,14 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from mechscope.engine.interventions.values import STEER_HEAD_SITES, STEER_SITES
 from mechscope.errors import first_problem
@@ -23,6 +30,14 @@ class SteerConfig(BaseModel):
     token of ``site`` (CAA), unless a vector is given; ``normalize`` scales it to unit
     length first, so alpha is a length in activation units. Every position is steered,
     and every generated token. ``alphas`` always include 0, the unsteered run.
+
+    ``feature``: steer a dictionary's feature instead (:mod:`mechscope.steering.features`;
+    the dictionary is ``dictionary``'s folder, or the object given to the sweep, and
+    ``layer`` names the member of a set). With ``add`` / ``project`` the direction is the
+    feature's decoder row at the site it writes to (``site`` and ``head`` are the
+    dictionary's, not set here), so alpha ``α`` adds what raising the feature by ``α``
+    adds; with ``clamp`` the feature's activation is set to ``α`` at every position
+    (``α = 0``: the feature off, the reference the sweep's changes are read from).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -30,12 +45,14 @@ class SteerConfig(BaseModel):
     site: str = "resid_pre"
     layer: int = Field(default=0, ge=0)
     head: int | None = Field(default=None, ge=0)
-    mode: Literal["add", "project"] = "add"
+    mode: Literal["add", "project", "clamp"] = "add"
     alphas: tuple[float, ...] = DEFAULT_ALPHAS
     normalize: bool = False
     max_new_tokens: int = Field(default=24, ge=0)
     policy: Literal["error", "first"] = "error"
     budget_bytes: int | None = Field(default=None, gt=0)
+    dictionary: str | None = None
+    feature: int | None = Field(default=None, ge=0)
 
     def __init__(self, **values: Any) -> None:
         """Checked as it is made: a bad value is one :class:`InputError` line naming the
@@ -62,3 +79,16 @@ class SteerConfig(BaseModel):
         if bad:
             raise ValueError(f"expected finite alphas, got {bad[0]}")
         return tuple(sorted(set(value) | {0.0}))
+
+    @model_validator(mode="after")
+    def _feature(self) -> SteerConfig:
+        if self.feature is None:
+            if self.mode == "clamp":
+                raise ValueError("mode 'clamp' clamps a feature: feature=… (--feature F)")
+            if self.dictionary is not None:
+                raise ValueError("dictionary with feature=… only (--feature F)")
+            return self
+        given = [f for f in ("site", "head") if f in self.model_fields_set]
+        if given:
+            raise ValueError(f"no {given[0]} with feature=…: the feature's dictionary says where")
+        return self

@@ -32,7 +32,15 @@ def alpha_curve(result: SteeringResult, metric: str = "logit_diff", *, seed: int
     where = f"{result.site}[{result.layer}]" + (
         "" if result.head is None else f" head {result.head}"
     )
-    how = "added (h + α v)" if result.mode == "add" else "projected out (h − α (h·d̂) d̂)"
+    how = {
+        "add": "The direction is added (h + α v)",
+        "project": "The direction is projected out (h − α (h·d̂) d̂)",
+        "clamp": f"Feature {result.feature} is clamped to α",
+    }[result.mode]
+    zero = "the feature off" if result.mode == "clamp" else "the unsteered run"
+    if result.feature is not None and result.mode != "clamp":
+        how += f", v feature {result.feature}'s decoder row,"
+        where = f"feature {result.feature} → {where}"
     return curves(
         result.alphas.tolist(),
         series,
@@ -40,7 +48,7 @@ def alpha_curve(result: SteeringResult, metric: str = "logit_diff", *, seed: int
         "α",
         what,
         hline=float(np.nanmean(values[:, result.unsteered])),
-        caption=f"The direction is {how} at every position of every prompt; α = 0 is the "
-        f"unsteered run (dashed line: its mean). Mean over {values.shape[0]} prompts, read at "
-        "the next token in fp32; shaded: 95% bootstrap intervals resampling prompts.",
+        caption=f"{how} at every position of every prompt; α = 0 is {zero} (dashed line: its "
+        f"mean). Mean over {values.shape[0]} prompts, read at the next token in fp32; shaded: "
+        "95% bootstrap intervals resampling prompts.",
     )

@@ -46,9 +46,12 @@ def largest_change(result: SteeringResult, metric: str) -> str:
     a = int(np.nanargmax(np.abs(ci.mean)))
     value = with_interval(ci.mean[a], ci.low[a], ci.high[a], missing="")
     where = f"{result.site} at layer {result.layer}"
+    if result.feature is not None:
+        where = f"feature {result.feature} ({where})"
+    zero = "the feature off (α = 0)" if result.mode == "clamp" else "the unsteered run"
     return (
         f"{result.mode} at {where}: α = {float(result.alphas[a]):g} changes the {metric} by "
-        f"**{value}** from the unsteered run ({ci_words(change.shape[0], 'prompts')})"
+        f"**{value}** from {zero} ({ci_words(change.shape[0], 'prompts')})"
     )
 
 
@@ -68,6 +71,7 @@ def steering_section(run: RunDir) -> list[Block] | None:
         "site": result.site,
         "layer": result.layer,
         "head": "-" if result.head is None else result.head,
+        "feature": "-" if result.feature is None else result.feature,
         "mode": result.mode,
         "alphas": ", ".join(f"{a:g}" for a in result.alphas.tolist()),
         "vector norm": f"{norm:.4g}",
@@ -87,7 +91,8 @@ def steering_section(run: RunDir) -> list[Block] | None:
                 [
                     TableBlock(
                         generations,
-                        "greedy continuations at each α (α = 0: unsteered)",
+                        "greedy continuations at each α (α = 0: "
+                        + ("the feature off)" if result.mode == "clamp" else "unsteered)"),
                         title="Greedy continuations at each α",
                         prose=list(generations.columns),  # prompts and what the model wrote
                     )

@@ -37,6 +37,7 @@ class SteeringResult(TensorFields, HtmlRepr):
     metrics: dict[str, torch.Tensor]
     generations: list[list[str]] = field(default_factory=list)
     vector: torch.Tensor | None = None  # [d] the direction used (after any normalisation)
+    feature: int | None = None  # the steered feature (its decoder row, or clamped)
 
     @property
     def unsteered(self) -> int:
@@ -50,6 +51,8 @@ class SteeringResult(TensorFields, HtmlRepr):
 
     def _repr_summary(self) -> str:
         where = self.site + (f".{self.head}" if self.head is not None else "")
+        if self.feature is not None:
+            where = f"feature {self.feature} ({where})"
         n_p, n_a = len(self.prompt_ids), len(self.alphas)
         return f"{self.mode} at {where} {self.layer}: {n_p} prompts × {n_a} alphas"
 
@@ -87,6 +90,7 @@ class SteeringResult(TensorFields, HtmlRepr):
             "prompts": list(self.prompts),
             "generations": [list(g) for g in self.generations],
             "metric_names": sorted(self.metrics),
+            "feature": self.feature,
         }
         payload.update(
             {f"m_{k}": np.asarray(array(v), dtype=np.float32) for k, v in self.metrics.items()}
@@ -108,6 +112,7 @@ class SteeringResult(TensorFields, HtmlRepr):
             metrics={k: np.asarray(payload[f"m_{k}"]) for k in payload["metric_names"]},
             generations=[list(g) for g in payload["generations"]],
             vector=None if payload.get("vector") is None else np.asarray(payload["vector"]),
+            feature=None if payload.get("feature") is None else int(payload["feature"]),
         )
 
     @classmethod

@@ -9,14 +9,16 @@ prompt pass and at every new token.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
 from mechscope.data.tokens import answer_token_ids
-from mechscope.engine import Engine, Site, Steer
+from mechscope.engine import Edit, Engine, Site, Steer
 from mechscope.engine.analysis.sweep import rows_per_chunk
+from mechscope.engine.core.feature_sites import check_fits
 from mechscope.engine.generation.generate import Prompt
 from mechscope.engine.generation.sampling import Sampling
 from mechscope.engine.interventions.checks import check_steer
@@ -26,6 +28,7 @@ from mechscope.progress import track
 from mechscope.runs import RunDir, write_table
 from mechscope.runs.result import save_result
 from mechscope.steering.config import SteerConfig
+from mechscope.steering.features import clamp_edit, feature_direction, steer_dictionary
 from mechscope.steering.result import PART, SteeringResult
 from mechscope.steering.samples import SteerPrompt, check_ids
 
@@ -131,16 +134,20 @@ def _metrics(logits: torch.Tensor, target: int, versus: int) -> dict[str, torch.
 
 def steer_sweep(
     lm: LoadedModel,
-    vector: torch.Tensor,
+    vector: torch.Tensor | None,
     prompts: Sequence[SteerPrompt],
     config: SteerConfig,
     *,
     progress: bool = True,
+    dictionary: Any = None,
 ) -> SteeringResult:
-    """Every alpha of ``config`` on every prompt: metrics and greedy continuations."""
-    site = steer_site(lm, config)
+    """Every alpha of ``config`` on every prompt: metrics and greedy continuations.
+
+    With ``config.feature`` the vector is None: the feature's decoder row is the direction
+    (``add`` / ``project``) or the feature is clamped (``clamp``); ``dictionary`` is the
+    loaded dictionary (else the one in ``config.dictionary``'s folder)."""
+    site, vec, clamp = sweep_target(lm, vector, config, dictionary)
     prepared = prepare_prompts(lm, prompts, config)
-    vec = steering_vector(lm, vector, site, config)
     eng = Engine.of(lm)
     alphas = torch.tensor(config.alphas, dtype=torch.float32)  # [A]
     n_a = len(alphas)
@@ -154,7 +161,7 @@ def steer_sweep(
         chunk = max(1, rows_per_chunk(lm, len(ids), budget_bytes=config.budget_bytes))
         for start in range(0, n_a, chunk):
             a = alphas[start : start + chunk]
-            steer = Steer(site, vec, a, config.mode)
+            steer = clamp(a) if clamp else Steer(site, vec, a, config.mode)
             out = eng.run(torch.tensor([ids]), [steer], logits=1, expand=(site.layer, len(a)))
             for k, v in _metrics(out.logits[:, -1].float().cpu(), target, versus).items():
                 metrics[k][i, start : start + len(a)] = v.numpy()
@@ -163,26 +170,55 @@ def steer_sweep(
         todo = [Prompt(ids, seeds=[0]) for ids, _, _ in prepared]
         sampling = Sampling(config.max_new_tokens)
         for alpha in track(config.alphas, "steering: generations", unit="α", enabled=progress):
-            steer = Steer(site, vec, float(alpha), config.mode)
+            steer = clamp(float(alpha)) if clamp else Steer(site, vec, float(alpha), config.mode)
             done = eng.generate(todo, sampling, slots=len(todo), interventions=[steer])
             for i, rollouts in enumerate(done):
                 generations[i].append(rollouts[0].text)
     return SteeringResult(
-        site=config.site, layer=config.layer, head=config.head, mode=config.mode,
+        site=site.name, layer=int(site.layer), head=site.head, mode=config.mode,  # type: ignore[arg-type]
         alphas=alphas.double(), prompt_ids=[p.id for p in prompts],
         prompts=[p.prompt for p in prompts], metrics=metrics,
-        generations=generations if config.max_new_tokens > 0 else [], vector=vec.cpu(),
+        generations=generations if config.max_new_tokens > 0 else [],
+        vector=None if vec is None else vec.cpu(), feature=config.feature,
     )  # fmt: skip
+
+
+def sweep_target(
+    lm: LoadedModel, vector: torch.Tensor | None, config: SteerConfig, dictionary: Any = None
+) -> tuple[Site, torch.Tensor | None, Callable[[Any], Edit] | None]:
+    """What the sweep steers, checked before any pass: the site and the fp32 vector, or,
+    for a clamped feature, its site and the ``Edit`` of each alpha (a number or ``[rows]``)."""
+    if config.feature is None:
+        if vector is None:
+            raise InputError("a steering vector (or feature=… of a dictionary)", field="vector")
+        site = steer_site(lm, config)
+        return site, steering_vector(lm, vector, site, config), None
+    if vector is not None:
+        raise InputError(
+            "no vector with feature=…: the feature's decoder row is the direction", field="vector"
+        )
+    d = steer_dictionary(lm, config, dictionary)
+    if config.mode == "clamp":
+        site = Site.feature(d, config.feature)
+        check_fits(lm, d)
+        if site.layer is None:
+            raise UnsupportedInterventionError("clamping a feature needs a dictionary at a layer")
+        return site, None, lambda alpha: clamp_edit(d, config.feature, alpha)  # type: ignore[arg-type]
+    site, row = feature_direction(lm, d, config.feature)
+    free = config.model_copy(update={"site": site.name, "layer": site.layer})
+    steer_site(lm, free)  # k/v while generating refused, as for any vector
+    return site, steering_vector(lm, row, site, free), None
 
 
 def run_steering(
     run: RunDir,
     lm: LoadedModel,
-    vector: torch.Tensor,
+    vector: torch.Tensor | None,
     prompts: Sequence[SteerPrompt],
     config: SteerConfig,
     *,
     name: str = PART,
+    dictionary: Any = None,
 ) -> SteeringResult:
     """:func:`steer_sweep` into ``run``: the result (reopened by ``SteeringResult.from_run``)
     and ``tables/<name>.parquet``; a finished sweep is reused."""
@@ -191,7 +227,7 @@ def run_steering(
     if has_result(run, name):
         return SteeringResult.from_run(run, name)
     with run.timed(name):
-        result = steer_sweep(lm, vector, prompts, config)
+        result = steer_sweep(lm, vector, prompts, config, dictionary=dictionary)
     save_result(run, name, result)
     write_table(run, name, result.to_frame())
     return result
