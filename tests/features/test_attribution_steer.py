@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import torch
 
-from mechscope.dictionaries import Dictionary, DictionaryConfig
+from mechscope.dictionaries import Dictionary, DictionaryConfig, Hook
 from mechscope.engine import Engine, Read, Site
 from mechscope.features.attribution import exposed_splice, feature_attribution
 from mechscope.features.sites import Where
 from mechscope.features.steer import clamp_feature, decoder_row, feature_steer
-from tolerance import assert_rounding_close, assert_within, depth_of
+from tolerance import assert_exact, assert_rounding_close, assert_within, depth_of
 
 WHERE = Where(1, "resid_post", "resid_post")
 PROMPT = "When Mary and John went to the store, John gave a drink to"
@@ -23,7 +23,9 @@ def _sae(d_model: int, width: int = 16) -> Dictionary:
     g = torch.Generator().manual_seed(3)
     w_dec = torch.randn(width, d_model, generator=g)
     w_dec /= w_dec.norm(dim=-1, keepdim=True)
-    config = DictionaryConfig(activation="relu", apply_b_dec_to_input=False)
+    config = DictionaryConfig(
+        activation="relu", apply_b_dec_to_input=False, hook_in=Hook("resid_post", WHERE.layer)
+    )
     w_enc = 4 * w_dec.T.clone()  # the tiny model's residual norm is about 0.2
     return Dictionary(w_enc, torch.zeros(width), w_dec, torch.zeros(d_model), config)
 
@@ -76,9 +78,13 @@ def test_clamps_and_steering(tiny, engine) -> None:
     clean = engine.run(PROMPT, [Read(site)], logits=False)[site]
     f = d.encode(clean).detach()
     feat = int(f.sum((0, 1)).argmax())
-    zero = engine.run(PROMPT, [clamp_feature(tiny, d, WHERE, feat, 0.0), Read(site)], logits=False)
-    want = clean - f[..., feat, None] * decoder_row(d, feat)
+    zero = engine.run(PROMPT, [clamp_feature(d, feat, 0.0), Read(site)], logits=False)
+    want = clean - f[..., feat, None] * decoder_row(tiny, d, feat)
     assert_rounding_close(zero[site], want, depth=2)
-    steer = feature_steer(tiny, d, WHERE, feat, 2.0)
+    steer = feature_steer(tiny, d, feat, 2.0)
     steered = engine.run(PROMPT, [steer, Read(site)], logits=False)[site]
-    assert_rounding_close(steered, clean + 2.0 * decoder_row(d, feat), depth=2)
+    assert_rounding_close(steered, clean + 2.0 * decoder_row(tiny, d, feat), depth=2)
+    later = engine.run(PROMPT, [clamp_feature(d, feat, 0.0, positions=[-1]), Read(site)],
+                       logits=False)[site]  # fmt: skip
+    assert_exact(later[:, :-1], clean[:, :-1])  # the positions before are not touched
+    assert_rounding_close(later[:, -1], want[:, -1], depth=2)

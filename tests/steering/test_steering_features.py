@@ -16,11 +16,11 @@ from mechscope.cli.errors import run_app
 from mechscope.cli.main import app
 from mechscope.dictionaries import CrossLayerTranscoder, DictionaryConfig, Hook, save_saelens
 from mechscope.engine import Engine, Patch, Site, Steer
+from mechscope.engine.interventions.feature_edits import feature_direction
 from mechscope.errors import InputError, UnsupportedInterventionError
 from mechscope.models import load_model
 from mechscope.runs import RunDir, read_table
 from mechscope.steering import SteerConfig, steer_sweep
-from mechscope.steering.features import feature_direction
 from mechscope.steering.samples import SteerPrompt
 from tolerance import assert_rounding_close, depth_of
 

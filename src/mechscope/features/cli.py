@@ -23,7 +23,8 @@ CORPUS_HELP = "Text or JSONL corpus (repeatable; default: the Python documentati
 
 @app.callback()
 def main() -> None:
-    """Sparse dictionaries (SAEs, transcoders): train, evaluate, explain."""
+    """Sparse dictionaries (SAEs, transcoders): train, evaluate, explain; read any published
+    layout and inspect it."""
 
 
 def _corpus(corpus: list[Path], context: int, n_eval: int, seed: int):
@@ -158,3 +159,21 @@ def explain(
     lm, _, run = checked_run(out, record | opts.config(), opts, lambda lm: None, seed=seed)
     result = run_explain(run, lm, config, found, model_id=opts.model)
     console.print(f"{len(result.summary)} features summarised; report: {finish(run)}")
+
+
+@app.command()
+def inspect(
+    path: Path = typer.Argument(..., help="A dictionary's folder, in any published layout."),
+) -> None:
+    """What a dictionary folder holds: layout, kind, activation, widths, hooks, model, dtype."""
+    from rich.table import Table
+
+    from mechscope.dictionaries import describe, load_dictionary
+
+    info = describe(load_dictionary(path))
+    table = Table(title=str(path), show_header=False, title_justify="left")
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    for key, value in info.items():
+        table.add_row(key, str(value))
+    Console().print(table)

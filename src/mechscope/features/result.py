@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 
 from mechscope.runs import RunDir
 from mechscope.runs.result import (
@@ -20,6 +21,7 @@ from mechscope.runs.result import (
     frame_to_payload,
     load_result,
 )
+from mechscope.runs.tensors import TensorFields, array
 
 TRAIN_PART = "features_train"
 EVAL_PART = "features_eval"
@@ -72,12 +74,15 @@ class TrainingResult(HtmlRepr):
 
 
 @dataclass
-class EvalResult(HtmlRepr):
+class EvalResult(TensorFields, HtmlRepr):
     """Metrics of each dictionary on held-out tokens (``metrics``: one row per dictionary
-    and metric, with its interval), and, where asked, every token's values (``tokens``)."""
+    and metric, with its interval), and, where asked, every token's values (``tokens``,
+    torch tensors as in every result)."""
+
+    _tensor_fields = ("tokens",)
 
     metrics: pd.DataFrame  # name, metric, value, low, high, n
-    tokens: dict[str, np.ndarray] = field(default_factory=dict)  # "<name>/<metric>" -> [n]
+    tokens: dict[str, torch.Tensor] = field(default_factory=dict)  # "<name>/<metric>" -> [n]
     settings: dict[str, Any] = field(default_factory=dict)
 
     def _repr_summary(self) -> str:
@@ -104,7 +109,7 @@ class EvalResult(HtmlRepr):
             "token_keys": list(self.tokens),
         }
         for i, v in enumerate(self.tokens.values()):
-            payload[f"token_{i}"] = np.asarray(v)
+            payload[f"token_{i}"] = array(v)
         return payload
 
     @classmethod

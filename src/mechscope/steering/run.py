@@ -22,13 +22,14 @@ from mechscope.engine.core.feature_sites import check_fits
 from mechscope.engine.generation.generate import Prompt
 from mechscope.engine.generation.sampling import Sampling
 from mechscope.engine.interventions.checks import check_steer
+from mechscope.engine.interventions.feature_edits import clamp_edit, feature_direction
 from mechscope.errors import InputError, UnsupportedInterventionError
 from mechscope.models.loaded import LoadedModel
 from mechscope.progress import track
 from mechscope.runs import RunDir, write_table
 from mechscope.runs.result import save_result
 from mechscope.steering.config import SteerConfig
-from mechscope.steering.features import clamp_edit, feature_direction, steer_dictionary
+from mechscope.steering.features import steer_dictionary
 from mechscope.steering.result import PART, SteeringResult
 from mechscope.steering.samples import SteerPrompt, check_ids
 
