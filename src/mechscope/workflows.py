@@ -83,7 +83,7 @@ WORKFLOWS: list[Workflow] = [
         "mechscope.features",
         order=40,
         command="features",
-        help="Sparse dictionaries (SAEs, transcoders): train, evaluate, explain features.",
+        help="Sparse dictionaries (SAEs, transcoders): train, evaluate, explain, inspect.",
         demo=False,
     ),
     Workflow(
@@ -99,15 +99,6 @@ WORKFLOWS: list[Workflow] = [
         order=60,
         command="distill",
         help="RCID distillation and its baselines.",
-    ),
-    Workflow(
-        "features",
-        "mechscope.features",
-        order=70,
-        command="features",
-        help="Sparse dictionaries (SAEs, transcoders): read every published layout, inspect.",
-        demo=False,
-        report=False,
     ),
     Workflow(
         "tasks",

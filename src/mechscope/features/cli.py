@@ -57,7 +57,9 @@ def train(
     batch: int = number(4096, "--batch", min=1, help="Tokens per step."),
     buffer: int = number(65_536, "--buffer", min=1, help="Activations gathered per buffer."),
     passes: int = number(1, "--passes", min=1, help="Times each buffer is used."),
-    lr: float | None = number(None, "--lr", above=0, help="Adam's rate (default: by width)."),
+    lr: float | None = number(
+        None, "--lr", min=0.0, above=0.0, help="Adam's rate (default: by width)."
+    ),
     l0_coef: float = number(5.0, "--l0-coef", min=0, help="JumpReLU's L0 penalty."),
     corpus: list[Path] = typer.Option([], "--corpus", help=CORPUS_HELP),
     context: int = number(128, "--context", min=2, help="Tokens per context."),
