@@ -52,7 +52,7 @@ def lens(lm: LoadedModel) -> tuple[dict[str, np.ndarray], float]:
     for cond in prep.conditions.values():
         logits = eng.run(torch.tensor([cond.ids]), logits=prep.n_tokens + 1).logits
         scale = max(scale, float(logits.abs().max()))
-    return {k: diff.metric(k).astype(np.float64) for k in ("dnll", "js")}, scale
+    return {k: diff.metric(k).double().numpy() for k in ("dnll", "js")}, scale
 
 
 @pytest.fixture(scope="module")
