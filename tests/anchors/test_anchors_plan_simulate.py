@@ -10,10 +10,17 @@ import numpy as np
 from mechscope.anchors.adaptive.plan import continuation_tokens, plan_table
 from mechscope.anchors.adaptive.priors import to_positions
 from mechscope.anchors.adaptive.published import PublishedTrace, load_published
-from mechscope.anchors.adaptive.simulate import per_trace_table, simulate, top_overlap
+from mechscope.anchors.adaptive.scores import (
+    coverage_rows,
+    spearman_rows,
+    top_overlap,
+    top_overlap_rows,
+)
+from mechscope.anchors.adaptive.simulate import draw_streams, simulate, uniform_name
+from mechscope.anchors.adaptive.tables import design_summary, per_trace_table, with_intervals
 from mechscope.anchors.config import AdaptiveSettings
 from mechscope.anchors.traces.trace import Trace
-from tolerance import assert_exact
+from tolerance import assert_exact, assert_fp64_close
 
 TEXT = (
     "Question: add 2 and 3. <think>\nFirst read the numbers here. Then add them up now. "
@@ -79,9 +86,42 @@ def test_simulation_on_exact_rates_recovers_everything():
     assert (fixed["spearman"] == 1.0).all() and (fixed["top5"] == 1.0).all()
     adaptive = frame[frame["design"] == "adaptive"]
     assert (adaptive["coverage"] == 1.0).all() and (adaptive["top5"] == 1.0).all()
-    assert (adaptive["rollouts"] < 40 * 7).all()  # 10/10 vs 0/10 is narrow enough at 0.6
+    assert (adaptive["rollouts"] < 40 * 7).all()  # 10/10 vs 0/10 soon narrow enough at 0.6
+    # the uniform baseline at equal cost: round(rollouts / 7) at every position
+    uniform = frame[frame["design"] == uniform_name("adaptive")]
+    even = 7 * np.rint(adaptive["rollouts"].to_numpy() / 7)
+    assert_exact(uniform["rollouts"].to_numpy(), even.astype(int))
+    assert (uniform["top5"] == 1.0).all()
     table = per_trace_table(frame, "adaptive", "fixed 40")
-    assert table.loc["all", "fixed_rollouts"] == 280
+    assert table.loc["all", "fixed_rollouts"] == 280 and table.loc["all", "top5_uniform"] == 1
+    summary = design_summary(frame, "fixed 40")
+    assert summary.loc["fixed 40", "share"] == 1 and summary.loc["adaptive", "d_top5"] == 0
+    assert summary.loc["adaptive", "uniform_top5"] == 1.0
+    assert with_intervals(summary).loc["fixed 40", "share"] == "1.000 ± 0.000"
+
+
+def test_every_design_reads_the_same_rollouts():
+    acc = np.array([0.2, 0.5, 0.9])
+    short, _ = draw_streams(acc, 3, 10, [4], posterior=False)
+    long, _ = draw_streams(acc, 3, 50, [4], posterior=False)
+    # rollout k of a position is the same draw whatever the longest design
+    assert_exact(long[:, :, :11], short)
+    assert (np.diff(long, axis=-1) >= 0).all() and (np.diff(long, axis=-1) <= 1).all()
+    _, rates = draw_streams(acc, 2, 10, [4], posterior=True)
+    assert rates.shape == (2, 3) and not (rates == acc).any()  # drawn from the posteriors
+
+
+def test_row_scores_by_hand():
+    truth = np.array([0.3, -0.1, 0.2, 0.0])
+    est = np.array([[0.3, -0.1, 0.2, 0.0], [0.0, 0.2, -0.1, 0.3]])
+    # row 1's ranks (2, 3, 1, 4) against the truth's (4, 1, 3, 2): Σd² = 4·4 = 16,
+    # ρ = 1 - 6·16 / (4·15) = -0.6
+    assert_fp64_close(spearman_rows(est, truth), np.array([1.0, -0.6]), terms=4)
+    # top 2 of |truth|: chunks 0 and 2; row 1's top 2: chunks 3 and 1
+    assert top_overlap_rows(est, truth, k=2).tolist() == [1.0, 0.0]
+    low, high = est - 0.05, est + 0.05
+    assert coverage_rows(low, high, truth).tolist() == [1.0, 0.0]
+    assert np.isnan(spearman_rows(np.zeros(4), truth)[0])
 
 
 def test_published_accuracies_and_importances(reference_dir):
