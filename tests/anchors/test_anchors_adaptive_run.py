@@ -141,8 +141,9 @@ def test_a_killed_run_resumes_to_the_same_rollouts_and_decisions(tmp_path, trace
     [
         (SETTINGS, RULE),
         (replace(SETTINGS, n=20), replace(RULE, target="topk", k=1, width=0.1, cap=60)),
+        (SETTINGS, replace(RULE, target="topk-bayes", k=1, width=0.1, confidence=0.9)),
     ],
-    ids=["threshold", "topk-cap-above-n"],
+    ids=["threshold", "topk-cap-above-n", "topk-bayes"],
 )
 def test_adaptive_rollouts_are_the_first_of_the_fixed_design(tmp_path, trace, settings, rule):
     adaptive = _run(tmp_path / "ad")

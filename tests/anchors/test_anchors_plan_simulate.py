@@ -7,7 +7,13 @@ from pathlib import Path
 
 import numpy as np
 
-from mechscope.anchors.adaptive.plan import continuation_tokens, plan_table
+from mechscope.anchors.adaptive.designs import adaptive_designs, fixed_designs, standard_designs
+from mechscope.anchors.adaptive.plan import (
+    continuation_tokens,
+    design_prices,
+    expected_rollouts,
+    plan_table,
+)
 from mechscope.anchors.adaptive.priors import to_positions
 from mechscope.anchors.adaptive.published import PublishedTrace, load_published
 from mechscope.anchors.adaptive.scores import (
@@ -67,6 +73,41 @@ def test_plan_totals_and_gpu_hours():
                        adaptive=rule, published=[pub], seeds=3)  # fmt: skip
     assert 16 <= table.loc["t", "adaptive_rollouts"] <= 80
     assert table.loc["all", "fixed_tokens"] == table.loc["t", "fixed_tokens"]
+
+
+def test_design_prices_weight_each_positions_tokens_by_its_rollouts():
+    trace = Trace.from_text("t", TEXT, "5")
+    words = np.array([len(TEXT[len(trace.prefix(p)) :].split()) for p in range(4)])
+    pub = PublishedTrace("t", Path("."), np.array([0.0, 0.0, 1.0, 0.9]), np.array([0, 1.0, -0.1]))
+    designs = adaptive_designs(20, AdaptiveSettings(n_min=4, step=4))
+    table = design_prices([trace], WordTokenizer(), [pub], designs, n=20, max_new_tokens=1000,
+                          throughput=10.0, seeds=3)  # fmt: skip
+    assert table.index[0] == "fixed 20" and list(table.index[1:]) == list(designs)
+    assert (
+        table.loc["fixed 20", "rollouts"] == 80
+        and table.loc["fixed 20", "tokens"] == 20 * words.sum()
+    )
+    for name, rule in designs.items():
+        drawn = expected_rollouts(pub.accuracy, 20, rule, 3)  # [P], the same seeded runs
+        row = table.loc[name]
+        assert_fp64_close(row["rollouts"], drawn.sum(), terms=4)
+        assert_fp64_close(row["tokens"], (drawn * words).sum(), terms=4)
+        assert_fp64_close(row["rollout_saving"], 1 - drawn.sum() / 80, terms=4)
+        assert_fp64_close(row["gpu_hours"], (drawn * words).sum() / 10.0 / 3600, terms=4)
+        assert 16 <= row["rollouts"] <= 80  # n_min everywhere at best; the budget: 1 · 20 · 4
+
+
+def test_the_designs_by_question():
+    assert list(fixed_designs(100).values()) == [10, 20, 30, 50, 70, 100]
+    designs = adaptive_designs(100)
+    assert designs["threshold"] == AdaptiveSettings()  # the published default
+    assert designs["topk-bayes cap 200 @0.8"].cap_for(100) == 200
+    assert designs["topk cap 300 @0.8"].confidence == 0.8
+    assert designs["topk @0.95"].cap is None and designs["topk @0.95"].correction == "none"
+    assert designs["topk-bayes cap 200, corrected"].correction == "looks"
+    # a rule that is none of them joins as "rule"; the default rule is "threshold"
+    assert "rule" not in standard_designs(100, AdaptiveSettings())
+    assert standard_designs(100, AdaptiveSettings(width=0.15))["rule"].width == 0.15
 
 
 def test_top_overlap_by_hand():

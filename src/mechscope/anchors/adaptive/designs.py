@@ -4,13 +4,14 @@ For a fixed design of ``n`` rollouts per position:
 
 - ``fixed N``: ``N`` rollouts at every position (``N`` in :data:`FIXED_SHARES` of ``n``);
 - ``threshold``: the first adaptive design (width 0.2, τ = 0.25, levels corrected for the
-  looks, cap ``n``);
+  looks, cap ``n``): every interval it stops with covers at 95 %;
 - ``ranking``: every chunk's interval to width 0.3 (corrected, cap ``n``);
-- ``topk`` / ``topk-bayes``: the top-5 rules at a nominal 95 % per look, width 0.1, cap
-  ``n``;
-- ``… cap 2n @L``: the same rules letting contested positions go on to ``2n`` rollouts,
-  at a nominal level ``L`` per look (``L`` trades rollouts for recovery);
-- ``topk-bayes cap 2n, corrected``: the Bayesian rule at 95 % split over the looks.
+- ``topk @L`` / ``topk-bayes @L``: the top-5 rules at a nominal level ``L`` per look, width
+  0.1, cap ``n``: they find the fixed design's top 5 for fewer rollouts;
+- ``… cap C @L``: the same rules letting contested positions go on to ``C`` (``2n``, ``3n``)
+  rollouts: they find more of the top 5 than the fixed design;
+- ``topk-bayes cap 2n, corrected``: the Bayesian rule at 95 % split over the looks (what a
+  level guaranteed under optional stopping costs).
 
 The levels of the top-k rules are tuning knobs, not coverage claims: what they buy is
 measured by the simulation (:mod:`mechscope.anchors.adaptive.simulate`), whose intervals
@@ -25,8 +26,16 @@ from mechscope.anchors.config import AdaptiveSettings
 
 #: the fixed designs' rollouts per position, as shares of ``n``
 FIXED_SHARES = (0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
-#: nominal per-look levels of the capped top-k rules
-CAPPED_LEVELS = (0.8, 0.9)
+#: (target, cap as a multiple of ``n``, nominal per-look level) of the top-k designs
+TOPK = (
+    ("topk", 1, 0.95),
+    ("topk-bayes", 1, 0.9),
+    ("topk-bayes", 2, 0.8),
+    ("topk-bayes", 2, 0.9),
+    ("topk", 3, 0.8),
+)
+#: interval width at which the top-k rules settle a chunk whatever the boundary
+TOPK_WIDTH = 0.1
 
 
 def fixed_designs(n: int) -> dict[str, int]:
@@ -41,19 +50,19 @@ def adaptive_designs(n: int, base: AdaptiveSettings | None = None) -> dict[str, 
     common = {"n_min": base.n_min, "step": base.step, "k": base.k, "budget": base.budget,
               "count_no_answer": base.count_no_answer, "prior": "none"}  # fmt: skip
     make = lambda **kw: AdaptiveSettings(**(common | kw))  # noqa: E731
-    cap = 2 * n
     out = {
         "threshold": make(),
         "ranking": make(target="ranking", width=0.3, threshold=None),
-        "topk": make(target="topk", width=0.1, correction="none"),
-        "topk-bayes": make(target="topk-bayes", width=0.1, correction="none"),
     }
-    for level in CAPPED_LEVELS:
-        for target in ("topk", "topk-bayes"):
-            out[f"{target} cap {cap} @{level:g}"] = make(
-                target=target, width=0.1, correction="none", confidence=level, cap=cap
-            )
-    out[f"topk-bayes cap {cap}, corrected"] = make(target="topk-bayes", width=0.1, cap=cap)
+    for target, times, level in TOPK:
+        cap = "" if times == 1 else f" cap {times * n}"
+        out[f"{target}{cap} @{level:g}"] = make(
+            target=target, width=TOPK_WIDTH, correction="none", confidence=level,
+            cap=None if times == 1 else times * n,
+        )  # fmt: skip
+    out[f"topk-bayes cap {2 * n}, corrected"] = make(
+        target="topk-bayes", width=TOPK_WIDTH, cap=2 * n
+    )
     return out
 
 

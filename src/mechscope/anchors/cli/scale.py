@@ -131,7 +131,7 @@ def plan(
         seeds=seeds,
     )
     if published is not None:
-        from mechscope.anchors.adaptive.simulate import short_name
+        from mechscope.anchors.adaptive.tables import short_name
 
         table.index = [short_name(str(t)) for t in table.index]
         table.index.name = "trace"
