@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from mechscope.anchors.adaptive.designs import adaptive_designs, fixed_designs, standard_designs
 from mechscope.anchors.adaptive.plan import (
@@ -139,6 +140,37 @@ def test_simulation_on_exact_rates_recovers_everything():
     assert summary.loc["fixed 40", "share"] == 1 and summary.loc["adaptive", "d_top5"] == 0
     assert summary.loc["adaptive", "uniform_top5"] == 1.0
     assert with_intervals(summary).loc["fixed 40", "share"] == "1.000 ± 0.000"
+
+
+def test_monte_carlo_intervals_over_seeds_by_hand():
+    # two traces (5 and 3 positions, fixed design 10 per position: 80 rollouts), three seeds
+    rows = []
+    for seed, (top_a, top_u) in enumerate([(0.6, 0.4), (0.8, 0.4), (1.0, 0.7)]):
+        for trace, positions in (("t1", 5), ("t2", 3)):
+            for design, drawn, top in (("fixed 10", 10, 0.6), ("a", 5, top_a),
+                                       (uniform_name("a"), 5, top_u)):  # fmt: skip
+                rollouts = drawn * positions + seed  # a's total: 40, 41, 42 (+ seed per trace)
+                rows.append({"design": design, "trace": trace, "seed": seed,
+                             "positions": positions, "rollouts": rollouts,
+                             "share": rollouts / (10 * positions), "spearman": 0.5,
+                             "top5": top, "coverage": 1.0})  # fmt: skip
+    summary = design_summary(pd.DataFrame(rows), "fixed 10")
+    a = summary.loc["a"]
+    # per seed, a's rollouts over both traces: 40 + 2 s, i.e. 40, 42, 44: mean 42, sd 2
+    half = 1.959963984540054 * 2 / np.sqrt(3)
+    assert_fp64_close(np.array([a["rollouts"], a["rollouts_ci"]]), np.array([42, half]), terms=3)
+    assert_fp64_close(a["share"], 42 / 80, terms=3)
+    # top-5 per seed 0.6, 0.8, 1.0 (sd 0.2); against fixed 0, 0.2, 0.4 and against the
+    # uniform baseline 0.2, 0.4, 0.3 (sd 0.1)
+    assert_fp64_close(np.array([a["top5"], a["top5_ci"]]), np.array([0.8, half / 10]), terms=3)
+    assert_fp64_close(np.array([a["d_top5"], a["d_top5_ci"]]), np.array([0.2, half / 10]),
+                      terms=3)  # fmt: skip
+    assert_fp64_close(np.array([a["d_uniform_top5"], a["d_uniform_top5_ci"]]),
+                      np.array([0.3, half / 20]), terms=3)  # fmt: skip
+    assert_fp64_close(a["uniform_top5"], 0.5, terms=3)
+    assert uniform_name("a") not in summary.index and np.isnan(
+        summary.loc["fixed 10", "uniform_top5"]
+    )
 
 
 def test_every_design_reads_the_same_rollouts():

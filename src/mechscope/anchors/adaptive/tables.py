@@ -5,8 +5,9 @@ trace, and as GitHub Markdown.
 traces (every trace simulated once); its result is the total rollouts over all traces (and
 their share of the fixed design's) and each score's mean over the traces. The table gives
 the mean of these over the seeds ± ``1.96 · sd / √seeds``: the simulation's own uncertainty
-about the design's expected result. Differences from the fixed design (``Δ top5``) are taken
-seed by seed (both read the same rollouts), which is why they are tighter than the scores.
+about the design's expected result. Differences from the fixed design and from the uniform
+baseline at equal cost (``d_top5``, ``d_uniform_top5``) are taken seed by seed (both read
+the same rollouts), which is why they are tighter than the scores.
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ def _mean_ci(values: pd.Series) -> tuple[float, float]:
 def design_summary(frame: pd.DataFrame, reference: str | None = None) -> pd.DataFrame:
     """Per design (adaptive designs, not their baselines, as rows): mean rollouts per run of
     all traces, share and saving against the fixed design, each score with its Monte-Carlo
-    half-width (``…_ci``), top-5 against ``reference`` seed by seed (``d_top5``), and the
-    uniform baseline at equal cost's scores (``uniform_…``)."""
+    half-width (``…_ci``), top-5 against ``reference`` seed by seed (``d_top5``), the
+    uniform baseline at equal cost's scores (``uniform_…``) and the design's top-5 against
+    it, seed by seed (``d_uniform_top5``)."""
     seeds = per_seed(frame)
     names = [d for d in frame["design"].unique() if not str(d).startswith("uniform = ")]
     rows = []
@@ -60,12 +62,14 @@ def design_summary(frame: pd.DataFrame, reference: str | None = None) -> pd.Data
             diff = part["top5"] - seeds.loc[reference]["top5"].reindex(part.index)
             row["d_top5"], row["d_top5_ci"] = _mean_ci(diff)
         base = uniform_name(name)
+        known = base in seeds.index.get_level_values(0)
         for col in SCORES:
-            if base in seeds.index.get_level_values(0):
-                mean, ci = _mean_ci(seeds.loc[base][col])
-            else:
-                mean, ci = np.nan, np.nan
+            mean, ci = _mean_ci(seeds.loc[base][col]) if known else (np.nan, np.nan)
             row[f"uniform_{col}"], row[f"uniform_{col}_ci"] = mean, ci
+        diff = part["top5"] - seeds.loc[base]["top5"].reindex(part.index) if known else None
+        row["d_uniform_top5"], row["d_uniform_top5_ci"] = (
+            _mean_ci(diff) if diff is not None else (np.nan, np.nan)
+        )
         rows.append(row)
     return pd.DataFrame(rows).set_index("design")
 

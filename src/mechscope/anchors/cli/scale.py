@@ -7,6 +7,7 @@ prints the validation table and writes its tables and figures to ``--out``.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,10 +34,10 @@ SHOWN = ["saving", "saving_ci", "spearman", "spearman_ci", "top5", "top5_ci", "d
          "d_top5_ci", "uniform_spearman", "uniform_top5"]  # fmt: skip
 #: the simulation summary's columns in the Markdown table (each with its interval)
 COLUMNS = [
-    "rollouts", "rollouts_ci", "saving", "saving_ci", "spearman", "spearman_ci", "top5",
+    "rollouts", "rollouts_ci", "share", "share_ci", "spearman", "spearman_ci", "top5",
     "top5_ci", "d_top5", "d_top5_ci", "coverage", "coverage_ci", "uniform_spearman",
-    "uniform_spearman_ci", "uniform_top5", "uniform_top5_ci", "uniform_coverage",
-    "uniform_coverage_ci",
+    "uniform_spearman_ci", "uniform_top5", "uniform_top5_ci", "d_uniform_top5",
+    "d_uniform_top5_ci", "uniform_coverage", "uniform_coverage_ci",
 ]  # fmt: skip
 
 
@@ -179,6 +180,15 @@ def simulate(
     sensitivity: bool = typer.Option(
         True, "--sensitivity/--no-sensitivity", help="Also with true rates drawn from posteriors."
     ),
+    level: float = number(
+        0.95,
+        "--level",
+        min=0.0,
+        above=0.0,
+        max=1.0,
+        below=1.0,
+        help="Level of every design's intervals scored for coverage (one look).",
+    ),
     out: Path | None = typer.Option(None, "--out", help="Folder for tables and figures."),
     rule: AdaptiveSettings = AdaptiveSettings(),
 ) -> None:
@@ -208,7 +218,7 @@ def simulate(
     tables: dict[str, pd.DataFrame] = {}
     for label, posterior in runs.items():
         frame = simulate(traces, designs, n=n, seeds=seeds, seed=seed,
-                         confidence=rule.confidence, posterior=posterior)  # fmt: skip
+                         confidence=level, posterior=posterior)  # fmt: skip
         summary = design_summary(frame, f"fixed {n}")
         tables[f"designs-{label}"] = summary
         print_table(with_intervals(summary[SHOWN]), f"Designs, true rates {label} ({seeds} seeds)")
@@ -227,6 +237,9 @@ def simulate(
         shown = table if key == "traces" else with_intervals(table[COLUMNS])
         text.append(f"## {key}\n\n" + markdown(shown, 3))
     (out / "anchors-adaptive-validation.md").write_text("\n".join(text), encoding="utf-8")
+    settings = {"n": n, "seeds": seeds, "seed": seed, "level": level, "design": name,
+                "traces": len(traces), "sensitivity": sensitivity}  # fmt: skip
+    (out / "anchors-adaptive-settings.json").write_text(json.dumps(settings), encoding="utf-8")
     for metric in ("top5", "spearman"):
         frontier_figure(tables["designs-published"], metric, n).save_static(
             out, f"anchors-adaptive-{metric}"
