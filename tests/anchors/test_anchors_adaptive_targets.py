@@ -78,6 +78,10 @@ def test_topk_bayes_rule_by_hand():
     # 0.0001) are open, and not narrow (0.555 wide)
     d = decide(TEN, TEN, CORRECT, 20, _rule(target="topk-bayes", confidence=0.9999))
     assert d.chunk_status.tolist() == [ABOVE, OPEN, OPEN] and d.add.tolist() == [0, 10, 10, 10]
+    # no chunk has moved (10/10 everywhere): the boundary is 0 and P(|I| > 0) = 1, but no
+    # posterior mean is above 0, so none is above it; 0.555 wide, every chunk stays open
+    d = decide(TEN, TEN, TEN, 20, _rule(target="topk-bayes"))
+    assert d.chunk_status.tolist() == [OPEN, OPEN, OPEN] and d.add.tolist() == [10, 10, 10, 10]
 
 
 def test_ranking_settles_only_narrow_chunks():

@@ -16,8 +16,10 @@ rollouts for it.
 - ``topk-bayes``: the same boundary, from the posterior means; each rate has the posterior
   ``Beta(c + 1, u - c + 1)`` (uniform prior), ``I_i`` the normal approximation with the
   difference of their means and the sum of their variances, and the chunk is *above* when
-  ``P(|I_i| > b) >= level``, *below* when ``P(|I_i| > b) <= 1 - level`` (``level``: the rule's
-  per-look confidence), else *narrow* as above.
+  its posterior mean is above ``b`` and ``P(|I_i| > b) >= level``, *below* when ``P(|I_i| >
+  b) <= 1 - level`` (``level``: the rule's per-look confidence), else *narrow* as above.
+  (Without the first condition a boundary of 0, as when fewer than ``k + 1`` chunks have
+  moved at all, would settle every chunk above it: ``P(|I_i| > 0) = 1``.)
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ def bayes_status(usable, correct, low, high, adaptive: AdaptiveSettings, level: 
     p_above = np.where(np.isfinite(b), p_above, 1.0)
     status = np.full(np.shape(low), C_OPEN, dtype=np.int8)
     status[high - low <= adaptive.width + SLACK] = C_NARROW
-    status[p_above >= level] = C_ABOVE
+    status[(p_above >= level) & (np.abs(mean) > b)] = C_ABOVE
     status[p_above <= 1 - level] = C_BELOW
     return status
 
