@@ -172,6 +172,23 @@ def test_analyze_reads_an_adaptive_run(tmp_path, trace):
     assert_fp64_close(got.to_numpy(), want.to_numpy(), terms=2, scale=1.0)
 
 
+def test_the_report_says_which_question_the_run_answered(tmp_path, trace):
+    from mechscope.anchors.report_parts import adaptive_part
+
+    run = _run(tmp_path / "rep")
+    rule = replace(RULE, target="topk-bayes", k=1, width=0.1, cap=60)
+    result = adaptive_resample_run(run, Mixed(), [trace], SETTINGS, rule)
+    part = adaptive_part(run)
+    method = part.method[0].content
+    assert "the top-1 question" in method and "posterior probability" in method
+    assert "at the cap of 60 per position" in method
+    traces = part.tables[0].df
+    assert {"above", "below"} <= set(traces.columns)
+    assert (traces["above"] + traces["below"] + traces["narrow"] + traces["open"]).iloc[0] == (
+        len(result.positions) - 1  # every chunk has one status
+    )
+
+
 def test_mixing_designs_in_one_run_is_refused(tmp_path, trace):
     run = _run(tmp_path / "mix")
     resample_run(run, Scripted(), [trace], SETTINGS, max_chunks=1)
