@@ -6,10 +6,11 @@ end -->``: ``findings`` (the sentences the section claims, every number read fro
 simulation's tables), ``designs`` (per design, true rates as published), ``posterior`` (true
 rates drawn from each position's Beta posterior) and ``traces`` (the rule given to the
 simulation against the fixed design, per trace), and copies the two frontier figures to
-``docs/img``.
+``docs/img``. With ``--plan PLAN.csv`` (``anchors plan --published … --csv PLAN.csv``) also
+``plan``, ``prices`` (``PLAN-designs.csv``) and ``plan-findings``.
 
-Run: ``python scripts/anchors_docs.py runs/anchors-simulate`` (``--check`` exits 1 if the
-docs differ; ``--docs``/``--img`` write elsewhere).
+Run: ``python scripts/anchors_docs.py runs/anchors-simulate --plan runs/anchors-plan.csv``
+(``--check`` exits 1 if the docs differ; ``--docs``/``--img`` write elsewhere).
 """
 
 from __future__ import annotations
@@ -133,6 +134,70 @@ def traces_table(traces: pd.DataFrame) -> str:
     return markdown(t).rstrip("\n")
 
 
+def millions(x: float) -> str:
+    return f"{x / 1e6:,.1f} M"
+
+
+def plan_table(plan: pd.DataFrame) -> str:
+    """``anchors plan --csv``'s per-trace table (the adaptive design: the rule given)."""
+    cols = {
+        "positions": ("positions", "{:,.0f}"),
+        "trace_tokens": ("trace tokens", "{:,.0f}"),
+        "fixed_rollouts": ("fixed rollouts", "{:,.0f}"),
+        "fixed_tokens": ("fixed tokens", None),
+        "fixed_gpu_hours": ("fixed GPU-h", "{:.1f}"),
+        "adaptive_rollouts": ("adaptive rollouts", "{:,.0f}"),
+        "adaptive_tokens": ("adaptive tokens", None),
+        "adaptive_gpu_hours": ("adaptive GPU-h", "{:.1f}"),
+        "saving": ("token saving", "{:.0%}"),
+    }
+    table = pd.DataFrame(
+        {
+            head: [millions(v) if fmt is None else fmt.format(v) for v in plan[col]]
+            for col, (head, fmt) in cols.items()
+        },
+        index=pd.Index([f"**{i}**" if i == "all" else i for i in plan.index], name="trace"),
+    )
+    return markdown(table).rstrip("\n")
+
+
+def prices_table(prices: pd.DataFrame) -> str:
+    """``anchors plan``'s price of each design (``NAME-designs.csv``)."""
+    table = pd.DataFrame(
+        {
+            "rollouts": [f"{v:,.0f}" for v in prices["rollouts"]],
+            "generated tokens": [millions(v) for v in prices["tokens"]],
+            "GPU-h": [f"{v:.1f}" for v in prices["gpu_hours"]],
+            "rollout saving": [f"{v:.0%}" for v in prices["rollout_saving"]],
+            "token saving": [f"{v:.0%}" for v in prices["token_saving"]],
+        },
+        index=pd.Index(prices.index, name="design"),
+    )
+    return markdown(table).rstrip("\n")
+
+
+def plan_text(plan: pd.DataFrame, prices: pd.DataFrame) -> str:
+    """What the plan's tables say, in words."""
+    all_, traces = plan.loc["all"], len(plan) - 1
+    adaptive = 1 - all_["adaptive_rollouts"] / all_["fixed_rollouts"]
+    half = prices.loc[HALF]
+    lines = [
+        f"The fixed design is {all_['fixed_rollouts']:,.0f} rollouts and "
+        f"{all_['fixed_tokens'] / 1e6:,.0f} M generated tokens "
+        f"({all_['fixed_rollouts'] / traces:,.0f} rollouts and "
+        f"{all_['fixed_tokens'] / traces / 1e6:,.0f} M tokens per trace), "
+        f"{all_['fixed_gpu_hours']:,.0f} GPU-hours at that throughput; the adaptive design "
+        f"(`threshold`) {all_['adaptive_rollouts']:,.0f} rollouts, "
+        f"{all_['adaptive_tokens'] / 1e6:,.0f} M tokens, {all_['adaptive_gpu_hours']:,.0f} "
+        f"GPU-hours. Tokens fall less than rollouts ({all_['saving']:.0%} against "
+        f"{adaptive:.0%}) because the rule keeps sampling early positions, whose continuations "
+        f"are the longest; so do `{HALF}`'s ({half['token_saving']:.0%} against "
+        f"{half['rollout_saving']:.0%}: {half['gpu_hours']:,.0f} GPU-hours). (The trace-tokens "
+        f"column is the median trace in the total row.)"
+    ]
+    return "\n".join(wrap(line) for line in lines)
+
+
 def fill(text: str, name: str, body: str) -> str:
     """``text`` with block ``name`` replaced by ``body``; KeyError without one."""
     begin, end = f"<!-- anchors: {name}: begin -->", f"<!-- anchors: {name}: end -->"
@@ -148,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     lacks a block."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("folder", type=Path, help="the --out folder of anchors simulate")
+    parser.add_argument("--plan", type=Path, help="also the tables of anchors plan --csv PLAN")
     parser.add_argument("--check", action="store_true", help="compare, do not write")
     parser.add_argument("--docs", type=Path, default=DOCS)
     parser.add_argument("--img", type=Path, default=IMG)
@@ -161,6 +227,12 @@ def main(argv: list[str] | None = None) -> int:
         new = fill(new, "designs", design_table(pub))
         new = fill(new, "posterior", design_table(post))
         new = fill(new, "traces", traces_table(traces))
+        if args.plan is not None:
+            plan = pd.read_csv(args.plan, index_col=0)
+            prices = pd.read_csv(args.plan.with_name(args.plan.stem + "-designs.csv"), index_col=0)
+            new = fill(new, "plan", plan_table(plan))
+            new = fill(new, "prices", prices_table(prices))
+            new = fill(new, "plan-findings", plan_text(plan, prices))
     except KeyError as exc:
         print(f"error: no block {exc} in {args.docs}", file=sys.stderr)
         return 2

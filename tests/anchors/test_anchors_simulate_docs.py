@@ -38,14 +38,15 @@ def _simulate(argv: list[str]) -> None:
         assert exc.code in (0, None), exc.code
 
 
-def _documented_command(reference_dir: Path, out: Path) -> list[str]:
-    """The ``anchors simulate`` command of docs/anchors.md, on ``reference_dir``, into ``out``."""
-    text = DOCS.read_text(encoding="utf-8")
-    command = re.search(r"^mechscope (anchors simulate --published .*?)$(?<!\\)", text.replace(
-        "\\\n", " "), re.M).group(1)  # fmt: skip
-    argv = shlex.split(command)
+def _documented_command(command: str, reference_dir: Path, out: Path) -> list[str]:
+    """The ``anchors <command>`` of docs/anchors.md that reads the published traces, on
+    ``reference_dir``, writing to ``out`` (its ``--out`` or ``--csv``)."""
+    text = DOCS.read_text(encoding="utf-8").replace("\\\n", " ")
+    line = re.search(rf"^mechscope (anchors {command} --published .*)$", text, re.M).group(1)
+    argv = shlex.split(line)
     argv[argv.index("--published") + 1] = str(reference_dir)
-    argv[argv.index("--out") + 1] = str(out)
+    where = "--out" if "--out" in argv else "--csv"
+    argv[argv.index(where) + 1] = str(out)
     return argv
 
 
@@ -80,8 +81,11 @@ def test_the_script_fills_only_its_blocks(reference_dir, tmp_path):
 
 @pytest.mark.slow
 def test_the_documented_numbers_are_those_of_the_documented_command(reference_dir, tmp_path):
-    """Every number of the adaptive section's blocks, from the command the page shows (50
-    seeds, about 30 s)."""
-    out = tmp_path / "sim"
-    _simulate(_documented_command(reference_dir, out))
-    assert _script().main([str(out), "--check"]) == 0, "rerun scripts/anchors_docs.py"
+    """Every number of the adaptive section's and the plan's blocks, from the commands the
+    page shows (50 seeds, and the plan with SmolLM2's tokenizer; about 40 s)."""
+    out, plan = tmp_path / "sim", tmp_path / "plan.csv"
+    _simulate(_documented_command("simulate", reference_dir, out))
+    _simulate(_documented_command("plan", reference_dir, plan))
+    assert _script().main([str(out), "--plan", str(plan), "--check"]) == 0, (
+        "rerun scripts/anchors_docs.py"
+    )
