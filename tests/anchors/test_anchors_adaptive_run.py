@@ -7,6 +7,8 @@ the real backends.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 import pytest
 
@@ -40,6 +42,9 @@ class Scripted:
         self.calls: list[list[tuple[str, int, int]]] = []  # per call: (prompt, first, n)
         self.fail_after = fail_after
 
+    def _u(self, seed: int) -> float:
+        return seed % 1000 / 1000
+
     def _rate(self, prompt: str) -> float:
         return 0.95 if len(prompt) > len(TEXT) * 0.55 else 0.3
 
@@ -51,7 +56,7 @@ class Scripted:
         for r in requests:
             row = []
             for k in range(r.first, r.first + r.n):
-                u = rollout_seed(r.seed, k) % 1000 / 1000
+                u = self._u(rollout_seed(r.seed, k))
                 if r.prompt.endswith(FORCED_ANSWER_CUE):
                     row.append("5}")
                 else:
@@ -66,6 +71,14 @@ class Scripted:
         reqs = [RolloutRequest(p, seed, n, first) for p in prompts]
         return self.generate_requests(reqs, temperature=temperature, top_p=top_p,
                                       max_new_tokens=max_new_tokens)  # fmt: skip
+
+
+class Mixed(Scripted):
+    """As :class:`Scripted`, with the seed hashed (Knuth's multiplier): consecutive rollouts
+    of a position answer independently."""
+
+    def _u(self, seed: int) -> float:
+        return (seed * 2654435761) % 2**32 / 2**32
 
 
 @pytest.fixture
@@ -123,15 +136,28 @@ def test_a_killed_run_resumes_to_the_same_rollouts_and_decisions(tmp_path, trace
     assert idle.calls == []
 
 
-def test_adaptive_rollouts_are_the_first_of_the_fixed_design(tmp_path, trace):
+@pytest.mark.parametrize(
+    ("settings", "rule"),
+    [
+        (SETTINGS, RULE),
+        (replace(SETTINGS, n=20), replace(RULE, target="topk", k=1, width=0.1, cap=60)),
+        (SETTINGS, replace(RULE, target="topk-bayes", k=1, width=0.1, confidence=0.9)),
+    ],
+    ids=["threshold", "topk-cap-above-n", "topk-bayes"],
+)
+def test_adaptive_rollouts_are_the_first_of_the_fixed_design(tmp_path, trace, settings, rule):
     adaptive = _run(tmp_path / "ad")
-    adaptive_resample_run(adaptive, Scripted(), [trace], SETTINGS, RULE)
+    result = adaptive_resample_run(adaptive, Mixed(), [trace], settings, rule)
+    # the fixed design of as many rollouts as the cap, same seeds
     fixed = _run(tmp_path / "fixed")
-    resample_run(fixed, Scripted(), [trace], SETTINGS)
+    resample_run(fixed, Mixed(), [trace], replace(settings, n=rule.cap_for(settings.n)))
     a, f = read_rollouts(adaptive, trace), read_rollouts(fixed, trace)
     for p, rollouts in a.resampled.items():
         assert rollouts == f.resampled[p][: len(rollouts)]
         assert a.forced[p] == f.forced[p]
+    if rule.cap is not None:  # contested positions went past the fixed design's 20
+        assert result.positions["rollouts"].max() > settings.n
+        assert result.total == (settings.n * len(result.positions),) * 2  # the budget: 1
 
 
 def test_analyze_reads_an_adaptive_run(tmp_path, trace):
@@ -144,6 +170,23 @@ def test_analyze_reads_an_adaptive_run(tmp_path, trace):
     # [0, 1], each a rounded quotient of counts.
     got, want = chunks["resampling_importance_accuracy"], pos["importance"].iloc[:-1]
     assert_fp64_close(got.to_numpy(), want.to_numpy(), terms=2, scale=1.0)
+
+
+def test_the_report_says_which_question_the_run_answered(tmp_path, trace):
+    from mechscope.anchors.report_parts import adaptive_part
+
+    run = _run(tmp_path / "rep")
+    rule = replace(RULE, target="topk-bayes", k=1, width=0.1, cap=60)
+    result = adaptive_resample_run(run, Mixed(), [trace], SETTINGS, rule)
+    part = adaptive_part(run)
+    method = part.method[0].content
+    assert "the top-1 question" in method and "posterior probability" in method
+    assert "at the cap of 60 per position" in method
+    traces = part.tables[0].df
+    assert {"above", "below"} <= set(traces.columns)
+    assert (traces["above"] + traces["below"] + traces["narrow"] + traces["open"]).iloc[0] == (
+        len(result.positions) - 1  # every chunk has one status
+    )
 
 
 def test_mixing_designs_in_one_run_is_refused(tmp_path, trace):

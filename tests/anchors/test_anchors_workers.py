@@ -97,3 +97,35 @@ def test_two_adaptive_workers_sample_each_batch_once_and_match_one(stories_path,
     assert AdaptiveResult.from_run(shared).positions.equals(
         AdaptiveResult.from_run(alone_path).positions
     )
+
+
+@pytest.mark.parametrize("target", ["threshold", "topk-bayes"])
+def test_a_killed_adaptive_run_resumes_to_the_uninterrupted_one(stories_path, tmp_path, target):
+    """SIGKILL mid-run (a real process on stories260K), then the same command again: the
+    same batches, rollouts and decisions as a run never interrupted; the resumed run draws
+    exactly the batches the killed one had not written. (stories260K answers nothing, so
+    every chunk stays open and the budget, not the cap, ends the top-k run.)"""
+    from worker_helpers import adaptive_worker
+
+    from mechscope.anchors.adaptive.result import AdaptiveResult
+
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    whole.mkdir()
+    part.mkdir()
+    alone = adaptive_worker(str(stories_path), str(whole), target=target)
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[3]); from worker_helpers import adaptive_worker; "
+        "adaptive_worker(sys.argv[1], sys.argv[2], die_at=3, target=sys.argv[4])"
+    )
+    here = os.path.dirname(__file__)
+    died = subprocess.run(
+        [sys.executable, "-c", code, str(stories_path), str(part), here, target], timeout=300
+    )
+    assert died.returncode == -9
+    written = set(_rollouts(part))
+    assert 0 < len(written) < len(_rollouts(whole))
+    again = adaptive_worker(str(stories_path), str(part), target=target)
+    assert _rollouts(part) == _rollouts(whole)  # the same batches, texts included
+    assert len(again) == len(alone) - len(written)  # only the batches not written
+    a, b = AdaptiveResult.from_run(part), AdaptiveResult.from_run(whole)
+    assert a.positions.equals(b.positions) and a.total == b.total

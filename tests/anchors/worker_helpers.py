@@ -61,9 +61,15 @@ def worker(model: str, run_path: str, die_at: int | None = None, together: int =
     return sorted(prefixes[p] for p in sampler.prompts)
 
 
-def adaptive_worker(model: str, run_path: str, together: int = 1) -> list[str]:
+def adaptive_worker(
+    model: str, run_path: str, together: int = 1, die_at: int | None = None,
+    target: str = "threshold",
+) -> list[str]:  # fmt: skip
     """Adaptive resampling of the story trace into ``run_path``; returns the batches this
-    process sampled (``position:first``). ``together``: wait for that many workers."""
+    process sampled (``position:first``). ``together``: wait for that many workers;
+    ``die_at``: SIGKILL this process when asked for that batch (0-based); ``target``: the
+    threshold rule, or a top-k one (k 2, contested positions up to 10 rollouts, past the
+    fixed design's 6)."""
     from mechscope.anchors.adaptive.run import adaptive_resample_run
     from mechscope.anchors.config import AdaptiveSettings
     from mechscope.anchors.resampling.sampler import EngineSampler
@@ -76,11 +82,17 @@ def adaptive_worker(model: str, run_path: str, together: int = 1) -> list[str]:
 
     class Batches(Recording):  # one generate call per batch (no generate_requests)
         def generate(self, prompts, **kwargs):
+            if self.die_at is not None and len(drawn) == self.die_at:
+                os.kill(os.getpid(), signal.SIGKILL)  # killed mid-round, batches claimed
             drawn.append(f"{prefixes[prompts[0]]}:{kwargs.get('first', 0)}")
             return self.inner.generate(prompts, **kwargs)
 
-    sampler = Batches(EngineSampler(load_model(model), slots=4))
-    rule = AdaptiveSettings(n_min=2, step=2, width=0.5, threshold=0.3)
+    sampler = Batches(EngineSampler(load_model(model), slots=4), die_at)
+    if target == "threshold":
+        rule = AdaptiveSettings(n_min=2, step=2, width=0.5, threshold=0.3)
+    else:
+        rule = AdaptiveSettings(n_min=2, step=2, width=0.2, target=target, k=2, cap=10,
+                                confidence=0.8, correction="none")  # type: ignore[arg-type]  # fmt: skip
     settings = RolloutSettings(n=6, temperature=0.6, top_p=0.95, max_new_tokens=6)
     _wait_for(Path(run_path) / "ready", together)
     adaptive_resample_run(RunDir(Path(run_path)), sampler, [t], settings, rule, batch_rollouts=4)

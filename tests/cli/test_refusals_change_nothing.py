@@ -79,7 +79,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "resample: --n-min without --adaptive": ([*RESAMPLE, "--n-min", "5"], "--n-min"),
     "resample: --prior without --adaptive": ([*RESAMPLE, "--prior", "receivers"], "--prior"),
     "simulate: a NaN published importance": (
-        ["anchors", "simulate", "--published", "pub", "--seeds", "1", "--no-frontier"],
+        ["anchors", "simulate", "--published", "pub", "--seeds", "2", "--no-sensitivity"],
         "resampling_importance_accuracy",
     ),
     "plan: --csv into a missing folder": (

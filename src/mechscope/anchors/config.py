@@ -22,6 +22,8 @@ from mechscope.errors import InputError
 Alignment = Literal["next_token", "same_position"]
 Correction = Literal["looks", "none"]
 Prior = Literal["none", "receivers", "suppression"]
+Target = Literal["threshold", "ranking", "topk", "topk-bayes"]
+TARGETS: tuple[str, ...] = ("threshold", "ranking", "topk", "topk-bayes")
 
 #: Cosine at which two sentences are the same idea (the published analysis, all-MiniLM-L6-v2).
 DEFAULT_THRESHOLD = 0.8
@@ -71,15 +73,24 @@ class RolloutSettings:
 class AdaptiveSettings:
     """The adaptive design's stopping rule (in full in :mod:`mechscope.anchors.adaptive.rule`).
 
-    Every position first gets ``n_min`` rollouts, then ``step`` more per round while one of
-    its chunks' importance intervals is wider than ``width`` and not confidently inside
-    ``(-threshold, threshold)``, up to the fixed design's ``n`` per position and, over a
-    trace, ``budget`` times the fixed design's rollouts. Intervals are Newcombe's at
-    ``confidence``, per look (``correction="none"``) or Bonferroni-split over the looks a
-    chunk can get (``"looks"``, so the interval it stops with covers at ``confidence``).
-    ``count_no_answer`` counts rollouts without an answer as wrong (as ``anchors analyze
-    --count-no-answer``); by default they leave the denominators. ``prior`` orders positions
-    by a white-box score (receiver score or suppression effect of their chunks).
+    Every position first gets ``n_min`` rollouts, then ``step`` more per round while a chunk
+    it enters is not yet settled for the ``target`` question, up to ``cap`` rollouts per
+    position (default: the fixed design's ``n``; above it, contested positions may go past
+    the fixed design) and, over a trace, ``budget`` times the fixed design's rollouts.
+
+    ``target`` is the question the rule answers (:mod:`mechscope.anchors.adaptive.targets`):
+    ``"threshold"`` (a chunk settles when its interval is at most ``width`` wide or surely
+    inside ``(-threshold, threshold)``), ``"ranking"`` (only ``width``: every chunk to the
+    same precision), ``"topk"`` (a chunk settles when its ``|importance|`` interval lies
+    wholly above or below the boundary between the ``k``-th and ``k+1``-th largest
+    estimates, or is ``width`` narrow) and ``"topk-bayes"`` (the same boundary, settled when
+    the posterior probability of being above it is beyond ``confidence`` either way).
+    Intervals are Newcombe's at ``confidence``, per look (``correction="none"``) or
+    Bonferroni-split over the looks a chunk can get (``"looks"``, so the interval it stops
+    with covers at ``confidence``). ``count_no_answer`` counts rollouts without an answer as
+    wrong (as ``anchors analyze --count-no-answer``); by default they leave the
+    denominators. ``prior`` orders positions by a white-box score (receiver score or
+    suppression effect of their chunks).
     """
 
     n_min: int = 10
@@ -91,6 +102,9 @@ class AdaptiveSettings:
     budget: float = 1.0
     count_no_answer: bool = False
     prior: Prior = "none"
+    target: Target = "threshold"
+    k: int = 5
+    cap: int | None = None
 
     def __post_init__(self) -> None:
         if self.n_min < 1:
@@ -114,12 +128,22 @@ class AdaptiveSettings:
             raise InputError(
                 f"'none', 'receivers' or 'suppression', got {self.prior!r}", field="prior"
             )
+        if self.target not in TARGETS:
+            raise InputError(f"one of {', '.join(TARGETS)}, got {self.target!r}", field="target")
+        if self.k < 1:
+            raise InputError(f"k >= 1, got {self.k}", field="k")
+        if self.cap is not None and self.cap < self.n_min:
+            raise InputError(f"cap >= n_min ({self.n_min}), got {self.cap}", field="cap")
+
+    def cap_for(self, n: int) -> int:
+        """The most rollouts a position may draw: ``cap``, else the fixed design's ``n``."""
+        return n if self.cap is None else self.cap
 
     def check_against(self, n: int) -> None:
         """The rule against the fixed design's ``n`` rollouts per position (its cap)."""
-        if self.n_min > n:
-            raise InputError(f"n_min <= n (the cap per position, {n}), got {self.n_min}",
-                             field="n_min")  # fmt: skip
+        if self.n_min > self.cap_for(n):
+            raise InputError(f"n_min <= the cap per position ({self.cap_for(n)}), got "
+                             f"{self.n_min}", field="n_min")  # fmt: skip
         if self.budget * n < self.n_min:
             raise InputError(
                 f"budget >= n_min / n = {self.n_min / n:g} (every position's first round), "

@@ -30,6 +30,27 @@ class Part:
     tables: list[TableBlock] = field(default_factory=list)
 
 
+def _cap(first: pd.Series) -> int:
+    cap = first.get("cap", float("nan"))
+    return int(first["n"] if pd.isna(cap) else cap)
+
+
+def _target_text(first: pd.Series) -> str:
+    """The stopping rule of a run's ``anchors_adaptive_traces`` row, in words."""
+    target = first.get("target", "threshold")
+    width = f"an importance interval at most {first['width']:g} wide"
+    if target in ("topk", "topk-bayes"):
+        how = "interval" if target == "topk" else "posterior probability at the level"
+        return (
+            f"the top-{int(first['k'])} question (its |importance| surely above or below the "
+            f"boundary of the top {int(first['k'])}, by its {how}) or {width}"
+        )
+    tau = first["threshold"]
+    if target == "ranking" or pd.isna(tau):
+        return width
+    return f"{width} or surely inside ±{tau:g}"
+
+
 def adaptive_part(run: RunDir) -> Part:
     """Adaptive resampling: the rollouts it saved against the fixed design, per-chunk
     importances with the intervals it stopped with, and its per-trace and per-position
@@ -40,7 +61,6 @@ def adaptive_part(run: RunDir) -> Part:
     result = AdaptiveResult.from_run(run)
     drawn, fixed = result.total
     first = result.traces.iloc[0]
-    tau = first["threshold"]
     part = Part(
         3,
         finding=[
@@ -50,10 +70,9 @@ def adaptive_part(run: RunDir) -> Part:
         method=[
             TextBlock(
                 f"**Adaptive resampling.** Positions were sampled in rounds of {first['step']} "
-                f"after {first['n_min']}, and a position stopped once each chunk it enters had "
-                f"an importance interval at most {first['width']:g} wide"
-                + ("" if pd.isna(tau) else f" or surely inside ±{tau:g}")
-                + f", at the cap of {first['n']}, or out of budget. Intervals: Newcombe's, at "
+                f"after {first['n_min']}, and a position stopped once each chunk it enters was "
+                f"settled for {_target_text(first)}, at the cap of {_cap(first)} per position, "
+                f"or out of budget. Intervals: Newcombe's, at "
                 f"{first['decision_confidence']:.4f} per look ({first['correction']} "
                 f"correction of {first['confidence']:g})."
             )
@@ -67,10 +86,10 @@ def adaptive_part(run: RunDir) -> Part:
             FigureBlock(FA.rollouts_figure(result, trace), name=f"anchors-ad-n-{k}")
         )
     trace_cols = ["trace", "positions", "rollouts", "fixed_rollouts", "saving", "rounds",
-                  "narrow", "negligible", "open"]  # fmt: skip
+                  "narrow", "negligible", "above", "below", "open"]  # fmt: skip
     part.tables.append(
         TableBlock(
-            result.traces[trace_cols],
+            result.traces[[c for c in trace_cols if c in result.traces.columns]],
             caption="Per trace: rollouts against the fixed design, chunks by status.",
             title="Adaptive resampling per trace",
         )

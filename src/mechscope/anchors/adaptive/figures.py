@@ -12,7 +12,6 @@ import numpy as np
 import pandas as pd
 
 from mechscope.anchors.adaptive.result import AdaptiveResult
-from mechscope.anchors.config import AdaptiveSettings
 from mechscope.report import Figure, Series, bars, curves, scatter
 
 METRIC_LABELS = {
@@ -22,27 +21,25 @@ METRIC_LABELS = {
 }
 
 
-def frontier_figure(summary: pd.DataFrame, metric: str, rule: AdaptiveSettings) -> Figure:
-    """One point per design (index of ``summary``: ``fixed N``, ``adaptive …``): its mean
-    share of the fixed design's rollouts against its mean ``metric``."""
+def frontier_figure(summary: pd.DataFrame, metric: str, n: int) -> Figure:
+    """One point per design (index of ``summary``, :func:`~mechscope.anchors.adaptive.tables.
+    design_summary`): its mean share of the fixed design's rollouts against its mean
+    ``metric``."""
     names = [str(x) for x in summary.index]
     groups = ["fixed" if x.startswith("fixed") else "adaptive" for x in names]
-    tau = "off" if rule.threshold is None else f"{rule.threshold:g}"
-    labels = [x.replace("adaptive", f"adaptive τ={tau}") if x == "adaptive" else x for x in names]
     return scatter(
         summary["share"].to_numpy(float),
         summary[metric].to_numpy(float),
         f"Cost against recovery of the published importances ({metric})",
-        "rollouts, share of the fixed design (100 per position)",
+        f"rollouts, share of the fixed design ({n} per position)",
         METRIC_LABELS.get(metric, metric),
-        text=labels,
+        text=names,
         groups=groups,
         caption=(
             "Each point is a design, averaged over the published traces and the simulated "
-            f"seeds: the fixed design with N rollouts per position, or the adaptive rule "
-            f"(width {rule.width:g}, n_min {rule.n_min}, step {rule.step}, "
-            f"{rule.correction} correction) at several thresholds τ. Higher and further left "
-            "is better."
+            f"seeds: the fixed design with N rollouts per position, or an adaptive rule "
+            "(named by the question it answers; 'cap' lets contested positions go past the "
+            f"fixed design's {n}). Higher and further left is better."
         ),
     )
 

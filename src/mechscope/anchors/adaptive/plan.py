@@ -7,8 +7,10 @@ estimated by the trace's own continuation from there: the tokens of the text aft
 draws ``n`` rollouts at every position: ``n · Σ_p c_p`` tokens.
 
 **Adaptive.** Where the per-position accuracies are known (the published traces), the
-adaptive rule is simulated on them (:func:`mechscope.anchors.adaptive.simulate.simulate_adaptive`,
-``seeds`` runs) and its mean rollouts per position weight the same token counts. Where they
+adaptive rule is simulated on them (:func:`mechscope.anchors.adaptive.simulate.adaptive_rollouts`,
+``seeds`` runs) and its mean rollouts per position weight the same token counts;
+:func:`design_prices` does so for several designs (one per question,
+:mod:`mechscope.anchors.adaptive.designs`). Where they
 are not (a new trace), only its bounds are known: ``n_min`` per position at best, the fixed
 design at worst.
 
@@ -28,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from mechscope.anchors.adaptive.published import PublishedTrace
-from mechscope.anchors.adaptive.simulate import simulate_adaptive
+from mechscope.anchors.adaptive.simulate import adaptive_rollouts
 from mechscope.anchors.config import AdaptiveSettings
 from mechscope.anchors.resampling.sampler import Sampler
 from mechscope.anchors.traces.trace import Trace
@@ -49,11 +51,7 @@ def expected_rollouts(
     accuracy: np.ndarray, n: int, adaptive: AdaptiveSettings, seeds: int, seed: int = 0
 ) -> np.ndarray:
     """Mean rollouts per position of the adaptive rule on true rates ``accuracy``. [P]"""
-    runs = [
-        simulate_adaptive(accuracy, n, adaptive, np.random.default_rng([seed, s]))[0]
-        for s in range(seeds)
-    ]
-    return np.mean(runs, axis=0)
+    return adaptive_rollouts(accuracy, n, adaptive, seeds, seed).mean(axis=0)
 
 
 def plan_table(
@@ -98,6 +96,41 @@ def plan_table(
     table["fixed_gpu_hours"] = table["fixed_tokens"] / throughput / 3600
     table["adaptive_gpu_hours"] = table["adaptive_tokens"] / throughput / 3600
     table["saving"] = 1 - table["adaptive_tokens"] / table["fixed_tokens"]
+    return table
+
+
+def design_prices(
+    traces: Sequence[Trace],
+    tokenizer: Any,
+    published: Sequence[PublishedTrace],
+    designs: dict[str, AdaptiveSettings],
+    *,
+    n: int,
+    max_new_tokens: int,
+    throughput: float,
+    seeds: int = 10,
+) -> pd.DataFrame:
+    """One row per design (the fixed design first, named ``fixed N``): rollouts, generated
+    tokens and GPU-hours over all traces, and the saving in rollouts and in tokens."""
+    tokens = [
+        continuation_tokens(t, tokenizer, p.n_positions, max_new_tokens)
+        for t, p in zip(traces, published, strict=True)
+    ]  # per trace [P]
+    rows = [{"design": f"fixed {n}", "rollouts": float(n * sum(t.size for t in tokens)),
+             "tokens": float(n * sum(t.sum() for t in tokens))}]  # fmt: skip
+    for name, rule in designs.items():
+        drawn = [expected_rollouts(p.accuracy, n, rule, seeds) for p in published]  # [P] each
+        rows.append(
+            {
+                "design": name,
+                "rollouts": float(sum(d.sum() for d in drawn)),
+                "tokens": float(sum((d * t).sum() for d, t in zip(drawn, tokens, strict=True))),
+            }
+        )
+    table = pd.DataFrame(rows).set_index("design")
+    table["gpu_hours"] = table["tokens"] / throughput / 3600
+    table["rollout_saving"] = 1 - table["rollouts"] / table["rollouts"].iloc[0]
+    table["token_saving"] = 1 - table["tokens"] / table["tokens"].iloc[0]
     return table
 
 

@@ -5,8 +5,8 @@ interval it reached; per trace, the total against the fixed design.
   ``rollouts`` drawn, ``usable``, ``correct``, ``no_answer``, ``rounds``, the ``accuracy``
   with its Wilson interval, how the position ended (``status``: resolved, cap, budget), and
   the importance of chunk ``position`` (positions ``p`` and ``p + 1``) with the Newcombe
-  interval it stopped with and that interval's ``chunk_status`` (narrow, negligible, open;
-  NaN on the last position, which has no chunk of its own). Intervals are at the rule's
+  interval it stopped with and that interval's ``chunk_status`` (narrow, negligible, above,
+  below, open; NaN on the last position, which has no chunk of its own). Intervals are at the rule's
   per-look level (``decision_confidence``).
 - ``anchors_adaptive_traces`` (:attr:`AdaptiveResult.traces`): one row per trace:
   ``positions``, ``rollouts``, ``fixed_rollouts`` (``n`` per position), ``share`` and
@@ -22,7 +22,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from mechscope.anchors.adaptive.rule import NARROW, NEGLIGIBLE, OPEN, decide, decision_confidence
+from mechscope.anchors.adaptive.rule import (
+    ABOVE,
+    BELOW,
+    NARROW,
+    NEGLIGIBLE,
+    OPEN,
+    decide,
+    decision_confidence,
+)
 from mechscope.anchors.config import AdaptiveSettings
 from mechscope.anchors.layout import ADAPTIVE_TABLE, ADAPTIVE_TRACES_TABLE
 from mechscope.runs import RunDir, read_table
@@ -76,6 +84,8 @@ def _trace_row(part: pd.DataFrame, n: int, adaptive: AdaptiveSettings) -> dict[s
         "rounds": int(part["rounds"].max()),
         "narrow": int((chunks == NARROW).sum()),
         "negligible": int((chunks == NEGLIGIBLE).sum()),
+        "above": int((chunks == ABOVE).sum()),
+        "below": int((chunks == BELOW).sum()),
         "open": int((chunks == OPEN).sum()),
         "n": n,
         "decision_confidence": decision_confidence(adaptive, n),

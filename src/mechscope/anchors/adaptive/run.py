@@ -85,6 +85,10 @@ def _checked(store: ShardStore, batch: Batch, settings, adaptive) -> dict[str, A
         "settings": asdict(settings),
         "adaptive": asdict(adaptive),
     }
+    # a batch stored before a rule option existed was made with its default
+    stored = payload.get("adaptive")
+    if isinstance(stored, dict):
+        payload = payload | {"adaptive": asdict(AdaptiveSettings()) | stored}
     for key, value in expected.items():
         if payload.get(key) != value:
             raise InputError(
@@ -160,7 +164,8 @@ def adaptive_resample_run(
     priors: Mapping[str, np.ndarray] | None = None,
     batch_rollouts: int = 64,
 ) -> AdaptiveResult:
-    """Adaptive rollouts of every trace (``settings.n`` is the cap per position), resumable;
+    """Adaptive rollouts of every trace (``settings.n`` is the fixed design's rollouts per
+    position, the cap unless ``adaptive.cap``), resumable;
     ``priors``: per trace, a score per position (higher first among equally wide ones);
     ``batch_rollouts``: rollouts sampled together in one call (several positions)."""
     adaptive.check_against(settings.n)

@@ -1,22 +1,25 @@
-"""Validation of the adaptive design on the published traces, by simulation.
+"""Validation of the adaptive designs on the published traces, by simulation.
 
 The published per-position accuracies (:mod:`mechscope.anchors.adaptive.published`) are
-taken as each position's true answer rate; a rollout is a Bernoulli draw from it. For every
-trace and seed the simulation runs the adaptive rule
-(:func:`mechscope.anchors.adaptive.rule.decide`, the same function the sampler's driver
-calls) round by round, and, as the reference, the fixed design with ``N`` rollouts per
-position. Each estimate is scored against the published importances (themselves the
-fixed-100 design's result):
+taken as each position's true answer rate, and the published importances (their
+differences) as the truth; a rollout is a Bernoulli draw. **Every design reads the same
+rollouts**: for each trace and seed, position ``p`` gets one stream of draws, and a design
+that takes ``m`` rollouts there takes the stream's first ``m`` (as a run's rollout ``k`` has
+the same seed in every design). All seeds of a trace run at once (rows of
+:func:`mechscope.anchors.adaptive.rule.decide_rows`, the rule the sampler's driver calls).
 
-- ``spearman``: Spearman correlation of the estimated and the published importances over the
-  trace's chunks;
-- ``top5``: share of the published top-5 chunks (largest ``|importance|``, ties by position)
-  found in the estimate's top-5;
-- ``coverage``: share of chunks whose interval (the one the rule stopped with; for the fixed
-  design its Newcombe interval at the same level) holds the published importance;
-- ``rollouts`` and ``share``: rollouts drawn, and their share of the fixed-100 design's.
+Designs: adaptive settings (run round by round until no position is open), or an int ``N``
+(the fixed design, ``N`` per position). Each adaptive design also gets its **uniform
+baseline at equal cost**: the fixed design with ``round(rollouts / P)`` per position, on the
+same streams, for the same run. Scores (:mod:`mechscope.anchors.adaptive.scores`) are taken
+against the truth; ``coverage`` is that of every design's Newcombe interval **at the same
+level** (``confidence``, one look, from the counts it ended with).
 
-Everything is seeded (``numpy.random.default_rng([seed, trace index])``).
+**Sensitivity.** With ``posterior=True`` each seed first draws the true rates from each
+position's posterior ``Beta(1 + 100 a, 1 + 100 (1 - a))`` (``a`` the published accuracy of
+100 rollouts; 28 % of them are exactly 0 or 1) and scores against that draw's importances.
+
+Seeded: ``numpy.random.default_rng([seed, trace index, run])``.
 """
 
 from __future__ import annotations
@@ -25,155 +28,109 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from mechscope.anchors.adaptive.published import PublishedTrace
-from mechscope.anchors.adaptive.rule import chunk_intervals, decide
+from mechscope.anchors.adaptive.rule import chunk_intervals, decide_rows
+from mechscope.anchors.adaptive.scores import coverage_rows, spearman_rows, top_overlap_rows
 from mechscope.anchors.config import AdaptiveSettings
 from mechscope.progress import track
 
-TOP_K = 5
+Design = AdaptiveSettings | int
+#: rollouts of one published position (the published design)
+PUBLISHED_N = 100
 
 
-def top_overlap(estimate: np.ndarray, truth: np.ndarray, k: int = TOP_K) -> float:
-    """Share of the ``k`` chunks of largest ``|truth|`` among the ``k`` of largest
-    ``|estimate|`` (stable: ties go to the earlier chunk)."""
-    k = min(k, truth.size)
-    top = lambda v: set(np.argsort(-np.abs(np.nan_to_num(v)), kind="stable")[:k])  # noqa: E731
-    return len(top(estimate) & top(truth)) / k
+def uniform_name(name: str) -> str:
+    """The name of an adaptive design's uniform baseline at equal cost."""
+    return f"uniform = {name}"
 
 
-def spearman(estimate: np.ndarray, truth: np.ndarray) -> float:
-    """Spearman's rho (NaN when either side is constant)."""
-    if np.ptp(estimate) == 0 or np.ptp(truth) == 0:
-        return float("nan")
-    return float(stats.spearmanr(estimate, truth).statistic)
+def draw_streams(
+    accuracy: np.ndarray, runs: int, length: int, seed: Sequence[int], posterior: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(cumulative correct [R, P, length + 1] int16, true rates [R, P])``: run ``r``'s
+    position ``p`` has ``cum[r, p, m]`` correct among its first ``m`` rollouts."""
+    n_pos = accuracy.size
+    cum = np.zeros((runs, n_pos, length + 1), dtype=np.int16)
+    rates = np.empty((runs, n_pos))
+    for r in range(runs):
+        rng = np.random.default_rng([*seed, r])
+        rate = accuracy
+        if posterior:
+            k = np.round(accuracy * PUBLISHED_N)
+            rate = rng.beta(1 + k, 1 + PUBLISHED_N - k)
+        rates[r] = rate
+        # [length, P] filled row by row: rollout k's draws do not depend on ``length``
+        hits = rng.random((length, n_pos)) < rate[None, :]
+        np.cumsum(hits.T, axis=-1, out=cum[r, :, 1:])
+    return cum, rates
 
 
-def simulate_adaptive(
-    accuracy: np.ndarray, n: int, adaptive: AdaptiveSettings, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One adaptive run on true rates ``accuracy`` ``[P]``: ``(drawn [P], importance [P-1],
-    low, high)`` as the rule stopped."""
-    drawn = np.zeros(accuracy.size, dtype=np.int64)
-    correct = np.zeros_like(drawn)
+def counts_at(cum: np.ndarray, drawn: np.ndarray) -> np.ndarray:
+    """Correct rollouts among the first ``drawn [R, P]`` of each stream. [R, P]"""
+    return np.take_along_axis(cum, drawn[..., None].astype(np.int64), axis=-1)[..., 0]
+
+
+def run_adaptive(cum: np.ndarray, n: int, adaptive: AdaptiveSettings) -> np.ndarray:
+    """Rollouts per position ``[R, P]`` the rule ends with on every stream."""
+    drawn = np.zeros(cum.shape[:2], dtype=np.int64)
     while True:
-        d = decide(drawn, drawn, correct, n, adaptive)
-        if d.done:
-            return drawn, d.importance, d.low, d.high
-        correct += rng.binomial(d.add, accuracy)
+        d = decide_rows(drawn, drawn, counts_at(cum, drawn), n, adaptive)
+        if not d.add.any():
+            return drawn
         drawn += d.add
 
 
-def simulate_fixed(
-    accuracy: np.ndarray, n: int, confidence: float, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The fixed design with ``n`` rollouts per position, same outputs as the adaptive one."""
-    drawn = np.full(accuracy.size, n, dtype=np.int64)
-    correct = rng.binomial(drawn, accuracy)
+def adaptive_rollouts(
+    accuracy: np.ndarray, n: int, adaptive: AdaptiveSettings, runs: int, seed: int = 0
+) -> np.ndarray:
+    """Rollouts per position ``[R, P]`` of ``runs`` simulated adaptive runs on the rates."""
+    cum, _ = draw_streams(accuracy, runs, adaptive.cap_for(n), [seed], posterior=False)
+    return run_adaptive(cum, n, adaptive)
+
+
+def _scores(cum, drawn, truth, confidence, fixed_total) -> dict[str, np.ndarray]:
+    correct = counts_at(cum, drawn)
     imp, low, high = chunk_intervals(drawn, correct, confidence)
-    return drawn, imp, low, high
-
-
-def _score(trace: PublishedTrace, out, fixed_total: int) -> dict[str, float]:
-    drawn, imp, low, high = out
-    truth = trace.importance
     return {
-        "rollouts": int(drawn.sum()),
-        "share": float(drawn.sum()) / fixed_total,
-        "spearman": spearman(imp, truth),
-        "top5": top_overlap(imp, truth),
-        "coverage": float(np.mean((low <= truth + 1e-12) & (truth - 1e-12 <= high))),
+        "rollouts": drawn.sum(axis=1),
+        "share": drawn.sum(axis=1) / fixed_total,
+        "spearman": spearman_rows(imp, truth),
+        "top5": top_overlap_rows(imp, truth),
+        "coverage": coverage_rows(low, high, truth),
     }
 
 
 def simulate(
     traces: Sequence[PublishedTrace],
-    designs: dict[str, AdaptiveSettings | int],
+    designs: dict[str, Design],
     *,
     n: int = 100,
     seeds: int = 20,
     seed: int = 0,
     confidence: float = 0.95,
+    posterior: bool = False,
 ) -> pd.DataFrame:
-    """One row per (design, trace, seed): the scores above. A design is adaptive settings
-    (capped at ``n`` per position) or an int ``N`` (the fixed design with ``N``, whose
-    intervals are Newcombe's at ``confidence``: one look)."""
-    rows = []
+    """One row per (design, trace, seed) with the scores above; every adaptive design is
+    followed by its uniform baseline at equal cost (:func:`uniform_name`)."""
+    caps = [d.cap_for(n) if isinstance(d, AdaptiveSettings) else int(d) for d in designs.values()]
+    length = max([*caps, n])
+    frames = []
     for t_index, trace in enumerate(track(traces, "anchors: simulating")):
+        cum, rates = draw_streams(trace.accuracy, seeds, length, [seed, t_index], posterior)
+        truth = np.diff(rates, axis=1) if posterior else trace.importance[None, :]
         fixed_total = n * trace.n_positions
         for name, design in designs.items():
-            for s in range(seeds):
-                rng = np.random.default_rng([seed, t_index, s])
-                if isinstance(design, AdaptiveSettings):
-                    out = simulate_adaptive(trace.accuracy, n, design, rng)
-                else:
-                    out = simulate_fixed(trace.accuracy, int(design), confidence, rng)
-                row = {"design": name, "trace": trace.id, "seed": s}
-                row["positions"] = trace.n_positions
-                rows.append(row | _score(trace, out, fixed_total))
-    return pd.DataFrame(rows)
-
-
-def per_trace_table(frame: pd.DataFrame, adaptive: str, fixed: str) -> pd.DataFrame:
-    """The validation table: per trace, the fixed design's rollouts and the adaptive
-    design's mean rollouts, saving, and both designs' mean scores (over seeds)."""
-    mean = frame.groupby(["design", "trace"], sort=False).mean(numeric_only=True)
-    a, f = mean.loc[adaptive], mean.loc[fixed]
-    table = pd.DataFrame(
-        {
-            "positions": f["positions"].astype(int),
-            "fixed_rollouts": f["rollouts"].round().astype(int),
-            "adaptive_rollouts": a["rollouts"].round().astype(int),
-            "saving": 1 - a["rollouts"] / f["rollouts"],
-            "spearman_fixed": f["spearman"],
-            "spearman_adaptive": a["spearman"],
-            "top5_fixed": f["top5"],
-            "top5_adaptive": a["top5"],
-            "coverage_adaptive": a["coverage"],
-        }
-    )
-    total = table.sum(numeric_only=True)
-    table.loc["all"] = table.mean(numeric_only=True)
-    for col in ("positions", "fixed_rollouts", "adaptive_rollouts"):
-        table.loc["all", col] = total[col]
-    table.loc["all", "saving"] = 1 - total["adaptive_rollouts"] / total["fixed_rollouts"]
-    return table
-
-
-def design_summary(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per design: share of the fixed-100 rollouts and the mean scores over traces and seeds."""
-    return frame.groupby("design", sort=False)[["share", "spearman", "top5", "coverage"]].mean()
-
-
-def short_name(trace_id: str) -> str:
-    """``deepseek-r1-distill-qwen-14b/correct_base_solution/problem_1591`` ->
-    ``qwen-14b/correct/1591``."""
-    parts = trace_id.split("/")
-    if len(parts) != 3:
-        return trace_id
-    model, solution, problem = parts
-    return "/".join(
-        [model.removeprefix("deepseek-r1-distill-"), solution.removesuffix("_base_solution"),
-         problem.removeprefix("problem_")]
-    )  # fmt: skip
-
-
-def markdown(table: pd.DataFrame, digits: int = 2) -> str:
-    """``table`` as a GitHub Markdown table: integers with thousands separators, shares and
-    correlations to ``digits`` decimals."""
-
-    def cell(v) -> str:
-        if isinstance(v, str):
-            return v
-        if pd.isna(v):
-            return ""
-        if float(v).is_integer() and abs(v) >= 10:
-            return f"{int(v):,}"
-        return f"{v:.{digits}f}"
-
-    head = [table.index.name or ""] + [str(c) for c in table.columns]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for name, row in table.iterrows():
-        lines.append("| " + " | ".join([str(name)] + [cell(v) for v in row]) + " |")
-    return "\n".join(lines) + "\n"
+            if isinstance(design, AdaptiveSettings):
+                drawn = run_adaptive(cum, n, design)
+                out = {name: drawn}
+                even = np.rint(drawn.sum(axis=1) / trace.n_positions).astype(np.int64)
+                even = np.clip(even, 1, length)[:, None]
+                out[uniform_name(name)] = np.broadcast_to(even, drawn.shape)
+            else:
+                out = {name: np.full(cum.shape[:2], int(design), dtype=np.int64)}
+            for key, drawn in out.items():
+                scores = _scores(cum, drawn, truth, confidence, fixed_total)
+                head = {"design": key, "trace": trace.id, "seed": np.arange(seeds)}
+                frames.append(pd.DataFrame(head | {"positions": trace.n_positions} | scores))
+    return pd.concat(frames, ignore_index=True)

@@ -2,10 +2,10 @@
 
 A command declares ``rule: AdaptiveSettings`` and is decorated with :func:`adaptive_options`,
 which adds ``--n-min``, ``--step``, ``--width``, ``--threshold`` (0: off), ``--confidence``,
-``--correction``, ``--budget`` and ``--prior`` to its signature and passes the settings,
-already checked (one line, exit 2, before any work), as ``rule``. Each number option
-carries its range (:func:`mechscope.cli.options.number`), so the parser refuses a value
-outside it before the command runs.
+``--correction``, ``--budget``, ``--prior``, ``--target``, ``--k`` and ``--cap`` to its
+signature and passes the settings, already checked (one line, exit 2, before any work),
+as ``rule``. Each number option carries its range (:func:`mechscope.cli.options.number`),
+so the parser refuses a value outside it before the command runs.
 """
 
 from __future__ import annotations
@@ -74,6 +74,21 @@ OPTIONS: dict[str, tuple[str, Any, Any, str, dict[str, float]]] = {
         "Adaptive: order positions by none|receivers|suppression.",
         {},
     ),
+    "target": (
+        "--target",
+        str,
+        "threshold",
+        "Adaptive: the question the rule answers: threshold|ranking|topk|topk-bayes.",
+        {},
+    ),
+    "k": ("--k", int, 5, "Adaptive, --target topk*: how many anchors to find.", {"min": 1}),
+    "cap": (
+        "--cap",
+        int,
+        None,
+        "Adaptive: most rollouts per position (default --n; above it contested ones go on).",
+        {"min": 1},
+    ),
 }
 
 
@@ -105,7 +120,7 @@ def adaptive_options(fn: F) -> F:
             name,
             inspect.Parameter.KEYWORD_ONLY,
             default=_option(*spec),
-            annotation=spec[1],
+            annotation=spec[1] if spec[2] is not None else spec[1] | None,
         )
         for name, spec in OPTIONS.items()
     ]

@@ -7,7 +7,7 @@ prints the validation table and writes its tables and figures to ``--out``.
 
 from __future__ import annotations
 
-from dataclasses import replace
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,8 +29,16 @@ if TYPE_CHECKING:
 console = Console(stderr=True)
 PUBLISHED_HELP = "Folder of published traces (model/solution/problem_*/chunks_labeled.json)."
 FOLDER_HELP = "Keep one model folder of --published (e.g. deepseek-r1-distill-qwen-14b)."
-FIXED_NS = (10, 20, 30, 50, 70, 100)
-FRONTIER_THRESHOLDS = (0.15, 0.2, 0.3, 0.35)
+#: the simulation summary's columns on the terminal (each with its interval)
+SHOWN = ["saving", "saving_ci", "spearman", "spearman_ci", "top5", "top5_ci", "d_top5",
+         "d_top5_ci", "uniform_spearman", "uniform_top5"]  # fmt: skip
+#: the simulation summary's columns in the Markdown table (each with its interval)
+COLUMNS = [
+    "rollouts", "rollouts_ci", "share", "share_ci", "spearman", "spearman_ci", "top5",
+    "top5_ci", "d_top5", "d_top5_ci", "coverage", "coverage_ci", "uniform_spearman",
+    "uniform_spearman_ci", "uniform_top5", "uniform_top5_ci", "d_uniform_top5",
+    "d_uniform_top5_ci", "uniform_coverage", "uniform_coverage_ci",
+]  # fmt: skip
 
 
 def print_table(table: pd.DataFrame, title: str) -> None:
@@ -42,7 +50,11 @@ def print_table(table: pd.DataFrame, title: str) -> None:
     for col in table.columns:
         out.add_column(str(col), justify="right")
     for name, row in table.iterrows():
-        cells = ["" if pd.isna(v) else f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}" for v in row]
+        cells = [
+            v if isinstance(v, str) else "" if pd.isna(v) else f"{v:,.0f}" if abs(v) >= 100
+            else f"{v:.3g}"
+            for v in row
+        ]  # fmt: skip
         out.add_row(str(name), *cells)
     Console().print(out)
 
@@ -120,13 +132,24 @@ def plan(
         seeds=seeds,
     )
     if published is not None:
-        from mechscope.anchors.adaptive.simulate import short_name
+        from mechscope.anchors.adaptive.tables import short_name
 
         table.index = [short_name(str(t)) for t in table.index]
         table.index.name = "trace"
     print_table(table, f"Plan: n = {n}, {throughput:,.0f} generated tokens/s per GPU")
     if csv is not None:
         table.to_csv(csv)
+    if pubs is not None:  # the accuracies are known: price every question's design
+        from mechscope.anchors.adaptive.designs import standard_designs
+        from mechscope.anchors.adaptive.plan import design_prices
+
+        designs = {k: v for k, v in standard_designs(n, rule).items() if not isinstance(v, int)}
+        prices = design_prices(traces, tokenizer, pubs, designs, n=n,
+                               max_new_tokens=max_new_tokens, throughput=float(throughput),
+                               seeds=seeds)  # type: ignore[arg-type]  # fmt: skip
+        print_table(prices, "Price of each design (all traces)")
+        if csv is not None:
+            prices.to_csv(csv.with_name(csv.stem + "-designs.csv"))
 
 
 def _probe(opts, server, server_model, tokenizer, trace, rollouts, tokens) -> float:
@@ -152,53 +175,73 @@ def simulate(
         "deepseek-r1-distill-qwen-14b", "--model-folder", help=FOLDER_HELP
     ),
     n: int = number(100, "--n", min=1, help="Rollouts per position of the fixed design."),
-    seeds: int = number(20, "--seeds", min=1, help="Simulated runs per trace and design."),
+    seeds: int = number(50, "--seeds", min=2, help="Simulated runs per trace and design."),
     seed: int = SEED_OPTION,
-    frontier: bool = typer.Option(
-        True, "--frontier/--no-frontier", help="Also fixed N and other thresholds (figure)."
+    sensitivity: bool = typer.Option(
+        True, "--sensitivity/--no-sensitivity", help="Also with true rates drawn from posteriors."
+    ),
+    level: float = number(
+        0.95,
+        "--level",
+        min=0.0,
+        above=0.0,
+        max=1.0,
+        below=1.0,
+        help="Level of every design's intervals scored for coverage (one look).",
     ),
     out: Path | None = typer.Option(None, "--out", help="Folder for tables and figures."),
     rule: AdaptiveSettings = AdaptiveSettings(),
 ) -> None:
-    """The adaptive design on Bernoulli rollouts drawn from the published accuracies: rollouts
-    against the fixed design and recovery of the published importances, per trace."""
+    """Every design (fixed N, the adaptive rules by question, and the rule given) on
+    Bernoulli rollouts drawn from the published accuracies: rollouts, saving, Spearman ρ,
+    top-k recovery and coverage at one level, with Monte-Carlo intervals over seeds and the
+    uniform design of equal cost beside each adaptive one."""
+    from mechscope.anchors.adaptive.designs import standard_designs
     from mechscope.anchors.adaptive.figures import frontier_figure
     from mechscope.anchors.adaptive.published import load_published
-    from mechscope.anchors.adaptive.simulate import (
+    from mechscope.anchors.adaptive.simulate import simulate
+    from mechscope.anchors.adaptive.tables import (
         design_summary,
         markdown,
         per_trace_table,
         short_name,
-        simulate,
+        with_intervals,
     )
 
     rule.check_against(n)
     if out is not None and out.exists() and not out.is_dir():
         raise InputError(f"a folder, got the file {out}", field="--out")
     traces = load_published(published, model_folder)
-    designs: dict[str, AdaptiveSettings | int] = {"adaptive": rule, f"fixed {n}": n}
-    if frontier:
-        designs |= {f"fixed {k}": k for k in FIXED_NS if k < n}
-        for tau in FRONTIER_THRESHOLDS:
-            if tau != rule.threshold:
-                designs[f"adaptive τ={tau:g}"] = replace(rule, threshold=tau)
-    frame = simulate(traces, designs, n=n, seeds=seeds, seed=seed, confidence=rule.confidence)
-    table = per_trace_table(frame, "adaptive", f"fixed {n}")
-    table.index = [short_name(t) for t in table.index]
-    table.index.name = "trace"
-    print_table(table, f"Adaptive vs fixed {n}: {len(traces)} traces × {seeds} seeds")
-    summary = design_summary(frame)
-    print_table(summary, "Per design (means over traces and seeds)")
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        table.to_csv(out / "anchors-adaptive-validation.csv")
-        summary.to_csv(out / "anchors-adaptive-designs.csv")
-        (out / "anchors-adaptive-validation.md").write_text(
-            markdown(table) + "\n" + markdown(summary)
+    designs = standard_designs(n, rule)
+    name = next(k for k, v in designs.items() if v == rule)
+    runs = {"published": False} | ({"posterior": True} if sensitivity else {})
+    tables: dict[str, pd.DataFrame] = {}
+    for label, posterior in runs.items():
+        frame = simulate(traces, designs, n=n, seeds=seeds, seed=seed,
+                         confidence=level, posterior=posterior)  # fmt: skip
+        summary = design_summary(frame, f"fixed {n}")
+        tables[f"designs-{label}"] = summary
+        print_table(with_intervals(summary[SHOWN]), f"Designs, true rates {label} ({seeds} seeds)")
+        if not posterior:
+            table = per_trace_table(frame, name, f"fixed {n}")
+            table.index = [short_name(t) for t in table.index]
+            table.index.name = "trace"
+            tables["traces"] = table
+            print_table(table, f"{name} against fixed {n} per trace (means over seeds)")
+    if out is None:
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    text = []
+    for key, table in tables.items():
+        table.to_csv(out / f"anchors-adaptive-{key}.csv")
+        shown = table if key == "traces" else with_intervals(table[COLUMNS])
+        text.append(f"## {key}\n\n" + markdown(shown, 3))
+    (out / "anchors-adaptive-validation.md").write_text("\n".join(text), encoding="utf-8")
+    settings = {"n": n, "seeds": seeds, "seed": seed, "level": level, "design": name,
+                "traces": len(traces), "sensitivity": sensitivity}  # fmt: skip
+    (out / "anchors-adaptive-settings.json").write_text(json.dumps(settings), encoding="utf-8")
+    for metric in ("top5", "spearman"):
+        frontier_figure(tables["designs-published"], metric, n).save_static(
+            out, f"anchors-adaptive-{metric}"
         )
-        if frontier:
-            for metric in ("top5", "spearman"):
-                frontier_figure(summary, metric, rule).save_static(
-                    out, f"anchors-adaptive-{metric}"
-                )
-        console.print(f"tables and figures in {out}")
+    console.print(f"tables and figures in {out}")
