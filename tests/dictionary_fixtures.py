@@ -12,15 +12,20 @@ N_FEATURES = 48
 
 
 def random_dictionary(
-    width: int, hook_in: Hook, hook_out: Hook | None = None, *, seed: int = 0
+    width: int,
+    hook_in: Hook,
+    hook_out: Hook | None = None,
+    *,
+    seed: int = 0,
+    n_features: int = N_FEATURES,
 ) -> Dictionary:
     """A ReLU dictionary reading ``hook_in`` (and writing ``hook_out``: a transcoder)."""
     g = torch.Generator().manual_seed(seed)
     kind = "sae" if hook_out is None else "transcoder"
     return Dictionary(
-        torch.randn(width, N_FEATURES, generator=g) / width**0.5,
-        torch.randn(N_FEATURES, generator=g) * 0.1,
-        torch.randn(N_FEATURES, width, generator=g) * 0.2,
+        torch.randn(width, n_features, generator=g) / width**0.5,
+        torch.randn(n_features, generator=g) * 0.1,
+        torch.randn(n_features, width, generator=g) * 0.2,
         torch.randn(width, generator=g) * 0.1,
         DictionaryConfig("relu", kind=kind, hook_in=hook_in, hook_out=hook_out),
     ).requires_grad_(False)

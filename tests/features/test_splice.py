@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dictionary_fixtures import random_dictionary as random_relu
 from mechscope.dictionaries import CrossLayerTranscoder, Dictionary, DictionaryConfig, Hook
 from mechscope.engine import Ablate, Edit, Engine, Patch, Read, Site, Steer
 from mechscope.engine.core.feature_sites import site_width
@@ -26,15 +27,7 @@ IDS = torch.tensor([[3, 17, 42, 9, 28, 5, 61, 12], [7, 7, 30, 2, 19, 44, 8, 23]]
 
 def random_dictionary(width: int, hook_in: Hook, hook_out: Hook | None = None, seed: int = 0):
     """A ReLU dictionary of ``width`` whose encoder fires on a third of its features."""
-    g = torch.Generator().manual_seed(seed)
-    kind = "sae" if hook_out is None else "transcoder"
-    return Dictionary(
-        torch.randn(width, N_FEATURES, generator=g) / width**0.5,
-        torch.randn(N_FEATURES, generator=g) * 0.1,
-        torch.randn(N_FEATURES, width, generator=g) * 0.2,
-        torch.randn(width, generator=g) * 0.1,
-        DictionaryConfig("relu", kind=kind, hook_in=hook_in, hook_out=hook_out),
-    ).requires_grad_(False)
+    return random_relu(width, hook_in, hook_out, seed=seed, n_features=N_FEATURES)
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
