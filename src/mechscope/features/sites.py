@@ -3,30 +3,26 @@
 An SAE reads and writes one site (``resid_post`` of layer 6); a transcoder reads the MLP's
 input and writes its output (``mlp_in`` → ``mlp_out``). ``mlp_in`` is the output of the norm
 before the MLP (the card's ``ln2`` module, its gain applied: what the MLP's first
-projection reads), reached as a module site; every other name is the engine's own site.
-The names SAELens gives the same places (``blocks.6.hook_resid_post``,
-``blocks.3.ln2.hook_normalized``) are kept for the files mechscope writes.
+projection reads), reached as a module site; every other name is the engine's own site
+(both resolved as for any dictionary's hook: ``engine.core.feature_sites.hook_site``). The
+names SAELens gives the same places (``blocks.6.hook_resid_post``,
+``blocks.3.ln2.hook_normalized``; ``dictionaries.hooks.to_tl``) are kept for the files
+mechscope writes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mechscope.dictionaries import Hook
+from mechscope.dictionaries.hooks import to_tl
+from mechscope.engine.core.feature_sites import hook_site
 from mechscope.engine.core.sites import Site
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 
 #: Sites a dictionary can read or write: one vector of the residual width per position.
 SITES = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "mlp_in")
-#: SAELens's (TransformerLens's) hook name of each site, ``{layer}`` filled in.
-HOOK_NAMES = {
-    "resid_pre": "blocks.{layer}.hook_resid_pre",
-    "resid_mid": "blocks.{layer}.hook_resid_mid",
-    "resid_post": "blocks.{layer}.hook_resid_post",
-    "attn_out": "blocks.{layer}.hook_attn_out",
-    "mlp_out": "blocks.{layer}.hook_mlp_out",
-    "mlp_in": "blocks.{layer}.ln2.hook_normalized",
-}
 
 
 @dataclass(frozen=True, order=True)
@@ -51,22 +47,20 @@ class Where:
 
     @property
     def hook_name(self) -> str:
-        return HOOK_NAMES[self.site].format(layer=self.layer)
+        return to_tl(Hook(self.site, self.layer))
 
     @property
     def hook_name_out(self) -> str:
-        return HOOK_NAMES[self.site_out].format(layer=self.layer)
+        return to_tl(Hook(self.site_out, self.layer))
 
 
 def engine_site(lm: LoadedModel, name: str, layer: int) -> Site:
     """The engine's :class:`Site` for ``name`` at ``layer`` (``mlp_in``: the ln2 norm's
     output, as a module site)."""
     lm.check_layer(layer)
-    if name == "mlp_in":
-        if lm.card.ln2 is None:
-            raise InputError(f"a card that names the MLP's norm (ln2) for {name}", field="site")
-        return Site.module(f"{lm.card.layers}.{layer}.{lm.card.ln2}", "output")
-    return Site(name, layer)
+    if name == "mlp_in" and lm.card.ln2 is None:
+        raise InputError(f"a card that names the MLP's norm (ln2) for {name}", field="site")
+    return hook_site(lm, Hook(name, layer), name)  # where a dictionary at that hook sits
 
 
 def sites_of(lm: LoadedModel, where: Where) -> tuple[Site, Site]:
