@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mechscope.dictionaries import Dictionary, DictionaryConfig, save_saelens
+from mechscope.dictionaries import Dictionary, DictionaryConfig, Hook, save_saelens
 from mechscope.features.metrics import kl_rows, reconstruction_sums, summarize
 from tolerance import assert_exact, assert_rounding_close
 
@@ -33,7 +33,7 @@ def test_saelens_reads_what_mechscope_writes_and_agrees_on_the_metrics(tmp_path,
     w_dec /= w_dec.norm(dim=-1, keepdim=True)
     config = DictionaryConfig(
         activation=activation, k=6 if activation == "topk" else None, apply_b_dec_to_input=True,
-        input_scale=0.5,
+        input_scale=0.5, hook_in=Hook("resid_post", 0, "tiny"),
     )  # fmt: skip
     threshold = torch.full((width,), 0.3) if activation == "jumprelu" else None
     d = Dictionary(w_dec.T.clone(), 0.1 * torch.randn(width, generator=g), w_dec,
