@@ -1,10 +1,11 @@
 """Which features a metric depends on: attribution over feature activations.
 
-The dictionary is spliced into the pass by an :class:`~mechscope.engine.Edit` that exposes
-its features: at the site it writes, the activation becomes ``decode(α · f) + error`` with
-``f = encode(x)`` a leaf of the autograd graph and ``error = site − decode(f)`` held fixed,
-so at ``α = 1`` the pass computes exactly what the model computes (up to rounding) and the
-metric's gradient reaches every feature of every position.
+The dictionary is spliced into the pass as the engine splices any dictionary
+(:meth:`~mechscope.engine.Site.feature`): its input site is encoded, its output site gets
+the change of the reconstruction and keeps the error term. An :class:`~mechscope.engine.Edit`
+on the feature site exposes the features: it replaces ``f = encode(x)`` by ``z = α · f``, a
+leaf of the autograd graph, so at ``α = 1`` the pass computes exactly what the model
+computes and the metric's gradient reaches every feature of every position.
 
 - ``attribution="grad_x_act"`` (attribution patching towards zero): ``f · ∂m/∂f`` at the
   clean pass, the first-order change of the metric when a feature is removed;
@@ -25,9 +26,8 @@ from dataclasses import dataclass
 import torch
 
 from mechscope.dictionaries import Dictionary
-from mechscope.engine import Edit, Engine
+from mechscope.engine import Edit, Engine, Site
 from mechscope.errors import InputError
-from mechscope.features.sites import Where, sites_of
 from mechscope.models.loaded import LoadedModel
 
 Metric = Callable[[torch.Tensor], torch.Tensor]
@@ -51,53 +51,41 @@ class FeatureAttribution:
         return [(int(i), float(total[i])) for i in idx]
 
 
-def exposed_splice(
-    d: Dictionary, read, holder: dict, alpha: float, scale: torch.Tensor | None = None
-) -> Callable:
-    """The Edit function of the module docstring: ``decode(z) + error`` with the leaf
-    ``z = α · f`` (times ``scale [d_sae]`` where given), stored in ``holder`` with ``f``."""
+def exposed(d: Dictionary, holder: dict, alpha: float, scale: torch.Tensor | None = None) -> Edit:
+    """The Edit of the module docstring on ``d``'s feature site: the features ``f`` become
+    the leaf ``z = α · f`` (times ``scale [d_sae]`` where given); both kept in ``holder``."""
 
-    def fn(act: torch.Tensor, ctx) -> torch.Tensor:
-        x = ctx[read] if read is not None else act  # [b, T, d_in]
-        with torch.no_grad():
-            f = d.encode(x).float()
-            error = act.float() - d.decode(f, x).float()
+    def fn(f: torch.Tensor, ctx) -> torch.Tensor:
+        f = f.detach().float()  # [b, T, d_sae]
         z = f * alpha if scale is None else f * alpha * scale.to(f.device)
-        z = z.detach().requires_grad_(True)
-        holder["f"], holder["z"] = f, z
-        out = d.decode(z, x).float() + error
-        return out.to(act.dtype)
+        holder["f"], holder["z"] = f, z.requires_grad_(True)
+        return holder["z"]
 
-    return fn
+    return Edit(Site.feature(d), fn)
 
 
 def feature_attribution(
     lm: LoadedModel,
     d: Dictionary,
-    where: Where,
     inputs,
     metric: Metric,
     *,
     method: str = "grad_x_act",
     steps: int = 16,
 ) -> FeatureAttribution:
-    """Attribution of ``metric`` to every feature of ``d`` at every position of ``inputs``
-    (module docstring)."""
+    """Attribution of ``metric`` to every feature of ``d`` (placed by its own hooks) at
+    every position of ``inputs`` (module docstring)."""
     if method not in ("grad_x_act", "ig"):
         raise InputError(f"'grad_x_act' or 'ig', got {method!r}", field="method")
     if steps < 1:
         raise InputError(f"at least one step, got {steps}", field="steps")
     eng = Engine.of(lm)
-    s_in, s_out = sites_of(lm, where)
-    read = s_in if s_in != s_out else None
-    reads = [s_in] if read is not None else []
     for p in d.parameters():
         p.requires_grad_(False)
 
     def one(alpha: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         holder: dict = {}
-        edit = Edit(s_out, exposed_splice(d, read, holder, alpha), reads=reads)
-        out = eng.run(inputs, [edit], logits=True, grad=True)
+        out = eng.run(inputs, [exposed(d, holder, alpha)], logits=True, grad=True)
         m = metric(out.logits.float())  # [b]
         (grad,) = torch.autograd.grad(m.sum(), holder["z"])  # ∂m/∂z at z = α f
         return m.detach(), holder["f"], grad
