@@ -4,10 +4,12 @@
 - Gemma 3 270M: a per-layer TopK transcoder set, the MLP's input to its output at each of
   its 18 layers (width 1024, k 32).
 
-Sized for a 2-core CPU shared with other work (about an hour and a half in all): SmolLM2
-computes 100,000 tokens of the corpus in buffers of 32,768 and Gemma 33,000 in buffers of
-16,384; each buffer is used four times, so the dictionaries see four times as many
-training tokens (400,000 and 131,072) as the model computed. The corpus is the built-in
+Sized for a 2-core CPU shared with other work (about an hour each): SmolLM2 computes
+100,000 tokens of the corpus in buffers of 32,768 and Gemma 65,536 in buffers of 16,384;
+each buffer is used four times, so the dictionaries see four times as many training
+tokens (400,000 and 262,144) as the model computed. SmolLM2's SAEs take steps of 4,096
+tokens (98 steps); Gemma's transcoders steps of 512 (512 steps: at 4,096 tokens a step,
+32 steps left them unusable, explained variance at most 0.23). The corpus is the built-in
 one (the Python documentation shipped with CPython) and, where the shared datasets are
 found, GSM8K's test problems with their worked answers.
 
@@ -63,7 +65,7 @@ def studies() -> dict[str, tuple[str, TrainConfig]]:
             "gemma3-270m",
             TrainConfig(
                 kind="transcoder", site="mlp_in", site_out="mlp_out", layers=tuple(range(18)),
-                width=1024, tokens=131_072, buffer=16_384, **common,
+                width=1024, tokens=262_144, buffer=16_384, **{**common, "batch": 512},
             ),
         ),
     }  # fmt: skip
