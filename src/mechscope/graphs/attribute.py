@@ -11,9 +11,6 @@
    zero column per logit appended: ``rows [R, N]`` over ``N = features + L·T errors + T
    tokens + K logits``, the layout circuit-tracer's dense matrix has (its error and token
    rows, all zero, are not stored).
-
-The memory is sized first (:mod:`mechscope.graphs.memory`), and the pass's rows shrink to
-what fits ``memory``.
 """
 
 from __future__ import annotations
