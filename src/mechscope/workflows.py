@@ -87,6 +87,15 @@ WORKFLOWS: list[Workflow] = [
         demo=False,
     ),
     Workflow(
+        "graphs",
+        "mechscope.graphs",
+        order=45,
+        command="graph",
+        help="Attribution graph of a prompt through transcoders (circuit-tracer's graphs).",
+        demo=False,
+        report=False,
+    ),
+    Workflow(
         "anchors",
         "mechscope.anchors",
         order=50,

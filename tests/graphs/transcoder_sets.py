@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import torch
+import yaml
 from safetensors.torch import save_file
 
 from mechscope.dictionaries import (
@@ -75,14 +76,59 @@ def _gemma_scope_2(d: Dictionary, folder: Path, layer: int) -> Path:
     return folder
 
 
+def write_circuit_tracer(
+    members: list[Dictionary],
+    folder: Path,
+    *,
+    model_name: str,
+    hook_in: str = "mlp.hook_in",
+    hook_out: str = "hook_mlp_out",
+) -> Path:
+    """``members`` (one per layer) as circuit-tracer's ``TranscoderSet.to_safetensors``
+    writes them (``layer_{i}.safetensors``: ``W_enc [d_sae, d_in]``, ``W_dec``, ``b_enc``,
+    ``b_dec``, ``activation_function.threshold``, ``W_skip [d_out, d_in]``) and the
+    ``config.yaml`` its loader reads (TransformerLens hook names)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    names = []
+    for layer, d in enumerate(members):
+        tensors = {"W_enc": d.w_enc.T, "W_dec": d.w_dec, "b_enc": d.b_enc, "b_dec": d.b_dec}
+        if d.threshold is not None:
+            tensors["activation_function.threshold"] = d.threshold
+        if d.w_skip is not None:
+            tensors["W_skip"] = d.w_skip.T
+        names.append(f"layer_{layer}.safetensors")
+        save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(folder / names[-1]))
+    (folder / "config.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "model_kind": "transcoder_set",
+                "model_name": model_name,
+                "feature_input_hook": hook_in,
+                "feature_output_hook": hook_out,
+                "transcoders": names,
+            }
+        )
+    )
+    return folder
+
+
 def transcoder_set(
     lm, folder: Path, *, layout: str = "saelens", skip: bool = True, seed: int = 0
 ) -> DictionarySet:
-    """A random transcoder per layer of ``lm``, written in ``layout`` (``saelens`` or
-    ``gemma_scope_2``) under ``folder`` and read back with ``load_dictionary``."""
+    """A random transcoder per layer of ``lm``, written in ``layout`` (``saelens``,
+    ``gemma_scope_2`` or ``circuit_tracer``) under ``folder`` and read back with
+    ``load_dictionary``."""
+    jumprelu = layout != "saelens"
+    if layout == "circuit_tracer":
+        members = [
+            random_transcoder(lm.d_model, layer, skip=skip, jumprelu=jumprelu, seed=seed)
+            for layer in range(lm.n_layers)
+        ]
+        write_circuit_tracer(members, folder, model_name=lm.spec)
+        return load_dictionary(folder).requires_grad_(False)
     members = {}
     for layer in range(lm.n_layers):
-        d = random_transcoder(lm.d_model, layer, skip=skip, jumprelu=layout != "saelens", seed=seed)
+        d = random_transcoder(lm.d_model, layer, skip=skip, jumprelu=jumprelu, seed=seed)
         where = folder / f"layer_{layer}"
         if layout == "saelens":
             save_saelens(d, where)
