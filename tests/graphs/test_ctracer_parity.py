@@ -1,0 +1,131 @@
+"""Against circuit-tracer 0.5 itself, in its own environment (it pins transformers 4.57.3
+and nnsight, so it cannot share mechscope's): set ``MECHSCOPE_CTRACER_PYTHON`` to that
+environment's python. Offline: circuit-tracer's environment builds a tiny random Qwen 3
+(``Qwen3ForCausalLM``: the smallest family circuit-tracer 0.5 runs offline there, see
+``ctracer_child.py``) from its config and saves it with the tiny tokenizer; both sides load
+it from that folder, circuit-tracer through TransformerLens. A random JumpReLU
+skip-transcoder set is written in circuit-tracer's layout (``layer_i.safetensors`` +
+``config.yaml``), which circuit-tracer's loader and ``mechscope.dictionaries`` both read.
+For the same token ids: the same logit targets and active features, the adjacency equal
+to fp32 rounding, the same pruned nodes and edges, and the same scores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from transcoder_sets import random_transcoder, write_circuit_tracer
+
+from mechscope.dictionaries import load_dictionary
+from mechscope.engine import Engine
+from mechscope.graphs import attribute
+from mechscope.models import load_model
+from mechscope.models.tiny import tiny_tokenizer
+from tolerance import assert_exact, assert_rounding_close, depth_of
+
+PYTHON = os.environ.get("MECHSCOPE_CTRACER_PYTHON")
+pytestmark = pytest.mark.skipif(
+    not PYTHON or not Path(PYTHON).exists(), reason="MECHSCOPE_CTRACER_PYTHON is not set"
+)
+CHILD = Path(__file__).with_name("ctracer_child.py")
+PROMPT = "The trophy didn't fit in the suitcase because it was too big. It"
+ARGS = {
+    "max_n_logits": 5,
+    "desired_logit_prob": 0.95,
+    "batch_size": 16,
+    "max_feature_nodes": None,
+    "node_threshold": 0.8,
+    "edge_threshold": 0.98,
+}
+
+
+def _child(*args: str) -> None:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.run([PYTHON, str(CHILD), *args], capture_output=True, text=True,
+                          timeout=900, env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def _model_folder(folder: Path) -> Path:
+    """The tiny tokenizer's files in a form both transformers read, then the model."""
+    tok = tiny_tokenizer()
+    folder.mkdir()
+    tok.backend_tokenizer.save(str(folder / "tokenizer.json"))
+    special = {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"}
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", **special})
+    )
+    (folder / "special_tokens_map.json").write_text(json.dumps(special))
+    ids = {k.removesuffix("_token"): tok.convert_tokens_to_ids(v) for k, v in special.items()}
+    (folder / "special_ids.json").write_text(json.dumps({**ids, "vocab_size": len(tok)}))
+    _child("make", str(folder))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("ctracer")
+    model_dir = _model_folder(root / "model")
+    lm = load_model(str(model_dir), dtype="float32")
+    members = []
+    for layer in range(lm.n_layers):
+        d = random_transcoder(lm.d_model, layer, skip=True, jumprelu=True, seed=3)
+        d.w_dec.data.mul_(30)  # reconstructions of the size of the MLP outputs
+        members.append(d)
+    tc_dir = write_circuit_tracer(
+        members, root / "tc", model_name="tiny-qwen3", hook_out="mlp.hook_out"
+    )
+    tset = load_dictionary(tc_dir).requires_grad_(False)
+    ids = lm.to_tokens(PROMPT, prepend_bos=True).ids[0].cpu()
+    (root / "args.json").write_text(json.dumps({**ARGS, "ids": ids.tolist()}))
+    _child("attribute", str(model_dir), str(tc_dir), str(root / "args.json"), str(root / "ct.pt"))
+    theirs = torch.load(root / "ct.pt")
+    ours = attribute(
+        Engine.of(lm), tset, ids, max_n_logits=ARGS["max_n_logits"],
+        desired_logit_prob=ARGS["desired_logit_prob"], batch_size=ARGS["batch_size"],
+    )  # fmt: skip
+    return lm, ours, theirs
+
+
+def test_the_same_nodes(both) -> None:
+    lm, ours, theirs = both
+    assert_exact(ours.tokens, theirs["input_tokens"])
+    assert_exact(ours.logit_ids, theirs["logit_ids"])
+    assert_rounding_close(ours.logit_probs, theirs["logit_probs"], depth=depth_of(lm),
+                          scale=1.0, msg="logit probabilities")  # fmt: skip
+    assert_exact(ours.active, theirs["active_features"])
+    assert_exact(torch.arange(ours.layout.n_features), theirs["selected_features"])
+    assert ours.layout.n_features > 20, "the random transcoders fire"
+    assert_rounding_close(
+        ours.activations, theirs["activation_values"], depth=depth_of(lm),
+        scale=float(theirs["activation_values"].abs().max()), msg="activations",
+    )  # fmt: skip
+
+
+def test_the_same_adjacency(both) -> None:
+    lm, ours, theirs = both
+    want = theirs["adjacency"]
+    got = ours.adjacency()
+    assert got.shape == want.shape
+    assert_rounding_close(got, want, depth=depth_of(lm), scale=float(want.abs().max()),
+                          msg="adjacency")  # fmt: skip
+    assert_exact(got == 0, want == 0)  # the same structural zeros
+
+
+def test_the_same_pruned_graph_and_scores(both) -> None:
+    lm, ours, theirs = both
+    pruned = ours.prune(ARGS["node_threshold"], ARGS["edge_threshold"])
+    assert_exact(pruned.node_mask, theirs["node_mask"])
+    edges = torch.zeros_like(theirs["edge_mask"])
+    edges[ours.row_nodes] = pruned.edge_mask
+    assert_exact(edges, theirs["edge_mask"])
+    # a running sum over the nodes in influence order, shares of a total of 1
+    assert_rounding_close(pruned.cumulative, theirs["cumulative"], depth=ours.layout.n_nodes,
+                          scale=1.0, msg="cumulative influence")  # fmt: skip
+    assert_rounding_close(torch.tensor(ours.scores(), dtype=torch.float64), theirs["scores"],
+                          depth=depth_of(lm), scale=1.0, msg="scores")  # fmt: skip
