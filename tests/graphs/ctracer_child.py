@@ -9,7 +9,8 @@ Gemma 3 configs from official names only, Qwen 3 from any config.)
 
 ``attribute MODEL_DIR TC_DIR ARGS_JSON OUT``: circuit-tracer's graph of the prompt's ids
 with the transcoder set of ``TC_DIR`` (``layer_i.safetensors`` + ``config.yaml``), its
-pruning and its scores, saved with ``torch.save`` to ``OUT``.
+pruning and its scores, saved with ``torch.save`` to ``OUT``, and its graph file as
+circuit-tracer's ``create_graph_files`` writes it, in the folder ``OUT`` without suffix.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ def attribute(model_dir: Path, tc_dir: Path, args: dict, out: Path) -> None:
         TransformerLensReplacementModel,
     )
     from circuit_tracer.transcoder.single_layer_transcoder import load_transcoder_set
+    from circuit_tracer.utils.create_graph_files import create_graph_files
     from transformer_lens import loading_from_pretrained as loading
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -93,6 +95,10 @@ def attribute(model_dir: Path, tc_dir: Path, args: dict, out: Path) -> None:
         graph, args["node_threshold"], args["edge_threshold"]
     )
     replacement, completeness = compute_graph_scores(graph)
+    create_graph_files(
+        graph, slug="parity", output_path=str(out.with_suffix("")), scan="tiny-qwen3",
+        node_threshold=args["node_threshold"], edge_threshold=args["edge_threshold"],
+    )  # fmt: skip
     torch.save(
         {
             "adjacency": graph.adjacency_matrix.cpu(),

@@ -24,6 +24,7 @@ from transcoder_sets import random_transcoder, write_circuit_tracer
 from mechscope.dictionaries import load_dictionary
 from mechscope.engine import Engine
 from mechscope.graphs import attribute
+from mechscope.graphs.neuronpedia import graph_json
 from mechscope.models import load_model
 from mechscope.models.tiny import tiny_tokenizer
 from tolerance import assert_exact, assert_rounding_close, depth_of
@@ -89,6 +90,7 @@ def both(tmp_path_factory: pytest.TempPathFactory):
         Engine.of(lm), tset, ids, max_n_logits=ARGS["max_n_logits"],
         desired_logit_prob=ARGS["desired_logit_prob"], batch_size=ARGS["batch_size"],
     )  # fmt: skip
+    theirs["file"] = json.loads((root / "ct" / "parity.json").read_text())
     return lm, ours, theirs
 
 
@@ -129,3 +131,39 @@ def test_the_same_pruned_graph_and_scores(both) -> None:
                           scale=1.0, msg="cumulative influence")  # fmt: skip
     assert_rounding_close(torch.tensor(ours.scores(), dtype=torch.float64), theirs["scores"],
                           depth=depth_of(lm), scale=1.0, msg="scores")  # fmt: skip
+
+
+def test_the_same_graph_file(both) -> None:
+    """Our file of our graph against circuit-tracer's ``create_graph_files`` of its graph:
+    the same metadata, nodes and links; the floats to rounding."""
+    lm, ours, theirs = both
+    want = theirs["file"]
+    got = graph_json(ours, "parity", "tiny-qwen3", node_threshold=ARGS["node_threshold"],
+                     edge_threshold=ARGS["edge_threshold"], decode=lm.tokenizer.decode)  # fmt: skip
+    got = json.loads(json.dumps(got))
+    assert got["metadata"] == want["metadata"] and got["qParams"] == want["qParams"]
+    floats = ("influence", "activation", "token_prob")
+
+    def fixed(nodes: list[dict]) -> list[dict]:
+        return [{k: v for k, v in n.items() if k not in floats} for n in nodes]
+
+    assert fixed(got["nodes"]) == fixed(want["nodes"])
+    assert [n["clerp"] for n in got["nodes"]] == [n["clerp"] for n in want["nodes"]]
+    for key, depth, scale in (
+        ("influence", ours.layout.n_nodes, 1.0),
+        ("token_prob", depth_of(lm), 1.0),
+        ("activation", depth_of(lm), float(ours.activations.abs().max())),
+    ):
+        both_nodes = list(zip(got["nodes"], want["nodes"], strict=True))
+        assert all(g[key] is None for g, w in both_nodes if w[key] is None)
+        pairs = [(g[key], w[key]) for g, w in both_nodes if w[key] is not None]
+        assert_rounding_close(torch.tensor([g for g, _ in pairs], dtype=torch.float64),
+                              torch.tensor([w for _, w in pairs], dtype=torch.float64),
+                              depth=depth, scale=scale, msg=key)  # fmt: skip
+    link = [(x["source"], x["target"]) for x in got["links"]]
+    assert link == [(x["source"], x["target"]) for x in want["links"]]
+    assert_rounding_close(
+        torch.tensor([x["weight"] for x in got["links"]], dtype=torch.float64),
+        torch.tensor([x["weight"] for x in want["links"]], dtype=torch.float64),
+        depth=depth_of(lm), scale=float(theirs["adjacency"].abs().max()), msg="link weights",
+    )  # fmt: skip
