@@ -93,7 +93,6 @@ WORKFLOWS: list[Workflow] = [
         command="graph",
         help="Attribution graph of a prompt through transcoders (circuit-tracer's graphs).",
         demo=False,
-        report=False,
     ),
     Workflow(
         "anchors",

@@ -39,7 +39,8 @@ def test_a_graph_run_writes_circuit_tracers_files_and_resumes(transcoders, tmp_p
     summary = json.loads((out / "graph" / "summary.json").read_text())
     assert 0 < summary["replacement_score"] <= 1 and 0 < summary["completeness_score"] <= 1
     assert (out / "tables" / "graph_nodes.parquet").exists()
-    assert (out / "report.html").exists()
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "Attribution graph" in html and "Replacement score" in html
     before = (out / "graph" / "cat.json").read_text()
     again = CliRunner().invoke(app, argv)
     assert again.exit_code == 0, again.output
