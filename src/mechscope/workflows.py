@@ -87,6 +87,14 @@ WORKFLOWS: list[Workflow] = [
         demo=False,
     ),
     Workflow(
+        "graphs",
+        "mechscope.graphs",
+        order=45,
+        command="graph",
+        help="Attribution graph of a prompt through transcoders (circuit-tracer's graphs).",
+        demo=False,
+    ),
+    Workflow(
         "anchors",
         "mechscope.anchors",
         order=50,

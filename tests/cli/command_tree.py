@@ -60,6 +60,9 @@ def commands(root: typer.Typer = app, path: tuple[str, ...] = ()) -> list[Comman
     for info in root.registered_commands:
         name = info.name or info.callback.__name__.replace("_", "-")
         found.append(Command((*path, name), _params(info.callback)))
+    callback = root.registered_callback
+    if path and callback is not None and root.info.invoke_without_command:
+        found.append(Command(path, _params(callback.callback)))  # a group that is a command
     for group in root.registered_groups:  # a workflow's group: its module imported here
         found += commands(typer_of(group.typer_instance), (*path, group.name))
     return found

@@ -1,0 +1,17 @@
+"""Attribution graphs (circuit-tracer's method) on any family the engine runs: each MLP
+replaced by its transcoder plus an error node, attention patterns and norm scales frozen at
+the prompt (from the card), direct effects between features, errors, tokens and logits by
+batched backward passes, pruning by influence, and the graph in Neuronpedia's JSON."""
+
+from typing import TYPE_CHECKING
+
+from mechscope.lazy import lazy_package
+
+if TYPE_CHECKING:  # the exports, each imported on first use (mechscope.lazy)
+    from mechscope.graphs.attribute import attribute
+    from mechscope.graphs.graph import Graph
+    from mechscope.graphs.replacement import replacement_logits
+
+__all__ = ["Graph", "attribute", "replacement_logits"]
+
+lazy_package(__name__)

@@ -1,0 +1,73 @@
+"""``mechscope graph PROMPT -m MODEL --transcoders DIR``: one prompt's attribution graph."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from mechscope.cli.common import checked_run, finish, validated, workflow_app
+from mechscope.cli.model_options import model_options
+from mechscope.cli.options import number
+from mechscope.models.options import ModelOptions
+
+# the group is the command: its options may follow the prompt
+app = workflow_app(
+    invoke_without_command=True,
+    no_args_is_help=False,
+    context_settings={"allow_interspersed_args": True},
+)
+console = Console(stderr=True)
+
+
+@app.callback()
+@model_options
+def graph(
+    prompt: str = typer.Argument(..., help="The prompt (a BOS is put first)."),
+    transcoders: Path = typer.Option(
+        ..., "--transcoders", help="A transcoder set's folder (any published layout)."
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", help="Run directory (resumed if it exists; default: runs/graph-<hash>)."
+    ),
+    max_n_logits: int = number(10, "--max-logits", min=1, help="Logit targets at most."),
+    desired_logit_prob: float = number(
+        0.95, "--logit-prob", above=0.0, max=1.0, help="Probability mass the targets cover."
+    ),
+    batch_size: int = number(64, "--batch", min=1, help="Rows per backward pass."),
+    max_feature_nodes: int | None = number(
+        None, "--max-features", min=1, help="Features kept by influence (default: all active)."
+    ),
+    node_threshold: float = number(0.8, "--node-threshold", min=0.0, max=1.0,
+                                   help="Cumulative node influence kept."),
+    edge_threshold: float = number(0.98, "--edge-threshold", min=0.0, max=1.0,
+                                   help="Cumulative edge influence kept."),
+    slug: str = typer.Option("graph", "--slug", help="The graph's name in its JSON file."),
+    opts: ModelOptions = ModelOptions(),
+) -> None:  # fmt: skip
+    """Attribution graph of one prompt: transcoders replace the MLPs, direct effects between
+    features, errors, tokens and logits, pruned; written as circuit-tracer's graph JSON."""
+    from mechscope.graphs.config import GraphConfig
+    from mechscope.graphs.run import prepare, run_graph
+
+    config = validated(
+        GraphConfig, prompt=prompt, transcoders=str(transcoders.expanduser().resolve()),
+        max_n_logits=max_n_logits, desired_logit_prob=desired_logit_prob,
+        batch_size=batch_size, max_feature_nodes=max_feature_nodes,
+        node_threshold=node_threshold, edge_threshold=edge_threshold, slug=slug,
+    )  # fmt: skip
+    record = {"graph": config.model_dump(mode="json"), **opts.config()}
+    if out is None:
+        key = hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:10]
+        out = Path("runs") / f"graph-{key}"
+    lm, (tset, ids), run = checked_run(out, record, opts, lambda lm: prepare(lm, config))
+    s = run_graph(run, lm, config, tset, ids, scan=opts.model)
+    console.print(
+        f"replacement {s['replacement_score']:.3f}, completeness {s['completeness_score']:.3f}; "
+        f"{s['n_nodes_written']} nodes, {s['n_links_written']} links: "
+        f"{run.path / 'graph' / (slug + '.json')}"
+    )
+    console.print(f"report: {finish(run)}")

@@ -1,0 +1,90 @@
+"""Adjacency rows from batched backward passes through the frozen replacement.
+
+Row ``r`` of a batch belongs to one target node: a feature (its pre-activation is
+``direction · x_in`` at its layer and position) or a logit (its demeaned logit is
+``vector · h`` at the final norm's input, last position). One ``autograd.grad`` call per
+batch sends each target's vector into its own copy of the prompt and reads the gradients
+at every layer's MLP output and at the token embeddings; a source's edge to the target is
+that gradient dotted with what the source writes there (``a_s · W_dec`` for a feature,
+summed over the layers a cross-layer feature writes to; the error vector; the embedding).
+Since the pass is linear in those writes, this is the exact direct effect.
+
+Columns: every active feature (in :class:`~mechscope.graphs.replacement.Nodes` order),
+then the error nodes (layer-major, ``L × T``), then the token nodes (``T``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mechscope.graphs.freeze import PassState
+from mechscope.graphs.replacement import Nodes
+
+
+def n_columns(nodes: Nodes) -> int:
+    """Features, errors and tokens: the sources a row has a weight for."""
+    n_layers, n_pos = nodes.errors.shape[:2]
+    return nodes.n_features + (n_layers + 1) * n_pos
+
+
+def feature_offsets(nodes: Nodes) -> dict[int, int]:
+    """The first column of each source layer's active features."""
+    layers = nodes.active[:, 0]
+    return {int(layer): int((layers < layer).sum()) for layer in nodes.decoders}
+
+
+def compute_rows(
+    state: PassState,
+    nodes: Nodes,
+    layers: torch.Tensor,  # [n]: the target's layer; n_layers for a logit
+    positions: torch.Tensor,  # [n]
+    vectors: torch.Tensor,  # [n, d]: direction (feature) or logit vector
+    *,
+    last: bool = False,
+) -> torch.Tensor:
+    """``[n, n_columns]`` fp32: the direct effect of every source on each target.
+    ``last``: free the pass's graph after this batch."""
+    n = int(layers.shape[0])
+    n_layers, n_pos = nodes.errors.shape[:2]
+    rows_in_pass = int(state.embed.shape[0])  # type: ignore[union-attr]
+    if n > rows_in_pass:
+        raise ValueError(f"{n} targets in a pass of {rows_in_pass} rows")
+    outputs, grads = [], []
+    for layer in layers.unique().tolist():
+        target = state.final if layer == n_layers else state.x_in[int(layer)]
+        g = torch.zeros_like(target)  # [B, T, d]
+        which = (layers == layer).nonzero(as_tuple=True)[0]
+        g[which.to(g.device), positions[which].to(g.device)] = vectors[which].to(g)
+        outputs.append(target)
+        grads.append(g)
+    inputs = [state.out[layer] for layer in range(n_layers)] + [state.embed]
+    found = torch.autograd.grad(
+        outputs, inputs, grads, retain_graph=not last, allow_unused=True, materialize_grads=False
+    )
+    rows = torch.zeros(n, n_columns(nodes))
+    offsets = feature_offsets(nodes)
+    active_pos = nodes.active[:, 1]
+    for source, writes in nodes.decoders.items():
+        start = offsets[source]
+        count = writes[0][1].shape[0]
+        pos = active_pos[start : start + count]
+        total = torch.zeros(n, count)
+        for target_layer, rows_w in writes:
+            g = found[target_layer]
+            if g is None:
+                continue
+            g = g[:n, pos.to(g.device)].float()  # [n, m, d]
+            total += torch.einsum("nmd,md->nm", g, rows_w.to(g.device)).cpu()
+        rows[:, start : start + count] = total
+    base = nodes.n_features
+    for layer in range(n_layers):
+        g = found[layer]
+        if g is not None:
+            err = nodes.errors[layer].to(g.device)
+            block = torch.einsum("ntd,td->nt", g[:n].float(), err).cpu()
+            rows[:, base + layer * n_pos : base + (layer + 1) * n_pos] = block
+    g = found[-1]
+    if g is not None:
+        tokens = torch.einsum("ntd,td->nt", g[:n].float(), nodes.embeds.to(g.device)).cpu()
+        rows[:, base + n_layers * n_pos :] = tokens
+    return rows

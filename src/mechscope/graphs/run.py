@@ -1,0 +1,90 @@
+"""A graph run: the inputs checked against the model, then the graph computed once and
+written in the run directory (resumed: read back).
+
+``graph/<slug>.json`` and ``graph/graph-metadata.json`` are circuit-tracer's frontend
+files (:mod:`mechscope.graphs.neuronpedia`); ``tables/graph_nodes`` has every node with its
+influence and whether pruning kept it; ``graph/summary.json`` the scores and counts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mechscope.dictionaries import load_dictionary
+from mechscope.engine import Engine
+from mechscope.errors import InputError
+from mechscope.graphs.attribute import attribute
+from mechscope.graphs.config import GraphConfig
+from mechscope.graphs.freeze import check_freezable
+from mechscope.graphs.neuronpedia import graph_json, write_graph_files
+from mechscope.graphs.transcoders import Transcoders
+from mechscope.models.loaded import LoadedModel
+from mechscope.runs import RunDir
+from mechscope.runs.atomic import atomic_write_json
+from mechscope.runs.tables import write_table
+
+PART = "graph"
+
+
+def prepare(lm: LoadedModel, config: GraphConfig) -> tuple[Any, torch.Tensor]:
+    """The transcoders read from their folder and the prompt's ids ``[T]`` (BOS first),
+    each refused in one line where it does not fit the model: before any run exists."""
+    tset = load_dictionary(Path(config.transcoders))
+    tc = Transcoders(tset, lm.n_layers)
+    width = int(tc.directions(0, torch.tensor([0])).shape[-1])
+    if width != lm.d_model:
+        raise InputError(
+            f"transcoders reading the model's width {lm.d_model}, got {width}",
+            field="transcoders",
+        )
+    check_freezable(lm, tc)
+    ids = lm.to_tokens(config.prompt, prepend_bos=True).ids[0].cpu()
+    if ids.numel() < 2:
+        raise InputError(
+            f"a prompt of at least one token after the BOS, got {config.prompt!r}", field="prompt"
+        )
+    return tset, ids
+
+
+def run_graph(
+    run: RunDir, lm: LoadedModel, config: GraphConfig, tset: Any, ids: torch.Tensor, *,
+    scan: str, progress: bool = False,
+) -> dict[str, Any]:  # fmt: skip
+    """The graph of ``ids`` in ``run`` (module docstring); its summary."""
+    folder = run.path / "graph"
+    if run.part_done(PART):
+        return json.loads((folder / "summary.json").read_text())
+    with run.timed(PART):
+        graph = attribute(
+            Engine.of(lm), tset, ids, max_n_logits=config.max_n_logits,
+            desired_logit_prob=config.desired_logit_prob, batch_size=config.batch_size,
+            max_feature_nodes=config.max_feature_nodes, progress=progress,
+        )  # fmt: skip
+        graph.prompt = config.prompt
+        data = graph_json(
+            graph, config.slug, scan, node_threshold=config.node_threshold,
+            edge_threshold=config.edge_threshold, decode=lm.tokenizer.decode,
+        )  # fmt: skip
+        pruned = graph.prune(config.node_threshold, config.edge_threshold)
+        write_table(run, "graph_nodes", graph.node_table(pruned))
+        write_graph_files(data, folder)
+        replacement, completeness = graph.scores()
+        summary = {
+            "replacement_score": replacement,
+            "completeness_score": completeness,
+            "n_tokens": int(ids.numel()),
+            "n_active_features": graph.n_active,
+            "n_features": graph.layout.n_features,
+            "n_nodes_kept": int(pruned.node_mask.sum()),
+            "n_nodes_written": len(data["nodes"]),
+            "n_links_written": len(data["links"]),
+            "top_logit": lm.tokenizer.decode(int(graph.logit_ids[0])),
+            "top_logit_prob": float(graph.logit_probs[0]),
+        }
+        atomic_write_json(folder / "summary.json", summary)
+    run.record_part(PART, 0.0, done=True)
+    return summary
