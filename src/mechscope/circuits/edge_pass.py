@@ -20,6 +20,7 @@ layer's attention, one MLP) for a given value, as EAP-IG's interpolations do.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -77,6 +78,7 @@ class EdgePass:
     probe: torch.Tensor | None = None  # [b, p, R, d] fp32
     replace: dict[Group, torch.Tensor] = field(default_factory=dict)  # group -> [b, p, d]
     outputs: list[torch.Tensor] = field(default_factory=list)  # per group [b, p, k, d] fp32
+    written: dict[Group, torch.Tensor] = field(default_factory=dict)  # group -> [b, p, d] fp32
     _x: dict[int, torch.Tensor] = field(default_factory=dict)
     _attn_delta: dict[int, torch.Tensor] = field(default_factory=dict)
 
@@ -104,13 +106,14 @@ class EdgePass:
         return out
 
     def _keep(self, value: torch.Tensor) -> None:
-        self.outputs.append(value.float() if torch.is_grad_enabled() else value.float().detach())
+        keep_graph = torch.is_grad_enabled() and self.mask is not None
+        self.outputs.append(value.float() if keep_graph else value.detach().float())
 
     # --- the edits -------------------------------------------------------------------------
     def edits(self) -> list[Edit]:
         """The pass's interventions, in the order the model meets them."""
         g = self.graph
-        self.outputs, self._x, self._attn_delta = [], {}, {}
+        self.outputs, self.written, self._x, self._attn_delta = [], {}, {}, {}
         out: list[Edit] = []
         for layer in range(g.n_layers):
             out.append(Edit(Site("resid_pre", layer), self._resid_pre(layer)))
@@ -132,6 +135,7 @@ class EdgePass:
             self._x[layer] = x
             if layer == 0:
                 self._keep(x[:, :, None, :])
+                self.written[("input", 0)] = x.detach().float()
             return new if new is None else x
 
         return fn
@@ -162,8 +166,13 @@ class EdgePass:
         def fn(attn_out: torch.Tensor, ctx) -> torch.Tensor | None:  # [b, p, d]
             new = self.replace.get(("attn", layer))
             z = ctx[Site("z", layer)]  # [b, p, H, d_head]
-            parts, _ = head_results(self.wiring.lm, layer, z, attn_out, "edge circuits")
+            if self.mask is None:  # only a patched pass reads its senders' outputs back
+                z, attn_out = z.detach(), attn_out.detach()
+            with warnings.catch_warnings():  # the sum check reads a value off the graph
+                warnings.simplefilter("ignore", UserWarning)
+                parts, _ = head_results(self.wiring.lm, layer, z, attn_out, "edge circuits")
             self._keep(parts)  # [b, p, H, d]
+            self.written[("attn", layer)] = attn_out.detach().float()
             return None if new is None else new.to(attn_out.device, attn_out.dtype)
 
         return fn
@@ -181,6 +190,7 @@ class EdgePass:
             if new is not None:
                 y = new.to(y.device, y.dtype)
             self._keep(y[:, :, None, :])
+            self.written[("mlp", layer)] = y.detach().float()
             return None if new is None else y
 
         return fn
