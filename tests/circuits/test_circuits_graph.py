@@ -45,6 +45,6 @@ def test_mask_and_refusal():
     g = EdgeGraph(n_layers=2, n_heads=2, n_kv_heads=2, d_model=8)
     m = g.mask(["input->m1", "a1.h1->logits"])
     assert int(m.sum()) == 2 and bool(m[g.edge_index["input->m1"]])
-    with pytest.raises(InputError, match="a9.h0->logits"):
+    with pytest.raises(InputError, match=r"a9\.h0->logits"):
         g.mask(["a9.h0->logits"])
     assert g.cfg()["n_kv_heads"] == 2

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tolerance import assert_beyond_rounding, assert_exact, assert_rounding_close, depth_of
 
 from mechscope.circuits.edge_pass import EdgePass, Wiring
 from mechscope.circuits.evaluate import baselines, evaluate, patched_logits, prepare
 from mechscope.engine import Engine, Read, Site
 from mechscope.models import load_model
 from mechscope.tolerance import scale_of
+from tolerance import assert_beyond_rounding, assert_exact, assert_rounding_close, depth_of
 
 FAMILIES = ["tiny:llama", "tiny:gpt2", "tiny:qwen3", "tiny:gemma3_text", "tiny:gpt_neox"]
 
@@ -26,7 +26,7 @@ def setup(request, batch):
 
 
 def test_whole_graph_is_the_clean_run(setup, batch):
-    lm, eng, wiring, prep = setup
+    _, eng, wiring, prep = setup
     plain = eng.run(batch.clean, [], attention_mask=batch.mask, logits=1).logits[:, -1].float()
     assert_exact(prep.clean_logits, plain, msg="recording pass")
     none = torch.zeros(wiring.graph.n_senders, wiring.graph.n_receivers)
@@ -65,7 +65,7 @@ def test_logits_read_only_their_own_edges(setup, batch):
 def test_senders_add_up_to_the_residual(setup, batch):
     """Input + every head's write + every MLP = the last residual stream, up to the
     attention projections' biases (GPT-2, NeoX), which no sender owns."""
-    lm, eng, wiring, prep = setup
+    lm, eng, wiring, _ = setup
     p = EdgePass(wiring)
     site = Site("resid_post", lm.n_layers - 1)
     out = eng.run(batch.clean, [*p.edits(), Read(site)], attention_mask=batch.mask, logits=False)
