@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import random_batch
+from circuit_fixtures import random_batch
 from mechscope.circuits.attribute import attribute
 from mechscope.circuits.edge_pass import Wiring
 from mechscope.circuits.evaluate import prepare
