@@ -2,12 +2,12 @@
 
 - SmolLM2-135M-Instruct on IOI (generated pairs) and on known facts (ROME's known_1000,
   clean and corrupt subjects of one token length);
-- Gemma 3 270M on IOI.
+- Gemma 3 270M on the same two tasks.
 
 Each is ``mechscope circuit run`` with its defaults (EAP-IG on inputs, 5 steps, logit
 difference, top-n circuits on MIB's grid, 2,000 bootstrap resamples) on 16 pairs, into
 ``runs/circuits-study/<name>``, which resumes where it stopped; ``--table`` prints
-docs/circuits.md's results table from those run directories. About 7 minutes in all on
+docs/circuits.md's results table from those run directories. About 9 minutes in all on
 2 CPU cores.
 
     python scripts/circuits_study.py            # every run, then the table
@@ -28,6 +28,7 @@ RUNS = {
     "smollm2-ioi": ("smollm2-135m", "ioi"),
     "smollm2-facts": ("smollm2-135m", "facts"),
     "gemma3-ioi": ("gemma3-270m", "ioi"),
+    "gemma3-facts": ("gemma3-270m", "facts"),
 }
 PAIRS = 16
 
