@@ -95,6 +95,14 @@ WORKFLOWS: list[Workflow] = [
         demo=False,
     ),
     Workflow(
+        "circuits",
+        "mechscope.circuits",
+        order=46,
+        command="circuit",
+        help="Edge circuits: EAP and EAP-IG scores, exact edge patching, faithfulness.",
+        demo=False,
+    ),
+    Workflow(
         "anchors",
         "mechscope.anchors",
         order=50,

@@ -140,6 +140,7 @@ OUT = ["--out", "runs/x"]
 LENS_DIFF = ["lens", "diff", "lens.jsonl", "--contrast", "a-b", *M, *OUT]
 CANDS = ["lens", "candidates", "cands.jsonl", *M, *OUT]
 PATCH = ["patch", "run", "--pairs", "pairs.jsonl", *M, *OUT]
+CIRCUIT = ["circuit", "run", "--pairs", "pairs.jsonl", *M, *OUT]
 PATHS = ["patch", "path", "--pairs", "pairs.jsonl", *M, *OUT]
 STEER = ["steer", "sweep", "--prompts", "prompts.jsonl", *M, *OUT]
 CAA = [*STEER, "--pairs", "contrast.jsonl", "--layer", "1"]
@@ -453,6 +454,19 @@ CASES: dict[str, tuple[list[str], str]] = {
         [*PATCH, "--executor", "ray", "--address", "127.0.0.1:9"],
         "--address",
     ),
+    # circuit run
+    "circuit: no pairs nor task": (["circuit", "run", *M, *OUT], "pairs"),
+    "circuit: pairs and task": ([*CIRCUIT, "--task", "ioi"], "pairs"),
+    "circuit: one pair": (CIRCUIT, "at least 2 pairs"),
+    "circuit: lengths differ": (
+        ["circuit", "run", "--pairs", "pair_long.jsonl", *M, *OUT],
+        "corrupt",
+    ),
+    "circuit: unknown method": ([*CIRCUIT, "--method", "ACDC"], "method"),
+    "circuit: unknown metric": ([*CIRCUIT, "--metric", "accuracy"], "metric"),
+    "circuit: unknown rule": ([*CIRCUIT, "--rule", "random"], "rule"),
+    "circuit: share above 1": ([*CIRCUIT, "--shares", "0.1,2"], "shares"),
+    "circuit: task it does not take": (["circuit", "run", "--task", "math", *M, *OUT], "task"),
     # the rest
     "report: no run": (["report", "nowhere"], "nowhere"),
     "demo: unknown part": (

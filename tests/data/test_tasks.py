@@ -11,12 +11,19 @@ from mechscope.errors import InputError
 
 
 def test_each_workflow_builds_the_tasks_listed_for_it():
+    from mechscope.circuits.samples import BUILDERS as circuits
     from mechscope.distill.samples import BUILDERS as distill
     from mechscope.heads.samples import BUILDERS as heads
     from mechscope.patching.samples import BUILDERS as patching
     from mechscope.steering.samples import BUILDERS as steering
 
-    built = (("patching", patching), ("heads", heads), ("distill", distill), ("steering", steering))
+    built = (
+        ("patching", patching),
+        ("heads", heads),
+        ("distill", distill),
+        ("steering", steering),
+        ("circuits", circuits),
+    )
     for workflow, builders in built:
         assert tuple(builders) == tasks_of(workflow), workflow
     assert {w for t in TASKS.values() for w in t.workflows} == {w for w, _ in built}

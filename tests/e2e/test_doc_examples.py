@@ -1,4 +1,4 @@
-"""Every Python example of README.md and of the patching and attribution pages runs as
+"""Every Python example of README.md and of the patching, attribution and circuit pages runs as
 written, so the documentation never goes stale.
 
 The examples name the demo model; here they run on the tiny demo model (``demo_model.py``:
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PAGES = ("README.md", "docs/patching.md", "docs/heads.md")
+PAGES = ("README.md", "docs/patching.md", "docs/heads.md", "docs/circuits.md")
 BLOCK = re.compile(r"^ *```python\n(.*?)^ *```", re.S | re.M)
 HEADING = re.compile(r"^#+ (.+)$", re.M)
 DEMO_MODEL = '"smollm2-135m"'

@@ -91,6 +91,7 @@ REOPENED = (
     "TrainingResult",
     "EvalResult",
     "ExplainResult",
+    "CircuitResult",
 )
 
 
@@ -223,6 +224,20 @@ def test_features_results(tmp_path):
     batch = {"model_id": "m", "layer": 1, "sae_set": "a", "features": [{"feature_index": 0}]}
     back = _round_trip(tmp_path, ExplainResult(summary, {"a": batch}, {}))
     assert back.feature("a", 0) == {"feature_index": 0}
+
+
+def test_circuit_result(tiny, tmp_path):
+    from circuit_fixtures import random_batch
+    from mechscope.circuits.config import CircuitConfig
+    from mechscope.circuits.run import run_circuits
+    from mechscope.runs import RunDir
+
+    data = [random_batch(rows=2, seed=s) for s in range(2)]
+    cfg = CircuitConfig(method="EAP", shares=(0.1, 1.0), n_resamples=50)
+    run = RunDir.create(tmp_path, "c", {"config": cfg.model_dump(mode="json")})
+    result = run_circuits(run, tiny, data, cfg)
+    assert bool(result.circuit.any())
+    _round_trip(tmp_path, result)
 
 
 def test_heads_result(tiny, tmp_path):

@@ -38,14 +38,19 @@ TASKS: dict[str, Task] = {
             "ioi",
             "indirect object identification, generated (names that are single tokens)",
             None,
-            ("patching", "heads", "distill"),
+            ("patching", "heads", "distill", "circuits"),
         ),
-        Task("ioi-json", "IOI prompts read from a file", "ioi_prompts.json", ("patching",)),
+        Task(
+            "ioi-json",
+            "IOI prompts read from a file",
+            "ioi_prompts.json",
+            ("patching", "circuits"),
+        ),
         Task(
             "facts",
             "known facts, subject to attribute (ROME's known_1000)",
             "known_1000.json",
-            ("patching", "heads", "distill"),
+            ("patching", "heads", "distill", "circuits"),
         ),
         Task(
             "winogrande",

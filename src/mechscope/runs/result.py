@@ -55,6 +55,7 @@ RESULT_TYPES = (
     "mechscope.features.result:TrainingResult",
     "mechscope.features.result:EvalResult",
     "mechscope.features.result:ExplainResult",
+    "mechscope.circuits.result:CircuitResult",
 )
 
 
