@@ -266,11 +266,15 @@ def cache_ids(lm, batch: int, seq: int) -> torch.Tensor:
     return ids
 
 
-def cache_ours(lm, ids: torch.Tensor, dicts: list[Dictionary]):
-    """The features of each dictionary (sparse) and the logits: the cache computes the
-    logits on access, and SAELens's call returns them, so they are asked for here."""
-    cache = lm.run_with_cache(ids, [], sites=[Site.feature(d) for d in dicts])
-    return [cache[Site.feature(d)] for d in dicts], cache.logits
+def cache_ours(lm, ids: torch.Tensor, dicts: list[Dictionary], logits: bool = True):
+    """The features of each dictionary (sparse) and, with ``logits``, the logits: the
+    cache computes them on access, and SAELens's call returns them, so they are asked for
+    here. Without, the pass stops after the last dictionary's layer (as SAELens's is told
+    to)."""
+    sites = [Site.feature(d) for d in dicts]
+    stop = None if logits else max(d.config.hook_in.layer for d in dicts) + 1
+    cache = lm.run_with_cache(ids, [], sites=sites, logits=logits, stop_at_layer=stop)
+    return [cache[s] for s in sites], cache.logits if logits else None
 
 
 def cache_cases(lm, args, work: Path) -> list[harness.Case]:
@@ -284,34 +288,41 @@ def cache_cases(lm, args, work: Path) -> list[harness.Case]:
         return [harness.unavailable(case, label, f"{peer_python('saelens')} not found")]
     peer_args = {"model": model_dir(), "ids": str(work / "cache_ids.pt"), "sae_dirs": folders,
                  "threads": args.threads}  # fmt: skip
-    peer = Peer("saelens", "cache", peer_args, args.threads)
-    load = harness.machine()["loadavg"]
-    timings = harness.interleaved(
-        {"ours": lambda: cache_ours(lm, ids, dicts), "saelens": lambda: peer.ask("cache")},
-        reps=args.reps,
-    )
-    peer.ask(f"save {work / 'cache_peer.pt'}")
-    peer.close()
-    theirs = torch.load(work / "cache_peer.pt", weights_only=True)
-    ours = [t.to_dense() for t in timings.last["ours"][0]]
     sites = [sites_of(lm, Where(layer, "resid_post", "resid_post"))[1] for layer in CACHE_LAYERS]
-    x = lm.run_with_cache(ids, [], sites=sites)
-    check = feature_agreement(ours, theirs, [x[s] for s in sites], dicts, CACHE_LAYERS, lm)
-    sizes = {"batch": batch, "seq": seq}
-    mem_ours = harness.peak_in_child(__file__, "ours", args.threads, **sizes)
-    mem_peer = peer_mem("saelens", "cache", peer_args, args.threads)
-    mem_ratio = mem_ours["beyond_mb"] / mem_peer["beyond_mb"]
-    note = (f"ours sparse COO, SAELens dense; memory beyond the loaded model, fresh processes; "
-            f"load {load} at the start; memory ratio {mem_ratio:.2f} "
-            f"(target ≤ {MEMORY_TARGET})")  # fmt: skip
-    row = harness.case_from_check(timings, "ours", "saelens", check, case=case,
-                                  peer_label=label, target=TIME_TARGET, note=note)  # fmt: skip
-    row.extra.pop("cpu_ratio")  # the peer's CPU time is another process's
-    row.mem_ours_mb, row.mem_peer_mb = mem_ours["beyond_mb"], mem_peer["beyond_mb"]
-    row.extra.update(mem_ours=mem_ours, mem_peer=mem_peer,
-                     memory_ratio=mem_ratio,
-                     memory_target=MEMORY_TARGET)  # fmt: skip
-    return [row]
+    x = lm.run_with_cache(ids, [], sites=sites, logits=False)
+    x = [x[s] for s in sites]
+    rows = []
+    for logits, request in ((True, "cache"), (False, "cache_features")):
+        peer = Peer("saelens", "cache", peer_args, args.threads)
+        load = harness.machine()["loadavg"]
+        timings = harness.interleaved(
+            {"ours": lambda lg=logits: cache_ours(lm, ids, dicts, lg),
+             "saelens": lambda r=request, p=peer: p.ask(r)},
+            reps=args.reps,
+        )  # fmt: skip
+        peer.ask(f"save {work / 'cache_peer.pt'}")
+        peer.close()
+        theirs = torch.load(work / "cache_peer.pt", weights_only=True)
+        ours = [t.to_dense() for t in timings.last["ours"][0]]
+        check = feature_agreement(ours, theirs, x, dicts, CACHE_LAYERS, lm)
+        sizes = {"batch": batch, "seq": seq}
+        variant = "ours" if logits else "ours_features"
+        mem_ours = harness.peak_in_child(__file__, variant, args.threads, **sizes)
+        mem_peer = peer_mem("saelens", request, peer_args, args.threads)
+        mem_ratio = mem_ours["beyond_mb"] / mem_peer["beyond_mb"]
+        what = "with the logits" if logits else "features only (both stop after the last layer)"
+        note = (f"{what}; ours sparse COO, SAELens dense; memory beyond the loaded model, "
+                f"fresh processes, ratio {mem_ratio:.2f} (target ≤ {MEMORY_TARGET}); "
+                f"load {load} at the start")  # fmt: skip
+        row = harness.case_from_check(timings, "ours", "saelens", check,
+                                      case=f"{case}, {'with logits' if logits else 'no logits'}",
+                                      peer_label=label, target=TIME_TARGET, note=note)  # fmt: skip
+        row.extra.pop("cpu_ratio")  # the peer's CPU time is another process's
+        row.mem_ours_mb, row.mem_peer_mb = mem_ours["beyond_mb"], mem_peer["beyond_mb"]
+        row.extra.update(mem_ours=mem_ours, mem_peer=mem_peer, memory_ratio=mem_ratio,
+                         memory_target=MEMORY_TARGET)  # fmt: skip
+        rows.append(row)
+    return rows
 
 
 def mem_child(args) -> None:
@@ -321,8 +332,12 @@ def mem_child(args) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         ids = cache_ids(lm, args.batch, args.seq)
         dicts, _ = cache_dictionaries(lm, ids, Path(tmp))
-    print(json.dumps(harness.peak_of(lambda: cache_ours(lm, ids, dicts),
-                                     warmup=lambda: cache_ours(lm, ids, dicts))))  # fmt: skip
+    logits = args.mem_child == "ours"
+
+    def run():
+        return cache_ours(lm, ids, dicts, logits)
+
+    print(json.dumps(harness.peak_of(run, warmup=run)))
 
 
 def main() -> int:

@@ -10,9 +10,11 @@ own lines there too):
   scratch on the contexts of ``ids`` with the library's own trainer, and its fraction of
   variance unexplained on the held-out activations ``heldout`` before and after →
   ``{"seconds", "fvu_init", "fvu"}``;
-- ``cache`` (LIB ``saelens``, MODE ``cache``): ``HookedSAETransformer.run_with_cache_with_saes``
-  of ``ids`` with the SAEs of ``sae_dirs`` (error term kept, only their feature activations
-  cached) → ``{"seconds"}``; ``save PATH`` writes the last call's feature activations.
+- ``cache`` and ``cache_features`` (LIB ``saelens``, MODE ``cache``):
+  ``HookedSAETransformer.run_with_cache_with_saes`` of ``ids`` with the SAEs of
+  ``sae_dirs`` (error term kept, only their feature activations cached), with the logits
+  or stopping after the last SAE's layer → ``{"seconds"}``; ``save PATH`` writes the last
+  call's feature activations.
 
 ``features_peer.py mem LIB MODE ARGS_JSON``: the peak resident memory of one call in this
 fresh process (``harness.peak_of``), as one JSON line.
@@ -136,15 +138,21 @@ class SAELens:
             out = sae.decode(sae.encode(self.heldout))
         return {"seconds": seconds, "fvu": fvu(self.heldout, out), "fvu_init": before}
 
-    def cache(self) -> dict:
+    def cache(self, features_only: bool = False) -> dict:
+        last = max(int(s.cfg.metadata.hook_name.split(".")[1]) for s in self.saes)  # blocks.L.…
+        stop = {"stop_at_layer": last + 1} if features_only else {}
         t0 = time.perf_counter()
         with torch.no_grad():
-            _, cache = self.model.run_with_cache_with_saes(
-                self.ids, saes=self.saes, use_error_term=True,
+            _logits, cache = self.model.run_with_cache_with_saes(
+                self.ids, saes=self.saes, use_error_term=True, **stop,
                 names_filter=lambda name: name.endswith("hook_sae_acts_post"),
             )  # fmt: skip
         self.last = cache
         return {"seconds": time.perf_counter() - t0}
+
+    def cache_features(self) -> dict:
+        """The features only: the pass stops after the last SAE's layer, no logits."""
+        return self.cache(features_only=True)
 
     def save(self, path: str) -> None:
         names = [f"{s.cfg.metadata.hook_name}.hook_sae_acts_post" for s in self.saes]
@@ -168,7 +176,7 @@ def main() -> None:
             side.save(request[1])
             reply = {"saved": request[1]}
         else:
-            reply = run()
+            reply = getattr(side, request[0])()
         print("REPLY " + json.dumps(reply), flush=True)
 
 

@@ -178,6 +178,8 @@ def test_features_checks(tiny, tmp_path) -> None:
         peer = [d.encode(h) for d, h in zip(dicts, x, strict=True)]
     assert any(bool((p != 0).any()) for p in peer)
     assert bench_features.feature_agreement(ours, peer, x, dicts, layers, tiny).ok
+    alone = [t.to_dense() for t in bench_features.cache_ours(tiny, ids, dicts, False)[0]]
+    assert bench_features.feature_agreement(alone, peer, x, dicts, layers, tiny).ok
     peer[-1][0, -1, 0] += 1e-3 * float(peer[-1].abs().max())
     assert not bench_features.feature_agreement(ours, peer, x, dicts, layers, tiny).ok
     ours, peer = {"fvu_init": 1.2, "fvu": 0.5}, {"fvu_init": 9.0, "fvu": 1.5}
