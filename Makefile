@@ -134,8 +134,6 @@ $(BENCH_STAMP): pyproject.toml Makefile benchmarks/peers.txt benchmarks/constrai
 	$(BENCH_PY) -m pip check || true
 	touch $(BENCH_STAMP)
 
-bench-install: $(BENCH_STAMP) $(SAELENS_STAMP) $(SPARSIFY_STAMP)
-
 # The dictionary peers of benchmarks/bench_features.py, each in a venv of its own: SAELens 6.54
 # requires TransformerLens < 4 (.bench-venv has 4), and sparsify is kept apart the same way.
 # torch first under the pin of constraints.txt, then the peer with what it asks for; mechscope
@@ -157,6 +155,8 @@ $(1): Makefile benchmarks/constraints.txt
 endef
 $(eval $(call peer_venv,$(SAELENS_STAMP),$(SAELENS_PKGS)))
 $(eval $(call peer_venv,$(SPARSIFY_STAMP),$(SPARSIFY_PKGS)))
+
+bench-install: $(BENCH_STAMP) $(SAELENS_STAMP) $(SPARSIFY_STAMP)
 
 # Every bench_*.py, peers side by side, then benchmarks/RESULTS.md; non-zero if a check fails.
 bench: $(STAMP) $(BENCH_STAMP) $(SAELENS_STAMP) $(SPARSIFY_STAMP)
