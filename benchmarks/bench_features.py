@@ -37,8 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -48,6 +46,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
+from peer_process import PEERS, Peer, peer_mem, peer_python
 
 from mechscope.dictionaries import Dictionary, DictionaryConfig, Hook, load_dictionary, save_saelens
 from mechscope.engine import Site
@@ -60,22 +59,10 @@ from mechscope.models import DEFAULT_MODEL, cache_dir, load_model
 from mechscope.runs import RunDir
 from mechscope.tolerance import pass_depth
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-PEER = HERE / "features_peer.py"
 MODEL = DEFAULT_MODEL
 WIDTH, K, LAYER, CONTEXT, BATCH_CONTEXTS, N_HELDOUT = 4096, 32, 6, 128, 8, 8
 CACHE_LAYERS = (6, 15, 24)
 TIME_TARGET, MEMORY_TARGET = 1.0, 0.5
-PEERS = {
-    "saelens": ("MECHSCOPE_BENCH_SAELENS_PYTHON", ".bench-saelens", "SAELens 6.54"),
-    "sparsify": ("MECHSCOPE_BENCH_SPARSIFY_PYTHON", ".bench-sparsify", "sparsify 1.3.3"),
-}
-
-
-def peer_python(lib: str) -> Path:
-    var, venv, _ = PEERS[lib]
-    return Path(os.environ.get(var) or ROOT / venv / "bin" / "python")
 
 
 def fvu(x: torch.Tensor, x_hat: torch.Tensor) -> float:
@@ -114,47 +101,6 @@ def feature_agreement(ours: list[torch.Tensor], peer: list[torch.Tensor], x, dic
         one.tolerance = f"features.{layer} rounding per cell (K·eps·Σ|x·W_enc|·√{depth})"
         check = one if check is None else check & one
     return check
-
-
-class Peer:
-    """A peer's persistent process: ``features_peer.py serve LIB MODE ARGS``."""
-
-    def __init__(self, lib: str, mode: str, args: dict, threads: int) -> None:
-        cmd = [str(peer_python(lib)), str(PEER), "serve", lib, mode, json.dumps(args)]
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-               "PYTHONPATH": str(HERE), "TOKENIZERS_PARALLELISM": "false",
-               "WANDB_MODE": "disabled"}  # fmt: skip
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, env=env)  # fmt: skip
-        self.read()
-
-    def read(self) -> dict:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith("REPLY "):
-                return json.loads(line[len("REPLY ") :])
-        raise RuntimeError(f"peer process ended (exit {self.proc.wait()})")
-
-    def ask(self, request: str) -> dict:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(request + "\n")
-        self.proc.stdin.flush()
-        return self.read()
-
-    def close(self) -> None:
-        if self.proc.stdin:
-            self.proc.stdin.close()
-        self.proc.wait(timeout=60)
-
-
-def peer_mem(lib: str, mode: str, args: dict, threads: int) -> dict:
-    cmd = [str(peer_python(lib)), str(PEER), "mem", lib, mode, json.dumps(args)]
-    env = {**os.environ, **harness.MALLOC_ENV, "OMP_NUM_THREADS": str(threads),
-           "PYTHONPATH": str(HERE)}  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stderr[-3000:])
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def model_dir() -> str:
