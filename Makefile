@@ -134,10 +134,32 @@ $(BENCH_STAMP): pyproject.toml Makefile benchmarks/peers.txt benchmarks/constrai
 	$(BENCH_PY) -m pip check || true
 	touch $(BENCH_STAMP)
 
-bench-install: $(BENCH_STAMP)
+# The dictionary peers of benchmarks/bench_features.py, each in a venv of its own: SAELens 6.54
+# requires TransformerLens < 4 (.bench-venv has 4), and sparsify is kept apart the same way.
+# torch first under the pin of constraints.txt, then the peer with what it asks for; mechscope
+# is not installed there (the script runs each peer side in a child process).
+SAELENS_VENV ?= .bench-saelens
+SPARSIFY_VENV ?= .bench-sparsify
+SAELENS_STAMP := $(SAELENS_VENV)/.bench-installed
+SPARSIFY_STAMP := $(SPARSIFY_VENV)/.bench-installed
+SAELENS_PKGS := sae-lens==6.54.12 transformer-lens==3.9.0
+SPARSIFY_PKGS := eai-sparsify==1.3.3
+
+define peer_venv
+$(1): Makefile benchmarks/constraints.txt
+	test -x $(dir $(1))bin/python || python3 -m venv $(dir $(1))
+	$(dir $(1))bin/python -c "import torch" 2>/dev/null || \
+		$(dir $(1))bin/python -m pip install -c benchmarks/constraints.txt $(TORCH)
+	$(dir $(1))bin/python -m pip install -c benchmarks/constraints.txt $(2)
+	touch $(1)
+endef
+$(eval $(call peer_venv,$(SAELENS_STAMP),$(SAELENS_PKGS)))
+$(eval $(call peer_venv,$(SPARSIFY_STAMP),$(SPARSIFY_PKGS)))
+
+bench-install: $(BENCH_STAMP) $(SAELENS_STAMP) $(SPARSIFY_STAMP)
 
 # Every bench_*.py, peers side by side, then benchmarks/RESULTS.md; non-zero if a check fails.
-bench: $(STAMP) $(BENCH_STAMP)
+bench: $(STAMP) $(BENCH_STAMP) $(SAELENS_STAMP) $(SPARSIFY_STAMP)
 	$(PY) benchmarks/run_all.py --peer-python $(BENCH_PY) $(BENCH_ARGS)
 
 # The GPU suite (benchmarks/gpu_suite.py): every case at the Llama-3.1-8B and

@@ -158,3 +158,31 @@ def test_path_patching_check_fails_on_a_perturbed_grid(tiny) -> None:
     holes = grid.copy()
     holes[0, -1, -1] = 0.0  # a cell without a path (sender in the last layer) filled in
     assert not bench_path_patching.check(grid, holes, atol).ok
+
+
+def test_features_checks(tiny, tmp_path) -> None:
+    """bench_features' agreement: feature activations of two sites against the dictionary
+    applied by hand to transformers' hidden states (the last one is after the final norm,
+    so not the last layer) pass, one moved by 1e-3 of the largest
+    fails; training agrees when both held-out FVUs fell in training, not otherwise."""
+    import bench_features
+
+    ids = _ids(tiny)
+    ids[:, 0] = tiny.tokenizer.bos_token_id
+    layers = tuple(range(tiny.n_layers - 1))
+    dicts, _ = bench_features.cache_dictionaries(tiny, ids, tmp_path, layers)
+    ours = [t.to_dense() for t in bench_features.cache_ours(tiny, ids, dicts)[0]]
+    with torch.no_grad():
+        hidden = tiny.model(input_ids=ids, output_hidden_states=True).hidden_states
+        x = [hidden[layer + 1] for layer in layers]
+        peer = [d.encode(h) for d, h in zip(dicts, x, strict=True)]
+    assert any(bool((p != 0).any()) for p in peer)
+    assert bench_features.feature_agreement(ours, peer, x, dicts, layers, tiny).ok
+    alone = [t.to_dense() for t in bench_features.cache_ours(tiny, ids, dicts, False)[0]]
+    assert bench_features.feature_agreement(alone, peer, x, dicts, layers, tiny).ok
+    peer[-1][0, -1, 0] += 1e-3 * float(peer[-1].abs().max())
+    assert not bench_features.feature_agreement(ours, peer, x, dicts, layers, tiny).ok
+    ours, peer = {"fvu_init": 1.2, "fvu": 0.5}, {"fvu_init": 9.0, "fvu": 1.5}
+    assert bench_features.training_agreement(ours, peer).ok
+    assert not bench_features.training_agreement(ours, {"fvu_init": 1.2, "fvu": 1.3}).ok
+    assert not bench_features.training_agreement({"fvu_init": 0.9, "fvu": 0.9}, peer).ok
