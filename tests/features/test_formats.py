@@ -138,6 +138,30 @@ def test_unknown_folder_refused_in_one_line(tmp_path: Path) -> None:
     assert "\n" not in str(err.value)
 
 
+def test_subfolders_of_one_dictionary_each_are_a_set(tmp_path: Path) -> None:
+    """A folder of per-layer folders (a SAELens release, a training run's dictionaries)
+    reads as a set keyed by each one's layer, each member as it reads alone; two at one
+    layer are refused in one line naming the folder."""
+    from dataclasses import replace
+
+    d = load_dictionary(FIXTURES / "saelens" / "jumprelu_skip_transcoder")
+    for layer in (2, 0):
+        d.config.hook_in = replace(d.config.hook_in, layer=layer)
+        d.config.hook_out = replace(d.config.hook_out, layer=layer)
+        save_saelens(d, tmp_path / "set" / f"mlp_in-mlp_out.{layer}")
+    tset = load_dictionary(tmp_path / "set")
+    assert isinstance(tset, DictionarySet) and tset.layers == [0, 2]
+    assert detect(tmp_path / "set") == "folders"
+    x = torch.randn(3, tset[2].d_in, generator=torch.Generator().manual_seed(0))
+    alone = load_dictionary(tmp_path / "set" / "mlp_in-mlp_out.2")
+    with torch.no_grad():
+        assert_exact(tset[2](x), alone(x))  # the same file read twice
+    save_saelens(d, tmp_path / "set" / "again.0")  # a second dictionary at layer 0
+    with pytest.raises(ValueError, match="second at layer 0") as err:
+        load_dictionary(tmp_path / "set")
+    assert "\n" not in str(err.value)
+
+
 CIRCUIT_TRACER = FIXTURES / "circuit_tracer"
 
 

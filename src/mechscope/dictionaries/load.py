@@ -11,6 +11,9 @@ layout                 the files that say so
 ``dictionary_learning`` ``ae.pt`` + ``config.json``
 ``circuit_tracer``     ``config.yaml``, ``layer_<i>.safetensors`` (a transcoder set) or
                        ``W_enc_<i>.safetensors`` + ``W_dec_<i>.safetensors`` (cross-layer)
+``folders``            none of these, and subfolders that each hold one dictionary of any
+                       of them at its own layer (a SAELens release, a ``features train``
+                       run's ``dictionaries/``): read as one set
 =====================  ================================================================
 
 :func:`load_dictionary` returns a :class:`~mechscope.dictionaries.Dictionary`, a
@@ -37,6 +40,7 @@ LAYOUTS = (
     "sparsify",
     "dictionary_learning",
     "circuit_tracer",
+    "folders",
 )
 
 
@@ -60,13 +64,44 @@ def detect(folder: Path) -> str:
         n.startswith(("layer_", "W_enc_")) and n.endswith(".safetensors") for n in names
     ):
         return "circuit_tracer"
+    subs = sorted(p for p in folder.iterdir() if p.is_dir())
+    if subs and all(_holds_one(p) for p in subs):
+        return "folders"
     raise InputError(
         "the files of one layout (SAELens cfg.json + sae_weights.safetensors, Gemma Scope "
         "params.npz / params.safetensors, sparsify cfg.json + sae.safetensors, "
         "dictionary_learning ae.pt + config.json, circuit-tracer config.yaml / "
-        f"layer_<i>.safetensors), got {', '.join(shown) or 'an empty folder'}",
+        f"layer_<i>.safetensors), or subfolders holding one each, got "
+        f"{', '.join(shown) or 'an empty folder'}",
         field=str(folder),
     )
+
+
+def _holds_one(folder: Path) -> bool:
+    """Whether ``folder`` holds a dictionary of a layout with files of its own."""
+    try:
+        return detect(folder) != "folders"
+    except InputError:
+        return False
+
+
+def read_folders(folder: Path) -> DictionarySet:
+    """One dictionary from each subfolder, keyed by the layer its hook names: a set, or one
+    line naming the subfolder that does not fit (no layer, a set of its own, a layer taken)."""
+    members: dict[int, Dictionary] = {}
+    for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
+        d = load_dictionary(sub)
+        hook = d.config.hook_in if isinstance(d, Dictionary) else None
+        if hook is None or hook.layer is None:
+            raise InputError(
+                "subfolders each holding one dictionary whose hook names its layer", field=sub.name
+            )
+        if hook.layer in members:
+            raise InputError(
+                f"one dictionary per layer, got a second at layer {hook.layer}", field=sub.name
+            )
+        members[hook.layer] = d
+    return DictionarySet(members, source=str(folder))
 
 
 def load_dictionary(
@@ -88,6 +123,8 @@ def load_dictionary(
     layout = detect(folder)
     if layout == "gemma_scope_2" and not (folder / "params.safetensors").exists():
         loaded: Loaded = gemma_scope.read_v2_clt(folder)
+    elif layout == "folders":
+        loaded = read_folders(folder)
     else:
         readers = {
             "saelens": saelens.read,
