@@ -16,9 +16,10 @@ from torch import nn
 from transcoder_sets import transcoder_set
 
 from mechscope.engine import Engine
+from mechscope.engine.core.frozen import frozen_parameters
 from mechscope.errors import InputError, UnsupportedInterventionError
 from mechscope.graphs import attribute, replacement_logits
-from mechscope.graphs.replacement import attribution_pass, collect_nodes, no_parameter_grads
+from mechscope.graphs.replacement import attribution_pass, collect_nodes
 from mechscope.graphs.replay import removal_deltas, replay, target_values
 from mechscope.graphs.rows import compute_rows, n_columns
 from mechscope.graphs.transcoders import Transcoders
@@ -46,7 +47,7 @@ def test_replacement_logits_equal_the_model(case) -> None:
     want = eng.run(IDS[None]).logits[0]
     got = replacement_logits(eng, tc, IDS)
     assert_rounding_close(got, want, depth=depth_of(eng.lm), msg="replacement logits")
-    with no_parameter_grads(eng.lm.model, tset):
+    with frozen_parameters(eng.lm.model, tset):
         _, _, frozen_logits = attribution_pass(eng, tc, IDS, 3)
     assert_rounding_close(frozen_logits, want[-1], depth=depth_of(eng.lm), msg="frozen pass")
 
@@ -55,7 +56,7 @@ def test_every_edge_equals_the_frozen_model_forward(case) -> None:
     eng, tset = case
     lm = eng.lm
     tc = Transcoders(tset, lm.n_layers)
-    with no_parameter_grads(lm.model, tset):
+    with frozen_parameters(lm.model, tset):
         state, frozen, logits = attribution_pass(eng, tc, IDS, 24)
         nodes = collect_nodes(eng, tc, state, logits, max_n_logits=4)
         feats = torch.arange(nodes.n_features)[:: max(1, nodes.n_features // 20)]

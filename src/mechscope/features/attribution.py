@@ -27,6 +27,7 @@ import torch
 
 from mechscope.dictionaries import Dictionary
 from mechscope.engine import Edit, Engine, Site
+from mechscope.engine.core.frozen import frozen_parameters
 from mechscope.errors import InputError
 from mechscope.models.loaded import LoadedModel
 
@@ -80,8 +81,6 @@ def feature_attribution(
     if steps < 1:
         raise InputError(f"at least one step, got {steps}", field="steps")
     eng = Engine.of(lm)
-    for p in d.parameters():
-        p.requires_grad_(False)
 
     def one(alpha: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         holder: dict = {}
@@ -90,13 +89,14 @@ def feature_attribution(
         (grad,) = torch.autograd.grad(m.sum(), holder["z"])  # ∂m/∂z at z = α f
         return m.detach(), holder["f"], grad
 
-    value, f, grad = one(1.0)
-    if method == "grad_x_act":
-        nan = torch.full_like(value, float("nan"))
-        return FeatureAttribution(f * grad, f, value, nan)
-    total = torch.zeros_like(f)
-    for i in range(steps):
-        _, _, g = one((i + 0.5) / steps)
-        total += g
-    baseline, _, _ = one(0.0)
+    with frozen_parameters(lm.model, d):
+        value, f, grad = one(1.0)
+        if method == "grad_x_act":
+            nan = torch.full_like(value, float("nan"))
+            return FeatureAttribution(f * grad, f, value, nan)
+        total = torch.zeros_like(f)
+        for i in range(steps):
+            _, _, g = one((i + 0.5) / steps)
+            total += g
+        baseline, _, _ = one(0.0)
     return FeatureAttribution(f * total / steps, f, value, baseline)

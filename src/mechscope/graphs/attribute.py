@@ -22,6 +22,7 @@ import torch
 from mechscope.dictionaries.crosslayer import CrossLayerTranscoder
 from mechscope.dictionaries.sets import DictionarySet
 from mechscope.engine import Engine
+from mechscope.engine.core.frozen import frozen_parameters
 from mechscope.errors import InputError
 from mechscope.graphs.graph import Graph
 from mechscope.graphs.influence import Layout
@@ -29,7 +30,6 @@ from mechscope.graphs.replacement import (
     Nodes,
     attribution_pass,
     collect_nodes,
-    no_parameter_grads,
 )
 from mechscope.graphs.rows import compute_rows
 from mechscope.graphs.transcoders import Transcoders
@@ -62,7 +62,7 @@ def attribute(
     if batch_size < 1:
         raise InputError(f"a batch size of at least 1, got {batch_size}", field="batch_size")
     tc = Transcoders(transcoders, lm.n_layers)
-    with no_parameter_grads(lm.model, tc.source):
+    with frozen_parameters(lm.model, tc.source):
         state, _, logits = attribution_pass(engine, tc, ids, batch_size)
         nodes = collect_nodes(
             engine,

@@ -13,12 +13,9 @@ unembedding at the frozen final norm, scaled by the model's logit scale.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 from mechscope.engine import Engine
 from mechscope.engine.core.norms import norm_factors
@@ -51,20 +48,6 @@ class Nodes:
     @property
     def n_features(self) -> int:
         return int(self.active.shape[0])
-
-
-@contextmanager
-def no_parameter_grads(*modules: nn.Module) -> Iterator[None]:
-    """Parameters leave the pass's graph (only activations are differentiated), restored."""
-    params = [p for m in modules for p in m.parameters()]
-    before = [p.requires_grad for p in params]
-    try:
-        for p in params:
-            p.requires_grad_(False)
-        yield
-    finally:
-        for p, flag in zip(params, before, strict=True):
-            p.requires_grad_(flag)
 
 
 def attribution_pass(

@@ -8,33 +8,16 @@ and one backward pass.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import numpy as np
 import torch
 
 from mechscope.engine import Engine, Gate
+from mechscope.engine.core.frozen import frozen_parameters
 from mechscope.errors import InputError
 from mechscope.heads.integrate import shared_layers
 from mechscope.heads.memory import fit_gates, note_chunk
 from mechscope.heads.objectives import Objective
 from mechscope.models.loaded import LoadedModel
-
-
-@contextmanager
-def frozen_parameters(lm: LoadedModel) -> Iterator[None]:
-    """Turn off parameter gradients for the duration (restored after): attribution needs
-    gradients with respect to the gates only, and the autograd graph stays smaller."""
-    params = list(lm.model.parameters())
-    before = [p.requires_grad for p in params]
-    try:
-        for p in params:
-            p.requires_grad_(False)
-        yield
-    finally:
-        for p, flag in zip(params, before, strict=True):
-            p.requires_grad_(flag)
 
 
 def grad_rows(lm: LoadedModel, seq_len: int, rows_per_gate: int, logits_positions: int) -> int:
@@ -120,7 +103,7 @@ class GateFunction:
                 interventions.insert(0, Gate(shared.to(device), layers=range(k)))
             rows = torch.arange(n * m) % m  # expanded row j continues prompt row j % m
             expand = (k, n) if m == 1 else (k, rows)
-        with frozen_parameters(self.lm):
+        with frozen_parameters(self.lm.model):
             out = self.engine.run(
                 ids,
                 interventions,
