@@ -158,6 +158,26 @@ $(eval $(call peer_venv,$(SPARSIFY_STAMP),$(SPARSIFY_PKGS)))
 
 bench-install: $(BENCH_STAMP) $(SAELENS_STAMP) $(SPARSIFY_STAMP)
 
+# CircuitKit (benchmarks/bench_circuits.py) pins TransformerLens 3.8, which cannot share
+# .bench-venv with TransformerLens 4: a venv of its own, torch first under the same
+# constraints; `make bench` builds it too. bench_circuits.py reports its rows unavailable
+# while it is missing.
+CIRCUITKIT ?= circuitkit==0.2.0
+CIRCUITKIT_VENV ?= .bench-circuitkit
+CIRCUITKIT_PY := $(CIRCUITKIT_VENV)/bin/python
+CIRCUITKIT_STAMP := $(CIRCUITKIT_VENV)/.bench-installed
+.PHONY: bench-circuitkit
+
+$(CIRCUITKIT_STAMP): Makefile benchmarks/constraints.txt
+	test -x $(CIRCUITKIT_PY) || python3 -m venv $(CIRCUITKIT_VENV)
+	$(CIRCUITKIT_PY) -c "import torch" 2>/dev/null || \
+		$(CIRCUITKIT_PY) -m pip install -c benchmarks/constraints.txt $(TORCH)
+	$(CIRCUITKIT_PY) -m pip install -c benchmarks/constraints.txt $(CIRCUITKIT)
+	touch $(CIRCUITKIT_STAMP)
+
+bench-circuitkit: $(CIRCUITKIT_STAMP)
+bench: $(CIRCUITKIT_STAMP)
+
 # Every bench_*.py, peers side by side, then benchmarks/RESULTS.md; non-zero if a check fails.
 bench: $(STAMP) $(BENCH_STAMP) $(SAELENS_STAMP) $(SPARSIFY_STAMP)
 	$(PY) benchmarks/run_all.py --peer-python $(BENCH_PY) $(BENCH_ARGS)
