@@ -123,6 +123,7 @@ class Peer:
                 stderr=err,
                 text=True,
                 env=child_env,
+                cwd=log.parent,  # CircuitKit writes a logs/ folder where it runs
             )
         self.ready = self._reply()
         self.walls: list[float] = []
