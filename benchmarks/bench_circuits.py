@@ -121,7 +121,11 @@ def model_case(
             f"no CircuitKit interpreter at {python} (make bench-circuitkit, or {PEER_PYTHON_ENV})"
         )
         return [harness.unavailable(f"{m}, {size}", PEER_LABEL, reason) for m in METHODS]
-    peer = Peer(python, folder, pairs, threads, work / "circuitkit.log")
+    try:
+        peer = Peer(python, folder, pairs, threads, work / "circuitkit.log")
+    except RuntimeError as exc:  # it would not import or load offline: its last words say why
+        reason = f"CircuitKit did not start: {str(exc).strip().splitlines()[-1]}"
+        return [harness.unavailable(f"{m}, {size}", PEER_LABEL, reason) for m in METHODS]
     try:
         data = edge_batches(texts, int(lm.tokenizer.bos_token_id))
         if not same_tokens(data, peer.ready["ids"]):
