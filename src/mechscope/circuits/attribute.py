@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from mechscope.circuits.data import EdgeBatch
-from mechscope.circuits.edge_pass import EdgePass, Group, Wiring, groups, run_pass
+from mechscope.circuits.edge_pass import EdgePass, Group, Probe, Wiring, groups, run_pass
 from mechscope.circuits.graph import EdgeGraph
 from mechscope.circuits.metrics import Metric, resolve
 from mechscope.engine import Engine
@@ -97,13 +97,12 @@ def _gradients(
 ) -> torch.Tensor:
     """``[b, p, receivers, d]`` fp32: ``∂ Σ metric / ∂x_r`` of one pass."""
     g, lm = wiring.graph, wiring.lm
-    shape = (*ids.shape, g.n_receivers, g.d_model)
-    probe = torch.zeros(shape, device=lm.device, dtype=torch.float32, requires_grad=True)
+    probe = Probe.zeros(g, *ids.shape, lm.device)
     p = EdgePass(wiring, probe=probe, replace=replace)
     with torch.enable_grad():
         logits = run_pass(eng, ids, batch.mask, p, grad=True)  # [b, vocab]
         values = metric(logits, clean_logits, batch.labels)  # [b]
-        (grad,) = torch.autograd.grad(values.sum(), probe)
+        grad = probe.grad(values.sum())  # [b, p, receivers, d]
     return grad
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from mechscope.circuits.edge_pass import EdgePass, Wiring, run_pass
+from mechscope.circuits.edge_pass import EdgePass, Probe, Wiring, run_pass
 from mechscope.circuits.evaluate import Prepared
 from mechscope.circuits.metrics import Metric, resolve
 from mechscope.engine import Engine
@@ -42,13 +42,12 @@ def edge_derivatives(
     for alpha in alphas:
         mask = torch.zeros(g.n_senders, g.n_receivers)
         mask[s, r] = alpha
-        shape = (*batch.clean.shape, g.n_receivers, g.d_model)
-        probe = torch.zeros(shape, device=lm.device, requires_grad=True)
+        probe = Probe.zeros(g, *batch.clean.shape, lm.device)
         p = EdgePass(wiring, mask=mask, other=prep.corrupt_outputs, probe=probe)
         with torch.enable_grad():
             logits = run_pass(eng, batch.clean, batch.mask, p, grad=True)  # [b, vocab]
             values = fn(logits, prep.clean_logits, batch.labels)  # [b]
-            (grad,) = torch.autograd.grad(values.sum(), probe)
+            grad = probe.grad(values.sum())  # [b, p, receivers, d]
         current = torch.cat(p.outputs, 2)[:, :, s].detach()  # [b, p, d]
         other = torch.cat(prep.corrupt_outputs, 2)[:, :, s].to(lm.device)  # [b, p, d]
         out.append(torch.einsum("bpd,bpd->b", (other - current) * real, grad[:, :, r]).cpu())
