@@ -21,7 +21,6 @@ CMD, is a statistic of the same resamples.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -140,6 +139,26 @@ def _intervals(curve: Curve, confidence: float, n_resamples: int, seed: int):
     return np.asarray(res.confidence_interval.low), np.asarray(res.confidence_interval.high)
 
 
+def curve_point(
+    eng: Engine,
+    wiring: Wiring,
+    prepared: list[Prepared],
+    scores: torch.Tensor,
+    share: float,
+    *,
+    metric: str | Metric = "logit_diff",
+    rule: str = "topn",
+    absolute: bool = True,
+) -> dict:
+    """One size of the curve: the edges asked for (``requested``), those pruning kept
+    (``kept``) and every example's metric with that circuit (``values [examples]``)."""
+    g = wiring.graph
+    n = int(share * g.n_edges)
+    circuit = select(scores, g, rule=rule, n=n, absolute=absolute)
+    values = evaluate(eng, wiring, prepared, circuit, metric).double().numpy()
+    return {"requested": n, "kept": int(circuit.sum()), "values": values}
+
+
 def faithfulness_curve(
     eng: Engine,
     wiring: Wiring,
@@ -150,27 +169,27 @@ def faithfulness_curve(
     rule: str = "topn",
     shares: tuple[float, ...] = SHARES,
     absolute: bool = True,
-    progress: Callable[[int], None] | None = None,
 ) -> Curve:
     """The metric of every example on the circuit of each share of the graph's edges,
     selected from ``scores [senders, receivers]`` by ``rule`` (``topn`` or ``greedy``)."""
-    g = wiring.graph
     clean, corrupt = baselines(prepared, metric)
-    requested, kept, rows = [], [], []
-    for share in shares:
-        n = int(share * g.n_edges)
-        circuit = select(scores, g, rule=rule, n=n, absolute=absolute)
-        rows.append(evaluate(eng, wiring, prepared, circuit, metric).double().numpy())
-        requested.append(n)
-        kept.append(int(circuit.sum()))
-        if progress is not None:
-            progress(1)
+    points = [
+        curve_point(eng, wiring, prepared, scores, s, metric=metric, rule=rule, absolute=absolute)
+        for s in shares
+    ]
+    return curve_of(points, shares, clean.double().numpy(), corrupt.double().numpy(), rule)
+
+
+def curve_of(
+    points: list[dict], shares, clean: np.ndarray, corrupt: np.ndarray, rule: str
+) -> Curve:
+    """The :class:`Curve` of :func:`curve_point`'s results, one per share."""
     return Curve(
         np.asarray(shares, dtype=np.float64),
-        np.asarray(requested),
-        np.asarray(kept),
-        np.stack(rows),
-        clean.double().numpy(),
-        corrupt.double().numpy(),
+        np.asarray([p["requested"] for p in points]),
+        np.asarray([p["kept"] for p in points]),
+        np.stack([np.asarray(p["values"]) for p in points]),
+        clean,
+        corrupt,
         rule,
     )

@@ -15,8 +15,8 @@ from mechscope.circuits.attribute import attribute
 from mechscope.circuits.config import CircuitConfig
 from mechscope.circuits.data import EdgeBatch
 from mechscope.circuits.edge_pass import Wiring
-from mechscope.circuits.evaluate import evaluate, prepare
-from mechscope.circuits.faithfulness import Curve
+from mechscope.circuits.evaluate import prepare
+from mechscope.circuits.faithfulness import Curve, curve_of, curve_point
 from mechscope.circuits.layout import write_json
 from mechscope.circuits.result import (
     AREAS_TABLE,
@@ -73,14 +73,13 @@ def _curve(
     corrupt: np.ndarray,
 ) -> Curve:
     """The metric of every example with the circuit of each share, one shard per share."""
-    g = wiring.graph
     prepared = prepare(eng, wiring, data)
 
     def one(share: float) -> dict:
-        n = int(share * g.n_edges)
-        circuit = select(scores, g, rule=cfg.rule, n=n, absolute=not cfg.signed)
-        values = evaluate(eng, wiring, prepared, circuit, cfg.metric)
-        return {"requested": n, "kept": int(circuit.sum()), "values": values.double().numpy()}
+        return curve_point(
+            eng, wiring, prepared, scores, share,
+            metric=cfg.metric, rule=cfg.rule, absolute=not cfg.signed,
+        )  # fmt: skip
 
     done = run_sharded(
         ShardStore(run, f"{PART}-curve"),
@@ -89,15 +88,7 @@ def _curve(
         description="faithfulness curve",
         key=None,
     )
-    return Curve(
-        np.asarray(cfg.shares, dtype=np.float64),
-        np.asarray([d["requested"] for d in done]),
-        np.asarray([d["kept"] for d in done]),
-        np.stack([np.asarray(d["values"]) for d in done]),
-        clean,
-        corrupt,
-        cfg.rule,
-    )
+    return curve_of(done, cfg.shares, clean, corrupt, cfg.rule)
 
 
 def chosen_edges(curve: Curve, cfg: CircuitConfig) -> int:
