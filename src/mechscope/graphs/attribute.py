@@ -22,15 +22,10 @@ import torch
 from mechscope.dictionaries.crosslayer import CrossLayerTranscoder
 from mechscope.dictionaries.sets import DictionarySet
 from mechscope.engine import Engine
-from mechscope.engine.core.frozen import frozen_parameters
 from mechscope.errors import InputError
 from mechscope.graphs.graph import Graph
 from mechscope.graphs.influence import Layout
-from mechscope.graphs.replacement import (
-    Nodes,
-    attribution_pass,
-    collect_nodes,
-)
+from mechscope.graphs.replacement import Nodes, replacement_context
 from mechscope.graphs.rows import compute_rows
 from mechscope.graphs.transcoders import Transcoders
 from mechscope.progress import make_progress
@@ -51,7 +46,6 @@ def attribute(
 ) -> Graph:
     """The graph of ``ids [T]`` (module docstring). ``zero_positions``: leading positions
     (the BOS) whose features and errors are no nodes."""
-    lm = engine.lm
     ids = torch.as_tensor(ids).reshape(-1)
     if ids.numel() <= zero_positions:
         raise InputError(
@@ -61,25 +55,16 @@ def attribute(
         )
     if batch_size < 1:
         raise InputError(f"a batch size of at least 1, got {batch_size}", field="batch_size")
-    tc = Transcoders(transcoders, lm.n_layers)
-    with frozen_parameters(lm.model, tc.source):
-        state, _, logits = attribution_pass(engine, tc, ids, batch_size)
-        nodes = collect_nodes(
-            engine,
-            tc,
-            state,
-            logits,
-            zero_positions=zero_positions,
-            max_n_logits=max_n_logits,
-            desired_logit_prob=desired_logit_prob,
-        )
-        with make_progress(progress) as bar:
-            task = bar.add_task("attribution rows", total=None, unit="nodes")
-            rows, order, selected = _all_rows(
-                state, nodes, batch_size, max_feature_nodes, update_interval,
-                lambda n: bar.advance(task, n),
-            )  # fmt: skip
-    return _assemble(engine, tc, ids, nodes, rows, order, selected)
+    with replacement_context(
+        engine, transcoders, ids, batch_size, zero_positions=zero_positions,
+        max_n_logits=max_n_logits, desired_logit_prob=desired_logit_prob,
+    ) as rep, make_progress(progress) as bar:  # fmt: skip
+        task = bar.add_task("attribution rows", total=None, unit="nodes")
+        rows, order, selected = _all_rows(
+            rep.state, rep.nodes, batch_size, max_feature_nodes, update_interval,
+            lambda n: bar.advance(task, n),
+        )  # fmt: skip
+    return _assemble(engine, rep.tc, ids, rep.nodes, rows, order, selected)
 
 
 def _all_rows(

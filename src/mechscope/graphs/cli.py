@@ -46,28 +46,44 @@ def graph(
     edge_threshold: float = number(0.98, "--edge-threshold", min=0.0, max=1.0,
                                    help="Cumulative edge influence kept."),
     slug: str = typer.Option("graph", "--slug", help="The graph's name in its JSON file."),
+    qk: list[str] = typer.Option(
+        [], "--qk", help="An attention score to split over the nodes, LAYER.HEAD:QPOS,KPOS "
+        "(positions from 0 with the BOS, negative from the end); repeatable.",
+    ),
     opts: ModelOptions = ModelOptions(),
 ) -> None:  # fmt: skip
     """Attribution graph of one prompt: transcoders replace the MLPs, direct effects between
     features, errors, tokens and logits, pruned; written as circuit-tracer's graph JSON."""
     from mechscope.graphs.config import GraphConfig
-    from mechscope.graphs.run import prepare, run_graph
+    from mechscope.graphs.run import prepare, prepare_qk, run_graph, run_qk
 
     config = validated(
         GraphConfig, prompt=prompt, transcoders=str(transcoders.expanduser().resolve()),
         max_n_logits=max_n_logits, desired_logit_prob=desired_logit_prob,
         batch_size=batch_size, max_feature_nodes=max_feature_nodes,
-        node_threshold=node_threshold, edge_threshold=edge_threshold, slug=slug,
+        node_threshold=node_threshold, edge_threshold=edge_threshold, slug=slug, qk=tuple(qk),
     )  # fmt: skip
-    record = {"graph": config.model_dump(mode="json"), **opts.config()}
+    # without QK targets the config reads as before they existed, so such runs resume
+    graph_record = config.model_dump(mode="json", exclude=None if config.qk else {"qk"})
+    record = {"graph": graph_record, **opts.config()}
     if out is None:
         key = hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:10]
         out = Path("runs") / f"graph-{key}"
-    lm, (tset, ids), run = checked_run(out, record, opts, lambda lm: prepare(lm, config))
+
+    def check(lm):
+        tset, ids = prepare(lm, config)
+        return tset, ids, prepare_qk(lm, config, ids)
+
+    lm, (tset, ids, targets), run = checked_run(out, record, opts, check)
     s = run_graph(run, lm, config, tset, ids, scan=opts.model)
     console.print(
         f"replacement {s['replacement_score']:.3f}, completeness {s['completeness_score']:.3f}; "
         f"{s['n_nodes_written']} nodes, {s['n_links_written']} links: "
         f"{run.path / 'graph' / (slug + '.json')}"
     )
+    for q in run_qk(run, lm, config, tset, ids, targets):
+        console.print(
+            f"layer {q['layer']} head {q['head']}, query {q['query']} → key {q['key']}: score "
+            f"{q['score']:.4g}: {run.path / 'tables' / (q['table'] + '.parquet')}"
+        )
     console.print(f"report: {finish(run)}")

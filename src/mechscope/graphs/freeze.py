@@ -61,7 +61,9 @@ class PassState:
     """The tensors one pass leaves for the attribution: each layer's transcoder input
     ``x_in [B, T, d_in]`` and replaced output ``out [B, T, d_out]`` (in the graph of the
     pass), the model's own MLP output ``raw`` (detached), the token embeddings (a leaf
-    requiring gradients in ``detach`` mode) and the final norm's input."""
+    requiring gradients in ``detach`` mode), the final norm's input, and where asked for
+    (:mod:`mechscope.graphs.qk_sites`) a layer's queries ``q [B, T, heads, d_qk]`` and keys
+    ``k [B, T, kv_heads, d_qk]``."""
 
     x_in: dict[int, torch.Tensor] = field(default_factory=dict)
     out: dict[int, torch.Tensor] = field(default_factory=dict)
@@ -69,6 +71,8 @@ class PassState:
     feats: dict[int, torch.Tensor] = field(default_factory=dict)
     embed: torch.Tensor | None = None
     final: torch.Tensor | None = None
+    q: dict[int, torch.Tensor] = field(default_factory=dict)
+    k: dict[int, torch.Tensor] = field(default_factory=dict)
 
 
 def check_freezable(lm: LoadedModel, tc: Transcoders) -> None:

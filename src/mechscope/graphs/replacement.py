@@ -13,13 +13,19 @@ unembedding at the frozen final norm, scaled by the model's logit scale.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
+from mechscope.dictionaries.crosslayer import CrossLayerTranscoder
+from mechscope.dictionaries.sets import DictionarySet
 from mechscope.engine import Engine
+from mechscope.engine.core.frozen import frozen_parameters
 from mechscope.engine.core.norms import norm_factors
 from mechscope.graphs.freeze import Frozen, PassState, check_freezable, freeze_edits
+from mechscope.graphs.qk_sites import qk_edits
 from mechscope.graphs.transcoders import Transcoders
 
 
@@ -51,17 +57,59 @@ class Nodes:
 
 
 def attribution_pass(
-    engine: Engine, tc: Transcoders, ids: torch.Tensor, rows: int
+    engine: Engine, tc: Transcoders, ids: torch.Tensor, rows: int, qk_layers: Sequence[int] = ()
 ) -> tuple[PassState, Frozen, torch.Tensor]:
     """The ``detach`` pass over ``rows`` copies of ``ids [T]``: its state (in the graph),
-    what it froze, and the last position's logits ``[vocab]`` (fp32)."""
+    what it froze, and the last position's logits ``[vocab]`` (fp32). ``qk_layers``: the
+    layers whose queries and keys are kept, their attention's norms frozen
+    (:mod:`mechscope.graphs.qk_sites`)."""
     lm = engine.lm
     check_freezable(lm, tc)
     state, frozen = PassState(), Frozen()
     edits = freeze_edits(lm, tc, "detach", frozen, state)
+    edits += qk_edits(lm, qk_layers, "detach", frozen, state)
     batch = ids.reshape(1, -1).expand(rows, -1)
     out = engine.run(batch, edits, grad=True, logits=1)
     return state, frozen, out.logits[0, -1].detach().float()
+
+
+@dataclass
+class Replacement:
+    """One prompt's local replacement model, in the graph of a ``detach`` pass over copies
+    of it: what the graph's rows and QK attribution take their gradients through (valid
+    inside :func:`replacement_context`)."""
+
+    engine: Engine
+    tc: Transcoders
+    ids: torch.Tensor  # [T]
+    state: PassState
+    frozen: Frozen
+    nodes: Nodes
+
+
+@contextmanager
+def replacement_context(
+    engine: Engine,
+    transcoders: DictionarySet | CrossLayerTranscoder,
+    ids: torch.Tensor,
+    rows: int,
+    *,
+    qk_layers: Sequence[int] = (),
+    zero_positions: int = 1,
+    max_n_logits: int = 10,
+    desired_logit_prob: float = 0.95,
+) -> Iterator[Replacement]:
+    """The pass over ``rows`` copies of ``ids [T]`` and its nodes (module docstring), with
+    the model's and the transcoders' parameters out of the graph meanwhile."""
+    lm = engine.lm
+    tc = Transcoders(transcoders, lm.n_layers)
+    with frozen_parameters(lm.model, tc.source):
+        state, frozen, logits = attribution_pass(engine, tc, ids, rows, qk_layers)
+        nodes = collect_nodes(
+            engine, tc, state, logits, zero_positions=zero_positions,
+            max_n_logits=max_n_logits, desired_logit_prob=desired_logit_prob,
+        )  # fmt: skip
+        yield Replacement(engine, tc, ids, state, frozen, nodes)
 
 
 def replacement_logits(

@@ -9,6 +9,9 @@ that gradient dotted with what the source writes there (``a_s · W_dec`` for a f
 summed over the layers a cross-layer feature writes to; the error vector; the embedding).
 Since the pass is linear in those writes, this is the exact direct effect.
 
+:func:`node_columns` is that second step alone, for any target's gradients (the queries
+and keys of :mod:`mechscope.graphs.qk`).
+
 Columns: every active feature (in :class:`~mechscope.graphs.replacement.Nodes` order),
 then the error nodes (layer-major, ``L × T``), then the token nodes (``T``).
 """
@@ -33,6 +36,12 @@ def feature_offsets(nodes: Nodes) -> dict[int, int]:
     return {int(layer): int((layers < layer).sum()) for layer in nodes.decoders}
 
 
+def source_tensors(state: PassState, n_layers: int) -> list[torch.Tensor]:
+    """Where the nodes write in the pass's graph: every layer's MLP output, then the token
+    embeddings (the inputs a row's gradients are taken at)."""
+    return [state.out[layer] for layer in range(n_layers)] + [state.embed]  # type: ignore[list-item]
+
+
 def compute_rows(
     state: PassState,
     nodes: Nodes,
@@ -45,7 +54,7 @@ def compute_rows(
     """``[n, n_columns]`` fp32: the direct effect of every source on each target.
     ``last``: free the pass's graph after this batch."""
     n = int(layers.shape[0])
-    n_layers, n_pos = nodes.errors.shape[:2]
+    n_layers = int(nodes.errors.shape[0])
     rows_in_pass = int(state.embed.shape[0])  # type: ignore[union-attr]
     if n > rows_in_pass:
         raise ValueError(f"{n} targets in a pass of {rows_in_pass} rows")
@@ -57,10 +66,22 @@ def compute_rows(
         g[which.to(g.device), positions[which].to(g.device)] = vectors[which].to(g)
         outputs.append(target)
         grads.append(g)
-    inputs = [state.out[layer] for layer in range(n_layers)] + [state.embed]
     found = torch.autograd.grad(
-        outputs, inputs, grads, retain_graph=not last, allow_unused=True, materialize_grads=False
+        outputs,
+        source_tensors(state, n_layers),
+        grads,
+        retain_graph=not last,
+        allow_unused=True,
+        materialize_grads=False,
     )
+    return node_columns(found, nodes, n)
+
+
+def node_columns(found: tuple[torch.Tensor | None, ...], nodes: Nodes, n: int) -> torch.Tensor:
+    """``[n, n_columns]`` fp32: each of the first ``n`` rows' gradients at the MLP outputs
+    and the embeddings (``found``: one ``[B, T, d]`` or None per layer, then the
+    embeddings') dotted with what every node writes there."""
+    n_layers, n_pos = nodes.errors.shape[:2]
     rows = torch.zeros(n, n_columns(nodes))
     offsets = feature_offsets(nodes)
     active_pos = nodes.active[:, 1]

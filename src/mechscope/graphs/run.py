@@ -3,7 +3,10 @@ written in the run directory (resumed: read back).
 
 ``graph/<slug>.json`` and ``graph/graph-metadata.json`` are circuit-tracer's frontend
 files (:mod:`mechscope.graphs.neuronpedia`); ``tables/graph_nodes`` has every node with its
-influence and whether pruning kept it; ``graph/summary.json`` the scores and counts.
+influence and whether pruning kept it; ``graph/summary.json`` the scores and counts. Each
+QK target adds ``tables/qk_L{l}_H{h}_{i}_{j}`` (every node's contribution through the
+query and through the key), ``tables/qk_L{l}_H{h}_{i}_{j}_pairs`` (the largest products)
+and its entry in ``graph/qk.json`` (:mod:`mechscope.graphs.qk`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from mechscope.graphs.attribute import attribute
 from mechscope.graphs.config import GraphConfig
 from mechscope.graphs.freeze import check_freezable
 from mechscope.graphs.neuronpedia import graph_json, write_graph_files
+from mechscope.graphs.qk import qk_attribution
+from mechscope.graphs.qk_targets import QKTarget, check_targets, check_unmasked
+from mechscope.graphs.replacement import replacement_context
 from mechscope.graphs.transcoders import Transcoders
 from mechscope.models.loaded import LoadedModel
 from mechscope.runs import RunDir
@@ -28,6 +34,7 @@ from mechscope.runs.atomic import atomic_write_json
 from mechscope.runs.tables import write_table
 
 PART = "graph"
+QK_PART = "qk"
 
 
 def prepare(lm: LoadedModel, config: GraphConfig) -> tuple[Any, torch.Tensor]:
@@ -88,3 +95,42 @@ def run_graph(
         atomic_write_json(folder / "summary.json", summary)
     run.record_part(PART, 0.0, done=True)
     return summary
+
+
+def prepare_qk(lm: LoadedModel, config: GraphConfig, ids: torch.Tensor) -> list[QKTarget]:
+    """The QK targets checked against the model and the prompt ``ids [T]`` (one pass when
+    there are any, for the layers' masks): before any run exists."""
+    targets = check_targets(lm, list(config.qk), int(ids.numel()))
+    if targets:
+        check_unmasked(Engine.of(lm), ids, targets)
+    return targets
+
+
+def run_qk(
+    run: RunDir, lm: LoadedModel, config: GraphConfig, tset: Any, ids: torch.Tensor,
+    targets: list[QKTarget],
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Each target's score split over the nodes, in ``run`` (module docstring); their
+    summaries (read back when done)."""
+    path = run.path / "graph" / "qk.json"
+    if not targets:
+        return []
+    if run.part_done(QK_PART):
+        return json.loads(path.read_text())
+    with run.timed(QK_PART):
+        layers, decode = sorted({t.layer for t in targets}), lm.tokenizer.decode
+        summaries = []
+        with replacement_context(
+            Engine.of(lm), tset, ids, config.batch_size, qk_layers=layers,
+            max_n_logits=config.max_n_logits, desired_logit_prob=config.desired_logit_prob,
+        ) as rep:  # fmt: skip
+            for t in targets:
+                result = qk_attribution(rep, t)
+                write_table(run, t.name, result.table())
+                write_table(run, f"{t.name}_pairs", result.pairs_table())
+                tokens = {"query_token": decode(int(ids[t.query])),
+                          "key_token": decode(int(ids[t.key]))}  # fmt: skip
+                summaries.append({**result.summary(), **tokens})
+        atomic_write_json(path, summaries)
+    run.record_part(QK_PART, 0.0, done=True)
+    return summaries
