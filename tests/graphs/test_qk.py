@@ -19,7 +19,7 @@ from transcoder_sets import transcoder_set
 
 from mechscope.engine import Engine, Read, Site
 from mechscope.errors import InputError
-from mechscope.graphs import qk_sites
+from mechscope.graphs import freeze
 from mechscope.graphs.qk import qk_attribution, replay_qk
 from mechscope.graphs.qk_targets import QKTarget, check_targets, check_unmasked
 from mechscope.graphs.replacement import replacement_context
@@ -122,7 +122,7 @@ def test_a_contribution_is_what_taking_the_node_away_changes(case) -> None:
 def test_an_unfrozen_qk_norm_leaves_the_score_unexplained(tmp_path, monkeypatch) -> None:
     eng = Engine.of(load_model("tiny:qwen3"))
     tset = transcoder_set(eng.lm, tmp_path, layout="saelens")
-    monkeypatch.setattr(qk_sites, "attention_norms", lambda lm, layer: [])
+    monkeypatch.setattr(freeze, "attention_norms", lambda lm, layer, what="": [])
     with replacement_context(eng, tset, IDS, 16, qk_layers=[2]) as rep:
         r = qk_attribution(rep, QKTarget(2, 1, 7, 3))
     assert_beyond_rounding(r.via_q.sum(), r.score, scale=_scale(r, "q"), depth=_depth(r),

@@ -26,7 +26,9 @@ from mechscope.graphs.transcoders import Transcoders
 from mechscope.models import load_model
 from tolerance import assert_exact, assert_rounding_close, depth_of
 
-FAMILIES = ["llama", "gpt2", "gemma2", "qwen3", "gemma3_text", "gpt_neox", "mistral", "qwen2"]
+FAMILIES = [
+    "llama", "gpt2", "gemma2", "qwen3", "gemma3_text", "gpt_neox", "mistral", "qwen2", "deepseek_v3"
+]  # fmt: skip
 IDS = torch.tensor([1, 17, 42, 9, 28, 5, 61, 12])
 
 

@@ -13,6 +13,9 @@ The card says where each of those lives, so no family is named here:
   when the output projection is not inside it), through the engine's factored norms;
 - the attention scores (``attn_scores``, before the softmax and any soft-cap or sink), so
   the probabilities are constants;
+- every norm inside the attention module (:mod:`mechscope.graphs.attn_norms`): DeepSeek's
+  latent attention sends its values through one, which would leave a layer's output
+  nonlinear in its input;
 - each layer's transcoder input (``mlp_in``: rebuilt from the ``ln2`` norm's input with
   its scale frozen; or a residual site) and output (``mlp_out``), where the MLP's output
   becomes ``skip(x) + rest`` with ``rest`` (features, biases, error) a constant.
@@ -37,6 +40,7 @@ from mechscope.engine import Edit, EditContext, Site
 from mechscope.engine.core.norms import NormFactors, norm_factors
 from mechscope.engine.core.sites import LAYER_SITES
 from mechscope.errors import UnsupportedInterventionError
+from mechscope.graphs.attn_norms import attention_norms
 from mechscope.graphs.transcoders import Transcoders
 from mechscope.models.loaded import LoadedModel
 
@@ -101,6 +105,7 @@ def check_freezable(lm: LoadedModel, tc: Transcoders) -> None:
             why = "the transcoders read resid_mid and the block is parallel (no resid_mid)"
         if why is not None:
             raise UnsupportedInterventionError(f"an attribution graph of {lm.spec}: {why}")
+        attention_norms(lm, layer)
 
 
 def post_attention_norm(lm: LoadedModel, layer: int) -> NormFactors | None:
@@ -151,6 +156,9 @@ def freeze_edits(
         if card.ln1 is not None:
             edits.append(Edit(Site("ln1_scale", layer), hold(("ln1_scale", layer))))
         edits.append(Edit(Site("attn_scores", layer), hold(("attn_scores", layer))))
+        if mode != "replace":
+            for path, factors in attention_norms(lm, layer):
+                edits.append(_held_norm(path, factors, (path, layer), mode, frozen))
         post = post_attention_norm(lm, layer)
         if post is not None:
             read = Site.module(_path(lm, layer, card.attn_out), "input")
@@ -165,6 +173,25 @@ def freeze_edits(
     edits.append(Edit(Site("ln_final_scale"), hold(("ln_final_scale", None))))
     edits.append(Edit(Site.module(card.final_norm, "input"), _final_fn(state)))
     return edits
+
+
+def _held_norm(
+    path: str, factors: NormFactors, key: tuple[str, int], mode: Mode, frozen: Frozen
+) -> Edit:
+    """The norm at ``path`` rebuilt from its input with its scale held (``[..., 1]``)."""
+    read = Site.module(path, "input")
+
+    def fn(out: torch.Tensor, ctx: EditContext) -> torch.Tensor:
+        x = ctx[read]
+        scale = factors.scale(x)
+        if mode == "detach":
+            frozen.values[key] = scale.detach()[:1]
+            scale = scale.detach()
+        else:
+            scale = frozen.values[key].to(scale.device).expand_as(scale)
+        return factors.apply(x, scale).to(out.dtype)
+
+    return Edit(Site.module(path, "output"), fn, [read])
 
 
 def _embed_fn(mode: Mode, state: PassState, deltas: dict):

@@ -208,7 +208,7 @@ def replay_qk(
     lm, state = rep.engine.lm, PassState()
     rows = int(next(iter(deltas.values())).shape[0])
     edits = freeze_edits(lm, rep.tc, "replay", rep.frozen, state, deltas)
-    edits += qk_edits(lm, [layer], "replay", rep.frozen, state)
+    edits += qk_edits(lm, [layer], "replay", state)
     with torch.no_grad():
         rep.engine.run(rep.ids.reshape(1, -1).expand(rows, -1), edits, logits=False)
     return state.q[layer].cpu(), state.k[layer].cpu()

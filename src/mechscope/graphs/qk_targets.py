@@ -12,7 +12,7 @@ import torch
 
 from mechscope.engine import Engine, Read, Site
 from mechscope.errors import InputError
-from mechscope.graphs.qk_sites import attention_norms
+from mechscope.graphs.attn_norms import attention_norms
 from mechscope.models.loaded import LoadedModel
 
 TARGET = re.compile(r"^(\d+)\.(\d+):(-?\d+),(-?\d+)$")
@@ -69,7 +69,7 @@ def check_targets(lm: LoadedModel, texts: list[str], n_pos: int) -> list[QKTarge
                 field="qk",
             )
         for below in range(layer + 1):
-            attention_norms(lm, below)
+            attention_norms(lm, below, "QK attribution")
         found.append(QKTarget(layer, head, pos[0], pos[1]))
     return found
 

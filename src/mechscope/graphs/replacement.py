@@ -67,7 +67,7 @@ def attribution_pass(
     check_freezable(lm, tc)
     state, frozen = PassState(), Frozen()
     edits = freeze_edits(lm, tc, "detach", frozen, state)
-    edits += qk_edits(lm, qk_layers, "detach", frozen, state)
+    edits += qk_edits(lm, qk_layers, "detach", state)
     batch = ids.reshape(1, -1).expand(rows, -1)
     out = engine.run(batch, edits, grad=True, logits=1)
     return state, frozen, out.logits[0, -1].detach().float()
