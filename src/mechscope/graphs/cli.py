@@ -46,12 +46,17 @@ def graph(
     edge_threshold: float = number(0.98, "--edge-threshold", min=0.0, max=1.0,
                                    help="Cumulative edge influence kept."),
     slug: str = typer.Option("graph", "--slug", help="The graph's name in its JSON file."),
+    pin: list[str] = typer.Option([], "--pin", help="A node id to pin (repeatable; default: "
+                                  "the top logit and its strongest inputs)."),
+    supernode: list[str] = typer.Option([], "--supernode", help="NAME=ID,ID,...: nodes drawn "
+                                        "as one (repeatable)."),
     opts: ModelOptions = ModelOptions(),
 ) -> None:  # fmt: skip
     """Attribution graph of one prompt: transcoders replace the MLPs, direct effects between
     features, errors, tokens and logits, pruned; written as circuit-tracer's graph JSON."""
     from mechscope.graphs.config import GraphConfig
     from mechscope.graphs.run import prepare, run_graph
+    from mechscope.graphs.view import parse_pins, parse_supernodes, write_view
 
     config = validated(
         GraphConfig, prompt=prompt, transcoders=str(transcoders.expanduser().resolve()),
@@ -59,12 +64,16 @@ def graph(
         batch_size=batch_size, max_feature_nodes=max_feature_nodes,
         node_threshold=node_threshold, edge_threshold=edge_threshold, slug=slug,
     )  # fmt: skip
+    pins, groups = parse_pins(pin), parse_supernodes(supernode)  # what is drawn, not computed
     record = {"graph": config.model_dump(mode="json"), **opts.config()}
     if out is None:
         key = hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:10]
         out = Path("runs") / f"graph-{key}"
     lm, (tset, ids), run = checked_run(out, record, opts, lambda lm: prepare(lm, config))
     s = run_graph(run, lm, config, tset, ids, scan=opts.model)
+    absent = write_view(run, lm, tset, Path(config.transcoders), slug, pins=pins, supernodes=groups)
+    if absent:
+        console.print(f"not in the pruned graph, not drawn: {', '.join(absent)}")
     console.print(
         f"replacement {s['replacement_score']:.3f}, completeness {s['completeness_score']:.3f}; "
         f"{s['n_nodes_written']} nodes, {s['n_links_written']} links: "

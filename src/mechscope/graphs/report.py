@@ -1,7 +1,8 @@
 """The report section of graphs: reads the run directory, never the model.
 
-It opens with the graph's scores and size, then the kept nodes by influence (features with
-their layer, position and activation, error nodes, tokens and logits); the method and the
+It opens with the graph's scores and size, then the graph drawn
+(:mod:`mechscope.graphs.figure`), then the kept nodes by influence (features with their
+layer, position and activation, error nodes, tokens and logits); the method and the
 settings follow behind a disclosure. The graph itself is in ``graph/<slug>.json``, which
 circuit-tracer's frontend and Neuronpedia open.
 """
@@ -10,9 +11,11 @@ from __future__ import annotations
 
 import json
 
+from mechscope.graphs.figure import graph_figure
 from mechscope.report import (
     Block,
     DetailsBlock,
+    FigureBlock,
     FindingBlock,
     KeyValueBlock,
     TableBlock,
@@ -51,8 +54,10 @@ def graphs_section(run: RunDir) -> list[Block] | None:
     nodes = read_table(run, "graph_nodes")
     kept = nodes[nodes["kept"]].sort_values("influence")
     settings = dict(run.config.get("graph", {}))
+    figure = graph_figure(run)
     return [
         FindingBlock(finding),
+        *([FigureBlock(figure, name="graph")] if figure is not None else []),
         TableBlock(
             kept[["kind", "layer", "position", "feature", "activation", "influence"]],
             "The kept nodes, most influential first (influence: the cumulative share up to "
