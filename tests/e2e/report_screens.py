@@ -8,6 +8,12 @@ screenshots of an older report beside the current one::
 It writes ``full-page.png``, one ``screen-NN-<section>.png`` per section (the first screen of
 the section, as a reader lands on it from the summary) and ``layout.json`` (the page height
 in screens, and per section where its first figure ends relative to the section's top).
+
+With ``--figure ID`` it writes one figure of the report (its plot and caption) to a PNG
+instead, showing the hover label of the first point whose label holds ``--hover TEXT``::
+
+    python tests/e2e/report_screens.py runs/dallas/report.html docs/img/graphs-dallas.png \
+        --figure fig-graphs-01 --hover "feature 195"
 """
 
 from __future__ import annotations
@@ -89,6 +95,30 @@ def widest_table(page, path: Path) -> None:
     page.locator("[data-widest-table]").first.screenshot(path=str(path))
 
 
+#: Show the hover label of the first point (of a node trace) whose label holds the text.
+HOVER_JS = """([div, text]) => {
+  const d = document.getElementById(div);
+  for (const [i, t] of d.data.entries()) {
+    const j = (t.hovertext || []).findIndex(h => typeof h === 'string' && h.includes(text));
+    if (j >= 0) { Plotly.Fx.hover(d, [{curveNumber: i, pointNumber: j}]); return true; }
+  }
+  return false;
+}"""
+
+
+def figure_png(page, div_id: str, path: Path, hover: str | None = None) -> None:
+    """One figure of the report (its plot and caption) to ``path``, with the hover label of
+    the first point whose label holds ``hover`` shown."""
+    block = page.locator(f"figure.block:has(#{div_id})")
+    block.scroll_into_view_if_needed()
+    page.mouse.move(0, 0)
+    if hover is not None and not page.evaluate(HOVER_JS, [div_id, hover]):
+        raise SystemExit(f"no point of {div_id} has {hover!r} in its hover label")
+    page.wait_for_timeout(300)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    block.screenshot(path=str(path))
+
+
 def open_report(browser, report: Path):
     """A page of ``browser`` at :data:`VIEWPORT` with ``report`` loaded and every plot drawn."""
     context = browser.new_context(viewport=VIEWPORT, device_scale_factor=1)
@@ -108,12 +138,19 @@ def main(argv: list[str]) -> None:
     from playwright.sync_api import sync_playwright
 
     report, out = Path(argv[0]), Path(argv[1])
+    options = dict(zip(argv[2::2], argv[3::2], strict=True))  # --figure ID, --hover TEXT
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         context, page = open_report(browser, report)
-        record = capture(page, out)
+        if "--figure" in options:
+            figure_png(page, options["--figure"], out, options.get("--hover"))
+        else:
+            record = capture(page, out)
         context.close()
         browser.close()
+    if "--figure" in options:
+        print(f"{out}: {options['--figure']} of {report}")
+        return
     print(f"{record['height_px']} px = {record['screens']} screens of {VIEWPORT['height']} px")
     for s in record["sections"]:
         print(f"  {s['id']}: {s['height']:.0f} px, key figure ends at {s['key_figure_bottom']}")

@@ -50,12 +50,17 @@ def graph(
         [], "--qk", help="An attention score to split over the nodes, LAYER.HEAD:QPOS,KPOS "
         "(positions from 0 with the BOS, negative from the end); repeatable.",
     ),
+    pin: list[str] = typer.Option([], "--pin", help="A node id to pin (repeatable; default: "
+                                  "the top logit and its strongest inputs)."),
+    supernode: list[str] = typer.Option([], "--supernode", help="NAME=ID,ID,...: nodes drawn "
+                                        "as one (repeatable)."),
     opts: ModelOptions = ModelOptions(),
 ) -> None:  # fmt: skip
     """Attribution graph of one prompt: transcoders replace the MLPs, direct effects between
     features, errors, tokens and logits, pruned; written as circuit-tracer's graph JSON."""
     from mechscope.graphs.config import GraphConfig
     from mechscope.graphs.run import prepare, prepare_qk, run_graph, run_qk
+    from mechscope.graphs.view import parse_pins, parse_supernodes, write_view
 
     config = validated(
         GraphConfig, prompt=prompt, transcoders=str(transcoders.expanduser().resolve()),
@@ -63,6 +68,7 @@ def graph(
         batch_size=batch_size, max_feature_nodes=max_feature_nodes,
         node_threshold=node_threshold, edge_threshold=edge_threshold, slug=slug, qk=tuple(qk),
     )  # fmt: skip
+    pins, groups = parse_pins(pin), parse_supernodes(supernode)  # what is drawn, not computed
     # without QK targets the config reads as before they existed, so such runs resume
     graph_record = config.model_dump(mode="json", exclude=None if config.qk else {"qk"})
     record = {"graph": graph_record, **opts.config()}
@@ -76,6 +82,9 @@ def graph(
 
     lm, (tset, ids, targets), run = checked_run(out, record, opts, check)
     s = run_graph(run, lm, config, tset, ids, scan=opts.model)
+    absent = write_view(run, lm, tset, Path(config.transcoders), slug, pins=pins, supernodes=groups)
+    if absent:
+        console.print(f"not in the pruned graph, not drawn: {', '.join(absent)}")
     console.print(
         f"replacement {s['replacement_score']:.3f}, completeness {s['completeness_score']:.3f}; "
         f"{s['n_nodes_written']} nodes, {s['n_links_written']} links: "

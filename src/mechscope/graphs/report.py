@@ -1,7 +1,8 @@
 """The report section of graphs: reads the run directory, never the model.
 
-It opens with the graph's scores and size, then the kept nodes by influence (features with
-their layer, position and activation, error nodes, tokens and logits); the method and the
+It opens with the graph's scores and size, then the graph drawn
+(:mod:`mechscope.graphs.figure`), then the kept nodes by influence (features with their
+layer, position and activation, error nodes, tokens and logits); the method and the
 settings follow behind a disclosure. The graph itself is in ``graph/<slug>.json``, which
 circuit-tracer's frontend and Neuronpedia open. Each QK target (``graph/qk.json``) adds its
 score and the nodes contributing most through the query, through the key and by pairs.
@@ -14,9 +15,11 @@ from typing import Any
 
 import pandas as pd
 
+from mechscope.graphs.figure import graph_figure
 from mechscope.report import (
     Block,
     DetailsBlock,
+    FigureBlock,
     FindingBlock,
     KeyValueBlock,
     TableBlock,
@@ -55,8 +58,10 @@ def graphs_section(run: RunDir) -> list[Block] | None:
     nodes = read_table(run, "graph_nodes")
     kept = nodes[nodes["kept"]].sort_values("influence")
     settings = dict(run.config.get("graph", {}))
+    figure = graph_figure(run)
     blocks: list[Block] = [
         FindingBlock(finding),
+        *([FigureBlock(figure, name="graph")] if figure is not None else []),
         TableBlock(
             kept[["kind", "layer", "position", "feature", "activation", "influence"]],
             "The kept nodes, most influential first (influence: the cumulative share up to "

@@ -240,6 +240,8 @@ def graph(
     directed: bool = True,
     caption: str | None = None,
     labelled: Sequence[str] | None = None,
+    highlighted: Sequence[str] = (),
+    node_px: tuple[float, float] | None = None,
 ) -> Figure:
     """A network: ``nodes`` as ``Node`` or ``(id, label, size, color_group, hover)``,
     ``edges`` as ``Edge`` or ``(src, dst, weight)``.
@@ -248,6 +250,8 @@ def graph(
     order left to right) or a mapping of node id to ``(x, y)``; all are deterministic.
     ``labelled`` names the nodes whose label is written beside them (default: all); the
     others show theirs on hover, so a graph of hundreds of nodes stays legible.
+    ``highlighted`` names nodes drawn with a dark ring (those a reader pinned); ``node_px``
+    the smallest and largest node diameter in px, for a layout denser than the default's.
     """
     node_list = [n if isinstance(n, Node) else Node(*n) for n in nodes]
     edge_list = [e if isinstance(e, Edge) else Edge(*e) for e in edges]
@@ -288,5 +292,10 @@ def graph(
         shown = frozenset(str(i) for i in labelled)
         if not shown <= known:
             raise InputError(f"node ids, got {sorted(shown - known)[:5]}", field="labelled")
-    spec = GraphSpec(node_list, edge_list, positions, directed, layout == "line", shown)
+    ringed = frozenset(str(i) for i in highlighted)
+    if not ringed <= known:
+        raise InputError(f"node ids, got {sorted(ringed - known)[:5]}", field="highlighted")
+    spec = GraphSpec(
+        node_list, edge_list, positions, directed, layout == "line", shown, ringed, node_px
+    )
     return Figure(spec, title, caption)

@@ -26,11 +26,13 @@ from mechscope.report.layout import (
     node_size,
 )
 from mechscope.report.plotly_text import esc, esc_hover, rgba
-from mechscope.report.specs import GraphSpec
+from mechscope.report.specs import GraphSpec, Node
 from mechscope.report.style import NEGATIVE_COLOR, POSITIVE_COLOR, color_for
 from mechscope.report.text_fit import cut
 
 GRAPH_WIDTH_PX = 1000  # about the report's figure width: the spacing of a row of nodes
+RING_COLOR = "#000000"  # the outline of a highlighted (pinned) node
+RING_WIDTH = 2.5  # px
 
 
 def thinned(spec: GraphSpec) -> float:
@@ -46,8 +48,20 @@ def diameters_of(spec: GraphSpec, width: float, scale: float = 1.0) -> dict[str,
         diam = line_node_sizes(sizes, width)
     else:
         largest = max(sizes, default=0.0)
-        diam = [scale * node_size(v, largest) for v in sizes]
+        low, high = spec.node_px or (12.0, 40.0)
+        diam = [scale * node_size(v, largest, low, high) for v in sizes]
     return {n.id: d for n, d in zip(spec.nodes, diam, strict=True)}
+
+
+def ring(
+    spec: GraphSpec, members: list[Node], width: float, ring_width: float = RING_WIDTH
+) -> dict[str, list]:
+    """Each node's outline: a dark ring on a highlighted node, else a thin white one."""
+    marked = [n.id in spec.highlighted for n in members]
+    return {
+        "color": [RING_COLOR if m else "white" for m in marked],
+        "width": [ring_width if m else width for m in marked],
+    }
 
 
 def graph_plotly(spec: GraphSpec) -> go.Figure:
@@ -109,7 +123,7 @@ def graph_plotly(spec: GraphSpec) -> go.Figure:
                 marker={
                     "size": [diameters[n.id] for n in members],
                     "color": color_for(i),
-                    "line": {"color": "white", "width": 1 if len(spec.nodes) < 100 else 0},
+                    "line": ring(spec, members, 1 if len(spec.nodes) < 100 else 0),
                 },
             )
         )
@@ -151,7 +165,9 @@ def graph_static(spec: GraphSpec, fig: MplFigure) -> None:
         members = [n for n in spec.nodes if n.color_group == g]
         diam = [diameters[n.id] for n in members]
         xy = np.array([pos[n.id] for n in members])  # [members, 2]
-        style = {"color": color_for(i), "edgecolors": "white", "linewidths": 0.5, "zorder": 3}
+        outline = ring(spec, members, 0.5, 0.75 * RING_WIDTH)  # points
+        style = {"color": color_for(i), "edgecolors": outline["color"], "zorder": 3}
+        style |= {"linewidths": outline["width"]}
         ax.scatter(xy[:, 0], xy[:, 1], s=[d**2 for d in diam], **style)
         for n, d in zip(members, diam, strict=True):
             if spec.labelled is not None and n.id not in spec.labelled:

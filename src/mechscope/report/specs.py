@@ -113,6 +113,8 @@ class GraphSpec:
     directed: bool
     curved: bool  # arcs instead of straight edges (line layouts)
     labelled: frozenset[str] | None = None  # node ids whose label is written (None: all)
+    highlighted: frozenset[str] = frozenset()  # node ids drawn with a dark ring (pinned)
+    node_px: tuple[float, float] | None = None  # smallest and largest diameter (default 12, 40)
 
 
 @dataclass(frozen=True)
