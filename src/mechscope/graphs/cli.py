@@ -46,6 +46,14 @@ def graph(
     edge_threshold: float = number(0.98, "--edge-threshold", min=0.0, max=1.0,
                                    help="Cumulative edge influence kept."),
     slug: str = typer.Option("graph", "--slug", help="The graph's name in its JSON file."),
+    check_top: int = number(0, "--check", min=0,
+                            help="Check the K most influential features: predicted vs measured."),
+    check_node: list[str] = typer.Option([], "--check-node",
+        help="A node or supernode to check, NAME=ID,ID… (ids layer_feature_position)."),
+    steer: float | None = number(None, "--steer", min=-100.0, max=100.0,
+                                 help="Also steer each checked set: × FACTOR."),
+    check_target: list[str] = typer.Option([], "--check-target",
+        help="A checked token's logit, or A|B their difference (default: the top logit)."),
     opts: ModelOptions = ModelOptions(),
 ) -> None:  # fmt: skip
     """Attribution graph of one prompt: transcoders replace the MLPs, direct effects between
@@ -59,12 +67,25 @@ def graph(
         batch_size=batch_size, max_feature_nodes=max_feature_nodes,
         node_threshold=node_threshold, edge_threshold=edge_threshold, slug=slug,
     )  # fmt: skip
+    check = None
+    if check_top or check_node or steer is not None or check_target:
+        from mechscope.graphs.check import CheckConfig
+
+        check = validated(
+            CheckConfig,
+            top_k=check_top,
+            nodes=tuple(check_node),
+            steer=steer,
+            targets=tuple(check_target),
+        )
     record = {"graph": config.model_dump(mode="json"), **opts.config()}
+    if check is not None:
+        record["check"] = check.model_dump(mode="json")
     if out is None:
         key = hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:10]
         out = Path("runs") / f"graph-{key}"
-    lm, (tset, ids), run = checked_run(out, record, opts, lambda lm: prepare(lm, config))
-    s = run_graph(run, lm, config, tset, ids, scan=opts.model)
+    lm, (tset, ids), run = checked_run(out, record, opts, lambda lm: prepare(lm, config, check))
+    s = run_graph(run, lm, config, tset, ids, scan=opts.model, check=check)
     console.print(
         f"replacement {s['replacement_score']:.3f}, completeness {s['completeness_score']:.3f}; "
         f"{s['n_nodes_written']} nodes, {s['n_links_written']} links: "

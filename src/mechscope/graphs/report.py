@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+from mechscope.graphs.check_report import check_blocks
 from mechscope.report import (
     Block,
     DetailsBlock,
@@ -59,6 +60,7 @@ def graphs_section(run: RunDir) -> list[Block] | None:
             "the node). Feature: its index; token and logit: the vocabulary id.",
             source="tables/graph_nodes.parquet",
         ),
+        *check_blocks(run, s["n_active_features"]),
         DetailsBlock(
             "How the graph is computed, and the settings",
             [TextBlock(INTRO), KeyValueBlock(settings, caption="graph settings")],
