@@ -54,6 +54,14 @@ def graph(
                                   "the top logit and its strongest inputs)."),
     supernode: list[str] = typer.Option([], "--supernode", help="NAME=ID,ID,...: nodes drawn "
                                         "as one (repeatable)."),
+    check_top: int = number(0, "--check", min=0,
+                            help="Check the K most influential features: predicted vs measured."),
+    check_node: list[str] = typer.Option([], "--check-node",
+        help="A node or supernode to check, NAME=ID,ID… (ids layer_feature_position)."),
+    steer: float | None = number(None, "--steer", min=-100.0, max=100.0,
+                                 help="Also steer each checked set: × FACTOR."),
+    check_target: list[str] = typer.Option([], "--check-target",
+        help="A checked token's logit, or A|B their difference (default: the top logit)."),
     opts: ModelOptions = ModelOptions(),
 ) -> None:  # fmt: skip
     """Attribution graph of one prompt: transcoders replace the MLPs, direct effects between
@@ -69,19 +77,32 @@ def graph(
         node_threshold=node_threshold, edge_threshold=edge_threshold, slug=slug, qk=tuple(qk),
     )  # fmt: skip
     pins, groups = parse_pins(pin), parse_supernodes(supernode)  # what is drawn, not computed
-    # without QK targets the config reads as before they existed, so such runs resume
+    check = None
+    if check_top or check_node or steer is not None or check_target:
+        from mechscope.graphs.check import CheckConfig
+
+        check = validated(
+            CheckConfig,
+            top_k=check_top,
+            nodes=tuple(check_node),
+            steer=steer,
+            targets=tuple(check_target),
+        )
+    # without QK targets or a check the config reads as before they existed: such runs resume
     graph_record = config.model_dump(mode="json", exclude=None if config.qk else {"qk"})
     record = {"graph": graph_record, **opts.config()}
+    if check is not None:
+        record["check"] = check.model_dump(mode="json")
     if out is None:
         key = hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:10]
         out = Path("runs") / f"graph-{key}"
 
-    def check(lm):
-        tset, ids = prepare(lm, config)
+    def prepared(lm):
+        tset, ids = prepare(lm, config, check)
         return tset, ids, prepare_qk(lm, config, ids)
 
-    lm, (tset, ids, targets), run = checked_run(out, record, opts, check)
-    s = run_graph(run, lm, config, tset, ids, scan=opts.model)
+    lm, (tset, ids, targets), run = checked_run(out, record, opts, prepared)
+    s = run_graph(run, lm, config, tset, ids, scan=opts.model, check=check)
     absent = write_view(run, lm, tset, Path(config.transcoders), slug, pins=pins, supernodes=groups)
     if absent:
         console.print(f"not in the pruned graph, not drawn: {', '.join(absent)}")

@@ -20,13 +20,16 @@ The card says where each of those lives, so no family is named here:
   its scale frozen; or a residual site) and output (``mlp_out``), where the MLP's output
   becomes ``skip(x) + rest`` with ``rest`` (features, biases, error) a constant.
 
-Three modes share those points. ``detach``: a pass whose values are the model's and whose
+Four modes share those points. ``detach``: a pass whose values are the model's and whose
 gradients see only the linear paths (the attribution's pass). ``replay``: every frozen
 value is the one a clean ``detach`` pass recorded and the caller adds ``deltas`` to MLP
 outputs or embeddings: the same linear model computed forward, by patches instead of
 gradients (what the tests check edges against). ``replace``: the MLPs recomputed from their
 transcoders plus the clean pass's error, nothing else frozen (the replacement model whose
-logits equal the model's).
+logits equal the model's). ``frozen_replace``: the norm scales and attention scores held as
+in ``replay``, the MLPs recomputed as in ``replace``: the local replacement model computed
+forward, where a changed feature moves later features through their encoders (what an
+intervention on graph nodes is measured in, :mod:`mechscope.graphs.intervene`).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from mechscope.graphs.attn_norms import attention_norms
 from mechscope.graphs.transcoders import Transcoders
 from mechscope.models.loaded import LoadedModel
 
-Mode = Literal["detach", "replay", "replace"]
+Mode = Literal["detach", "replay", "replace", "frozen_replace"]
 #: Residual-stream sites a transcoder may read besides the MLP's normalised input.
 INPUT_SITES = ("resid_pre", "resid_mid", "resid_post")
 
@@ -239,7 +242,7 @@ def _input_edit(
         if mode == "detach":
             frozen.values[key] = scale.detach()[:1]
             scale = scale.detach()
-        elif mode == "replay":
+        elif mode in ("replay", "frozen_replace"):
             scale = _expand(frozen.values[key], scale)
         state.x_in[layer] = norm.apply(x, scale)
 
@@ -253,7 +256,7 @@ def _output_fn(
         x = state.x_in[layer]
         skip = tc.skip(layer, x)
         skip = None if skip is None else skip.to(out.dtype)
-        if mode == "replace":
+        if mode in ("replace", "frozen_replace"):
             f = tc.encode(layer, x)
             f[:, : frozen.zero_positions] = 0
             state.feats[layer] = f

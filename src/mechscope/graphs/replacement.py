@@ -119,12 +119,18 @@ def replacement_logits(
     transcoder, plus the error node of the clean pass) on ``ids [T]``."""
     with torch.no_grad():
         state, frozen, _ = attribution_pass(engine, tc, ids, 1)
-        frozen.errors = {
-            layer: e[None] for layer, e in enumerate(_errors(tc, state, zero_positions)[1])
-        }
-        frozen.zero_positions = zero_positions
+        hold_errors(tc, state, frozen, zero_positions)
         edits = freeze_edits(engine.lm, tc, "replace", frozen, PassState())
         return engine.run(ids.reshape(1, -1), edits).logits[0]
+
+
+def hold_errors(tc: Transcoders, state: PassState, frozen: Frozen, zero_positions: int) -> None:
+    """The clean pass's error of every layer ``[1, T, d_out]`` into ``frozen``, which the
+    ``replace`` modes add to each recomputed reconstruction."""
+    frozen.errors = {
+        layer: e[None] for layer, e in enumerate(_errors(tc, state, zero_positions)[1])
+    }
+    frozen.zero_positions = zero_positions
 
 
 def _features(tc: Transcoders, state: PassState, zero_positions: int) -> list[torch.Tensor]:
@@ -203,11 +209,17 @@ def _logit_targets(
     """The most probable tokens until ``desired`` mass (at most ``max_n``), their
     probabilities, and each one's demeaned logit as a direction at the final norm's input
     (the norm's scale frozen at the last position): ``[K]``, ``[K]``, ``[K, d]``."""
-    lm = engine.lm
     probs = torch.softmax(logits, -1)
     top_p, top_idx = probs.topk(min(max_n, probs.shape[0]))
     cutoff = int(torch.searchsorted(top_p.cumsum(0), torch.tensor(desired))) + 1
     ids = top_idx[:cutoff]
+    return ids.cpu(), probs[ids].cpu(), logit_vectors(engine, state, ids)
+
+
+def logit_vectors(engine: Engine, state: PassState, ids: torch.Tensor) -> torch.Tensor:
+    """``[K, d]``: the demeaned logit of each token of ``ids [K]`` as a direction at the
+    final norm's input, the norm's scale frozen at the last position of row 0."""
+    lm = engine.lm
     head = lm.unembed_modules()[-1]
     w_u = head.weight.detach().float()  # [vocab, d]
     u = (w_u[ids.to(w_u.device)] - w_u.mean(0, keepdim=True)) * float(lm.logit_scale or 1.0)
@@ -218,4 +230,4 @@ def _logit_targets(
     with torch.enable_grad():
         y = (norm.linear(x, scale) * u.to(x.device)).sum()
         (vectors,) = torch.autograd.grad(y, x)
-    return ids.cpu(), probs[ids].cpu(), vectors
+    return vectors

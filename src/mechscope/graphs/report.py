@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from mechscope.graphs.check_report import check_blocks
 from mechscope.graphs.figure import graph_figure
 from mechscope.report import (
     Block,
@@ -68,6 +69,7 @@ def graphs_section(run: RunDir) -> list[Block] | None:
             "the node). Feature: its index; token and logit: the vocabulary id.",
             source="tables/graph_nodes.parquet",
         ),
+        *check_blocks(run, s["n_active_features"]),
         DetailsBlock(
             "How the graph is computed, and the settings",
             [TextBlock(INTRO), KeyValueBlock(settings, caption="graph settings")],

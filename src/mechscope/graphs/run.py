@@ -7,6 +7,7 @@ influence and whether pruning kept it; ``graph/summary.json`` the scores and cou
 QK target adds ``tables/qk_L{l}_H{h}_{i}_{j}`` (every node's contribution through the
 query and through the key), ``tables/qk_L{l}_H{h}_{i}_{j}_pairs`` (the largest products)
 and its entry in ``graph/qk.json`` (:mod:`mechscope.graphs.qk`).
+With a check (:mod:`mechscope.graphs.check`, its own part), ``tables/graph_interventions``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from mechscope.dictionaries import load_dictionary
 from mechscope.engine import Engine
 from mechscope.errors import InputError
 from mechscope.graphs.attribute import attribute
+from mechscope.graphs.check import CheckConfig, check_nodes, run_check
 from mechscope.graphs.config import GraphConfig
 from mechscope.graphs.freeze import check_freezable
 from mechscope.graphs.neuronpedia import graph_json, write_graph_files
@@ -37,7 +39,9 @@ PART = "graph"
 QK_PART = "qk"
 
 
-def prepare(lm: LoadedModel, config: GraphConfig) -> tuple[Any, torch.Tensor]:
+def prepare(
+    lm: LoadedModel, config: GraphConfig, check: CheckConfig | None = None
+) -> tuple[Any, torch.Tensor]:
     """The transcoders read from their folder and the prompt's ids ``[T]`` (BOS first),
     each refused in one line where it does not fit the model: before any run exists."""
     tset = load_dictionary(Path(config.transcoders))
@@ -54,16 +58,21 @@ def prepare(lm: LoadedModel, config: GraphConfig) -> tuple[Any, torch.Tensor]:
         raise InputError(
             f"a prompt of at least one token after the BOS, got {config.prompt!r}", field="prompt"
         )
+    if check is not None:
+        check_nodes(lm, tset, ids, check)
     return tset, ids
 
 
 def run_graph(
     run: RunDir, lm: LoadedModel, config: GraphConfig, tset: Any, ids: torch.Tensor, *,
-    scan: str, progress: bool = False,
+    scan: str, progress: bool = False, check: CheckConfig | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """The graph of ``ids`` in ``run`` (module docstring); its summary."""
+    """The graph of ``ids`` in ``run`` (module docstring), checked where ``check`` says;
+    its summary."""
     folder = run.path / "graph"
     if run.part_done(PART):
+        if check is not None:
+            run_check(run, lm, config, tset, ids, check, None)
         return json.loads((folder / "summary.json").read_text())
     with run.timed(PART):
         graph = attribute(
@@ -94,6 +103,8 @@ def run_graph(
         }
         atomic_write_json(folder / "summary.json", summary)
     run.record_part(PART, 0.0, done=True)
+    if check is not None:
+        run_check(run, lm, config, tset, ids, check, graph)
     return summary
 
 

@@ -98,6 +98,14 @@ class Transcoders:
             return self.source.encode(x, layer)  # type: ignore[union-attr]
         return self._layer(layer).encode(x)
 
+    def pre_acts(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+        """``x [..., d_in]`` -> the encoder's affine map ``[..., d_sae]``, before the rule
+        (an active feature's activation is its pre-activation, under every rule here)."""
+        if self.cross_layer:
+            w, b = self.source.w_enc[layer], self.source.b_enc[layer]  # type: ignore[union-attr,index]
+            return x.to(w.dtype) @ w + b
+        return self._layer(layer).pre_acts(x)
+
     def directions(self, layer: int, index: torch.Tensor) -> torch.Tensor:
         """``[n, d_in]``: ``d pre / d x`` of features ``index [n]`` of layer ``layer``."""
         if self.cross_layer:
