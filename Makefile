@@ -178,6 +178,26 @@ $(CIRCUITKIT_STAMP): Makefile benchmarks/constraints.txt
 bench-circuitkit: $(CIRCUITKIT_STAMP)
 bench: $(CIRCUITKIT_STAMP)
 
+# circuit-tracer (benchmarks/bench_graphs.py) pins transformers 4.57.3 and runs Gemma 3
+# through nnsight 0.6 (0.8 lacks the module it imports): a venv of its own, torch first under
+# the same constraints; `make bench` builds it too. bench_graphs.py reports its row
+# unavailable while it is missing (MECHSCOPE_BENCH_CTRACER_PYTHON names another interpreter).
+CTRACER_PKGS ?= circuit-tracer==0.5.0 nnsight==0.6.1 transformers==4.57.3
+CTRACER_VENV ?= .bench-ctracer
+CTRACER_PY := $(CTRACER_VENV)/bin/python
+CTRACER_STAMP := $(CTRACER_VENV)/.bench-installed
+.PHONY: bench-ctracer
+
+$(CTRACER_STAMP): Makefile benchmarks/constraints.txt
+	test -x $(CTRACER_PY) || python3 -m venv $(CTRACER_VENV)
+	$(CTRACER_PY) -c "import torch" 2>/dev/null || \
+		$(CTRACER_PY) -m pip install -c benchmarks/constraints.txt $(TORCH)
+	$(CTRACER_PY) -m pip install -c benchmarks/constraints.txt $(CTRACER_PKGS)
+	touch $(CTRACER_STAMP)
+
+bench-ctracer: $(CTRACER_STAMP)
+bench: $(CTRACER_STAMP)
+
 # Every bench_*.py, peers side by side, then benchmarks/RESULTS.md; non-zero if a check fails.
 bench: $(STAMP) $(BENCH_STAMP) $(SAELENS_STAMP) $(SPARSIFY_STAMP)
 	$(PY) benchmarks/run_all.py --peer-python $(BENCH_PY) $(BENCH_ARGS)
