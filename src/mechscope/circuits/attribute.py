@@ -25,6 +25,7 @@ measure for ``EAP-IG-inputs`` and only a first-order check for the others.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +38,8 @@ from mechscope.engine import Engine
 from mechscope.errors import InputError
 
 METHODS = ("EAP", "EAP-IG-inputs", "EAP-IG-activations", "clean-corrupted")
+#: Receiver bands of :func:`_edge_products`.
+CHUNKS = 8
 
 
 @dataclass
@@ -92,18 +95,40 @@ def _gradients(
     batch: EdgeBatch,
     ids: torch.Tensor,
     replace: dict[Group, torch.Tensor],
-    clean_logits: torch.Tensor,
+    clean_logits: torch.Tensor | None,
     metric: Metric,
-) -> torch.Tensor:
-    """``[b, p, receivers, d]`` fp32: ``∂ Σ metric / ∂x_r`` of one pass."""
+) -> tuple[torch.Tensor, EdgePass, torch.Tensor]:
+    """``∂ Σ metric / ∂x_r`` ``[b, p, receivers, d]`` fp32 of one pass, the pass (what its
+    senders wrote) and its logits ``[b, vocab]``. ``clean_logits`` None: the pass is the
+    clean run itself, and its own logits (detached) are the metric's reference."""
     g, lm = wiring.graph, wiring.lm
     probe = Probe.zeros(g, *ids.shape, lm.device)
     p = EdgePass(wiring, probe=probe, replace=replace)
     with torch.enable_grad():
         logits = run_pass(eng, ids, batch.mask, p, grad=True)  # [b, vocab]
-        values = metric(logits, clean_logits, batch.labels)  # [b]
+        ref = logits.detach() if clean_logits is None else clean_logits
+        values = metric(logits, ref, batch.labels)  # [b]
         grad = probe.grad(values.sum())  # [b, p, receivers, d]
-    return grad
+    return grad, p, logits.detach()
+
+
+def _edge_products(graph: EdgeGraph, diff: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    """``[senders, receivers]``: ``Σ_{b,p,d} diff[b,p,s,d] · grad[b,p,r,d]`` on the edges,
+    0 elsewhere. A receiver reads a prefix of the senders that grows with its index, so
+    the product is taken over :data:`CHUNKS` bands of receivers, each against only the
+    senders its last receiver reads: a little over half of the dense product's work."""
+    b, p, n_s, d = diff.shape
+    n_r = grad.shape[2]
+    out = torch.zeros(n_s, n_r, device=diff.device)
+    reads = [graph.reads(r) for r in range(n_r)]
+    bounds = [round(i * n_r / CHUNKS) for i in range(CHUNKS + 1)]
+    lhs = diff.permute(2, 0, 1, 3).reshape(n_s, b * p * d)  # [S, b·p·d]
+    for lo, hi in itertools.pairwise(bounds):
+        if hi > lo:
+            top = max(reads[lo:hi])
+            rhs = grad[:, :, lo:hi].permute(0, 1, 3, 2).reshape(b * p * d, hi - lo)
+            out[:top, lo:hi] = lhs[:top] @ rhs
+    return out
 
 
 def attribute(
@@ -128,17 +153,22 @@ def attribute(
     cleans, corrupts, inputs = [], [], []
     for batch in data:
         with torch.no_grad():
-            rc, r0 = EdgePass(wiring), EdgePass(wiring)
+            rc = EdgePass(wiring)
             lc = run_pass(eng, batch.corrupt, batch.mask, rc)
-            l0 = run_pass(eng, batch.clean, batch.mask, r0)
+        if method == "EAP":  # its one pass is the clean run: the clean outputs come with it
+            gsum, r0, l0 = _gradients(eng, wiring, batch, batch.clean, {}, None, fn)
+        else:
+            with torch.no_grad():
+                r0 = EdgePass(wiring)
+                l0 = run_pass(eng, batch.clean, batch.mask, r0)
+            plans = _plans(method, steps, batch, r0, rc, g)
+            gsum = torch.zeros(*batch.clean.shape, g.n_receivers, g.d_model, device=device)
+            for ids, replace in plans:
+                gsum += _gradients(eng, wiring, batch, ids, replace, l0, fn)[0]
+            gsum /= len(plans)
         real = batch.mask.to(device)[:, :, None, None].float()  # [b, p, 1, 1]
         diff = (torch.cat(rc.outputs, 2) - torch.cat(r0.outputs, 2)) * real  # [b, p, S, d]
-        plans = _plans(method, steps, batch, r0, rc, g)
-        gsum = torch.zeros(*batch.clean.shape, g.n_receivers, g.d_model, device=device)
-        for ids, replace in plans:
-            gsum += _gradients(eng, wiring, batch, ids, replace, l0, fn)
-        gsum /= len(plans)
-        total += torch.einsum("bpsd,bprd->sr", diff, gsum)
+        total += _edge_products(g, diff, gsum)
         inputs.append(torch.einsum("bpd,bprd->b", diff[:, :, 0], gsum).cpu())
         cleans.append(fn(l0, l0, batch.labels).cpu())
         corrupts.append(fn(lc, l0, batch.labels).cpu())

@@ -26,7 +26,13 @@ from dataclasses import dataclass, field
 import torch
 
 from mechscope.circuits.graph import EdgeGraph
-from mechscope.circuits.wiring import LayerWiring, check, layer_wiring, receiver_delta
+from mechscope.circuits.wiring import (
+    LayerWiring,
+    check,
+    layer_wiring,
+    probe_gradient,
+    receiver_delta,
+)
 from mechscope.engine import Edit, Engine, Site
 from mechscope.engine.analysis.decompose import head_results
 from mechscope.models.loaded import LoadedModel
@@ -192,14 +198,17 @@ class EdgePass:
             x = self._x[layer]
             if not self.wiring.checked:
                 check(self.wiring.lm, wiring, proj, x, out)
+            first = self.graph.attn_receivers(layer).start
+            idx = [r - first for r in proj.receivers]
+            if self.mask is None and self.probe is not None:  # only the probe moves them
+                leaf = self.probe.block(list(self.graph.attn_receivers(layer)))
+                return probe_gradient(wiring, proj, x, out, _take(leaf, idx))
             if layer not in self._attn_delta:
                 rec = list(self.graph.attn_receivers(layer))
                 self._attn_delta[layer] = self._delta(rec, x)  # type: ignore[assignment]
             delta = self._attn_delta[layer]
             if delta is None:
                 return None
-            first = self.graph.attn_receivers(layer).start
-            idx = [r - first for r in proj.receivers]
             change = receiver_delta(wiring, proj, x, delta[:, :, idx])  # [b, p, R, d_head]
             cols = proj.columns.to(out.device).flatten()
             new = out.float().index_add(-1, cols, change.flatten(2))
@@ -246,6 +255,13 @@ class EdgePass:
             return None if delta is None else x.float() + delta[:, :, 0]
 
         return fn
+
+
+def _take(leaf: torch.Tensor, idx: list[int]) -> torch.Tensor:
+    """``leaf[:, :, idx]``, as a view where ``idx`` is a run of consecutive receivers."""
+    if idx == list(range(idx[0], idx[0] + len(idx))):
+        return leaf.narrow(2, idx[0], len(idx))
+    return leaf[:, :, idx]
 
 
 def run_pass(

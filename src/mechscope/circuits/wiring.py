@@ -135,6 +135,45 @@ def receiver_delta(
     return torch.einsum("bprd,rkd->bprk", diff, w)
 
 
+class _ProbeGradient(torch.autograd.Function):
+    """The identity on a projection's output whose backward also gives each receiver's zero
+    probe ``δ_r`` the gradient its own stream ``x + δ_r`` gets at ``δ_r = 0``:
+    ``J_norm(x)ᵀ W_rᵀ ∂/∂out_r`` (``out_r`` its columns). These are the numbers
+    differentiating :func:`receiver_delta` gives, without computing the zero it adds in
+    the forward: an EAP pass runs at the cost of the model's own."""
+
+    @staticmethod
+    def forward(ctx, out, probe, x, w, columns, norm):  # probe: an input for its gradient
+        ctx.save_for_backward(x, w, columns)
+        ctx.norm = norm
+        return out.view_as(out)
+
+    @staticmethod
+    def backward(ctx, grad_out):  # [b, p, out]
+        x, w, columns = ctx.saved_tensors
+        g = grad_out.float()[..., columns]  # [b, p, R, d_head]
+        v = torch.einsum("bprk,rkd->bprd", g, w)  # [b, p, R, d]
+        with torch.enable_grad():
+            xx = x[:, :, None, :].expand_as(v).contiguous().requires_grad_()  # [b, p, R, d]
+            y = ctx.norm.apply(xx, ctx.norm.scale(xx))
+            (gx,) = torch.autograd.grad(y, xx, v)
+        return grad_out, gx, None, None, None, None
+
+
+def probe_gradient(
+    wiring: LayerWiring,
+    proj: Projection,
+    x: torch.Tensor,
+    out: torch.Tensor,
+    probe: torch.Tensor,
+) -> torch.Tensor:
+    """``out [b, p, out]`` unchanged, with ``probe [b, p, R, d]`` (the zero offsets of
+    ``proj``'s receivers) differentiable through it as if each receiver read ``x + δ_r``."""
+    w = proj.weight.to(x.device).float()[proj.columns.to(x.device)]  # [R, d_head, d]
+    cols = proj.columns.to(out.device)  # [R, d_head]
+    return _ProbeGradient.apply(out, probe, x.detach().float(), w, cols, wiring.norm)
+
+
 def check(
     lm: LoadedModel, wiring: LayerWiring, proj: Projection, x: torch.Tensor, out: torch.Tensor
 ):
