@@ -92,6 +92,7 @@ REOPENED = (
     "EvalResult",
     "ExplainResult",
     "CircuitResult",
+    "GraphResult",
 )
 
 
@@ -238,6 +239,27 @@ def test_circuit_result(tiny, tmp_path):
     result = run_circuits(run, tiny, data, cfg)
     assert bool(result.circuit.any())
     _round_trip(tmp_path, result)
+
+
+def test_graph_result(tiny, tmp_path):
+    from mechscope.graphs.check import CheckConfig
+    from mechscope.graphs.config import GraphConfig
+    from mechscope.graphs.result import GraphResult
+    from mechscope.graphs.run import prepare, prepare_qk, run_graph, run_qk
+    from mechscope.runs import RunDir
+
+    folder = tmp_path / "tc"
+    _helpers("graphs", "transcoder_sets").transcoder_set(tiny, folder, layout="circuit_tracer")
+    config = GraphConfig(prompt="The cat sat on the", transcoders=str(folder), max_n_logits=2,
+                         qk=("2.1:-1,2",))  # fmt: skip
+    check = CheckConfig(top_k=1)
+    run = RunDir.create(tmp_path, "g", {"graph": config.model_dump(mode="json")})
+    tset, ids = prepare(tiny, config, check)
+    run_graph(run, tiny, config, tset, ids, scan="tiny:llama", check=check)
+    run_qk(run, tiny, config, tset, ids, prepare_qk(tiny, config, ids))
+    result = GraphResult.from_run(run)  # the QK part is its own: read with the run's files
+    assert len(result.qk_tables) == 2 and result.intervention_table is not None
+    _round_trip(tmp_path / "out", result)
 
 
 def test_heads_result(tiny, tmp_path):

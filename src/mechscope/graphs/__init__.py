@@ -13,9 +13,11 @@ if TYPE_CHECKING:  # the exports, each imported on first use (mechscope.lazy)
     from mechscope.graphs.graph import Graph
     from mechscope.graphs.qk import QKAttribution, qk_attribution
     from mechscope.graphs.replacement import replacement_context, replacement_logits
+    from mechscope.graphs.result import GraphResult
 
 __all__ = [
     "Graph",
+    "GraphResult",
     "QKAttribution",
     "attribute",
     "qk_attribution",

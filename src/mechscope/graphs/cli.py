@@ -102,14 +102,14 @@ def graph(
         return tset, ids, prepare_qk(lm, config, ids)
 
     lm, (tset, ids, targets), run = checked_run(out, record, opts, prepared)
-    s = run_graph(run, lm, config, tset, ids, scan=opts.model, check=check)
+    result = run_graph(run, lm, config, tset, ids, scan=opts.model, check=check)
     absent = write_view(run, lm, tset, Path(config.transcoders), slug, pins=pins, supernodes=groups)
     if absent:
         console.print(f"not in the pruned graph, not drawn: {', '.join(absent)}")
     console.print(
-        f"replacement {s['replacement_score']:.3f}, completeness {s['completeness_score']:.3f}; "
-        f"{s['n_nodes_written']} nodes, {s['n_links_written']} links: "
-        f"{run.path / 'graph' / (slug + '.json')}"
+        f"replacement {result.replacement_score:.3f}, completeness "
+        f"{result.completeness_score:.3f}; {result.n_nodes_written} nodes, "
+        f"{result.n_links_written} links: {result.graph_file}"
     )
     for q in run_qk(run, lm, config, tset, ids, targets):
         console.print(

@@ -29,6 +29,7 @@ from mechscope.graphs.neuronpedia import graph_json, write_graph_files
 from mechscope.graphs.qk import qk_attribution
 from mechscope.graphs.qk_targets import QKTarget, check_targets, check_unmasked
 from mechscope.graphs.replacement import replacement_context
+from mechscope.graphs.result import GraphResult
 from mechscope.graphs.transcoders import Transcoders
 from mechscope.models.loaded import LoadedModel
 from mechscope.runs import RunDir
@@ -66,14 +67,14 @@ def prepare(
 def run_graph(
     run: RunDir, lm: LoadedModel, config: GraphConfig, tset: Any, ids: torch.Tensor, *,
     scan: str, progress: bool = False, check: CheckConfig | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> GraphResult:  # fmt: skip
     """The graph of ``ids`` in ``run`` (module docstring), checked where ``check`` says;
-    its summary."""
+    the run's :class:`GraphResult` (a finished graph is read back, not recomputed)."""
     folder = run.path / "graph"
     if run.part_done(PART):
         if check is not None:
             run_check(run, lm, config, tset, ids, check, None)
-        return json.loads((folder / "summary.json").read_text())
+        return GraphResult.from_run(run)
     with run.timed(PART):
         graph = attribute(
             Engine.of(lm), tset, ids, max_n_logits=config.max_n_logits,
@@ -105,7 +106,7 @@ def run_graph(
     run.record_part(PART, 0.0, done=True)
     if check is not None:
         run_check(run, lm, config, tset, ids, check, graph)
-    return summary
+    return GraphResult.from_run(run)
 
 
 def prepare_qk(lm: LoadedModel, config: GraphConfig, ids: torch.Tensor) -> list[QKTarget]:

@@ -56,6 +56,7 @@ RESULT_TYPES = (
     "mechscope.features.result:EvalResult",
     "mechscope.features.result:ExplainResult",
     "mechscope.circuits.result:CircuitResult",
+    "mechscope.graphs.result:GraphResult",
 )
 
 
