@@ -12,7 +12,10 @@ budget small enough that the sizing decides the chunks (``--memory``, default 51
 - **joint IG**: head-gate integrated gradients of a 64-token completion NLL, 32 steps
   (forward+backward chunks of gate rows);
 - **suppression**: the attention-suppression matrix of a 40-sentence trace (the base
-  pass, then chunks of one suppressed sentence per row on the explicit attention path).
+  pass, then chunks of one suppressed sentence per row on the explicit attention path);
+- **EAP** and **EAP-IG**: edge attribution of 8 IOI pairs (EAP-IG on inputs, 5 steps):
+  the corrupt and clean passes, then forward+backward passes with a probe of every
+  receiver, in chunks of pairs (``mechscope.circuits.memory``).
 
 The child loads the model, runs a small version of the workload (threads, kernels and the
 allocator warmed up), resets the resident high-water mark (``clear_refs``) and runs the
@@ -38,14 +41,23 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 
-CASES = ("lens", "patching", "ig", "suppression")
+CASES = ("lens", "patching", "ig", "suppression", "eap", "eapig")
 LABELS = {
     "lens": "lens readout, paired, {n} tokens",
     "patching": "patching sweep, resid_pre x layers x positions, {n} IOI pairs",
     "ig": "joint IG, 32 steps, {n}-token completion",
     "suppression": "suppression matrix, {n}-sentence trace",
+    "eap": "edge attribution EAP, {n} IOI pairs",
+    "eapig": "edge attribution EAP-IG (inputs, 5 steps), {n} IOI pairs",
 }
-SIZES = {"lens": (1024, 128), "patching": (8, 2), "ig": (64, 16), "suppression": (40, 8)}
+SIZES = {
+    "lens": (1024, 128),
+    "patching": (8, 2),
+    "ig": (64, 16),
+    "suppression": (40, 8),
+    "eap": (8, 2),
+    "eapig": (8, 2),
+}
 TOLERANCE = 0.25
 
 
@@ -95,6 +107,15 @@ def workload(case: str, lm, n: int):
 
         tokens = tokenize_trace(lm.tokenizer, forty_sentence_trace(n))
         return lambda: suppression_matrix(eng, tokens, SuppressionOptions())
+    if case in ("eap", "eapig"):
+        from circuit_models import edge_batches, ioi_batches
+
+        from mechscope.circuits import Wiring, attribute
+
+        data = edge_batches(ioi_batches(lm.tokenizer, 1, n), int(lm.tokenizer.bos_token_id))
+        method = "EAP" if case == "eap" else "EAP-IG-inputs"
+        wiring = Wiring.of(lm)
+        return lambda: attribute(eng, data, method=method, steps=5, wiring=wiring)
     raise SystemExit(f"unknown case {case!r}")
 
 

@@ -13,18 +13,19 @@ sweep      8B           110   IOI ``resid_pre`` sweep, 16 pairs x 32 layers x 15
 lens       8B           40    paired logit lens, 4,096-token continuation; memory
 ig         8B           45    per-layer head-gate IG, 32 x 32 gates, 64-token completion,
                               vs captum; memory
+circuits   8B           15    EAP-IG on inputs, 5 steps, 8 IOI pairs: memory
 rollouts   8B           80    64 x 512 new tokens from a 2,048-token prefix vs ``generate``
 suppression 14B         60    suppression matrix of a 6,000-token, 380-sentence trace
                               (a spread subset, time scaled to all); memory
 memory     14B          45    each workflow's largest pass: measured / predicted
 ========== ============ ===== ==========================================================
 
-Model builds are planned at 15 s (8B) and 25 s (14B). Before a case starts, it is skipped
-(with the reason in its row) when what is left of the budget (``--budget``, 480 s) is less
-than its plan; inside a case, repetitions stop at its deadline. ``RESULTS-gpu.md`` and
-``results-gpu.json`` are rewritten in ``--out-dir`` after every case, so a run cut short
-keeps the numbers of the cases that ended. Exit code 1 when a case disagrees with its
-peer or fails.
+Model builds are planned at 15 s (8B) and 25 s (14B): 460 s in all. Before a case starts,
+it is skipped (with the reason in its row) when what is left of the budget (``--budget``,
+480 s) is less than its plan; inside a case, repetitions stop at its deadline.
+``RESULTS-gpu.md`` and ``results-gpu.json`` are rewritten in ``--out-dir`` after every
+case, so a run cut short keeps the numbers of the cases that ended. Exit code 1 when a
+case disagrees with its peer or fails.
 
 ``--smoke`` runs every case at tiny shapes (3 layers of width 64, a few tokens) in fp32 on
 the CPU, in a minute or so: ``make test`` runs it (``tests/benchmarks/test_gpu_suite.py``)
@@ -79,6 +80,7 @@ PLANS = [
     Plan("sweep", "llama-3.1-8b", 110, gpu_cases.sweep_cases),
     Plan("lens", "llama-3.1-8b", 40, gpu_workflows.lens_cases),
     Plan("ig", "llama-3.1-8b", 45, gpu_workflows.ig_cases),
+    Plan("circuits", "llama-3.1-8b", 15, gpu_workflows.circuit_cases),
     Plan("rollouts", "llama-3.1-8b", 80, gpu_cases.rollout_cases),
     Plan("suppression", "r1-distill-qwen-14b", 60, gpu_suppression.suppression_cases),
     Plan("memory", "r1-distill-qwen-14b", 45, gpu_workflows.memory_cases),

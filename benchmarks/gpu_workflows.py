@@ -1,7 +1,7 @@
 """The GPU suite's workflow cases: the paired logit lens and per-layer head-gate IG, each
 with its time, its measured / predicted peak memory and a check against an independent
-computation, and each workflow's largest pass on a second shape (the suppression matrix is
-in ``gpu_suppression.py``).
+computation; edge attribution's measured / predicted peak; and each workflow's largest
+pass on a second shape (the suppression matrix is in ``gpu_suppression.py``).
 
 - lens: every metric at three layers x 16 tokens against fp64 formulas on the same hidden
   states, within :func:`harness.lens_agreement` of an fp32 readout (the readout is fp32
@@ -182,6 +182,37 @@ def ig_cases(ctx: Ctx, lm: Any, deadline: float) -> list[harness.Case]:
     rows.append(memory_case(f"per-layer IG gradient chunks ({lm.spec})", peak,
                             time.perf_counter() - start, lm.memory_budget))  # fmt: skip
     return rows
+
+
+# --- edge attribution -------------------------------------------------------------------------
+def circuit_cases(ctx: Ctx, lm: Any, deadline: float) -> list[harness.Case]:
+    """EAP-IG on inputs of IOI pairs, in the chunks its sizing chooses: the measured peak
+    beside the predicted one (:mod:`mechscope.circuits.memory`), the completeness gap in
+    the note."""
+    import bench_patching as bp
+
+    from mechscope.circuits import Wiring, attribute
+    from mechscope.circuits.data import batches
+    from mechscope.engine import Engine
+
+    n_pairs, steps = (2, 2) if ctx.smoke else (8, 5)
+    pairs, toks = bp.ioi_batch(lm, n_pairs)
+    data = batches(pairs, lm.tokenizer, batch_size=n_pairs)
+    eng, wiring = Engine.of(lm), Wiring.of(lm)
+    attribute(eng, [data[0].rows(0, 1)], method="EAP", wiring=wiring)  # kernels, the check
+
+    def run() -> Any:
+        return attribute(eng, data, method="EAP-IG-inputs", steps=steps, wiring=wiring)
+
+    start = time.perf_counter()
+    peak = peak_of(ctx, run)
+    seconds = time.perf_counter() - start
+    size = f"{n_pairs} IOI pairs x {len(toks[0].clean_ids)} tokens"
+    label = f"EAP-IG (inputs, {steps} steps), {size}, {wiring.graph.n_edges} edges ({lm.spec})"
+    row = memory_case(label, peak, seconds, lm.memory_budget)
+    gap = peak.result.completeness_gap
+    row.note = "; ".join(n for n in (row.note, f"completeness gap {gap:.3g}") if n)
+    return [row]
 
 
 # --- memory of the other workflows on a second shape ------------------------------------------

@@ -33,8 +33,10 @@ import torch
 from mechscope.circuits.data import EdgeBatch
 from mechscope.circuits.edge_pass import EdgePass, Group, Probe, Wiring, groups, run_pass
 from mechscope.circuits.graph import EdgeGraph
+from mechscope.circuits.memory import fit_chunk, note_chunk
 from mechscope.circuits.metrics import Metric, resolve
 from mechscope.engine import Engine
+from mechscope.engine.core.frozen import frozen_parameters
 from mechscope.errors import InputError
 
 METHODS = ("EAP", "EAP-IG-inputs", "EAP-IG-activations", "clean-corrupted")
@@ -104,7 +106,7 @@ def _gradients(
     g, lm = wiring.graph, wiring.lm
     probe = Probe.zeros(g, *ids.shape, lm.device)
     p = EdgePass(wiring, probe=probe, replace=replace)
-    with torch.enable_grad():
+    with torch.enable_grad(), frozen_parameters(lm.model):
         logits = run_pass(eng, ids, batch.mask, p, grad=True)  # [b, vocab]
         ref = logits.detach() if clean_logits is None else clean_logits
         values = metric(logits, ref, batch.labels)  # [b]
@@ -131,6 +133,16 @@ def _edge_products(graph: EdgeGraph, diff: torch.Tensor, grad: torch.Tensor) -> 
     return out
 
 
+def chunks(wiring: Wiring, data: list[EdgeBatch], method: str, steps: int) -> list[EdgeBatch]:
+    """Each batch in chunks of as many rows as fit the model's memory budget
+    (:mod:`mechscope.circuits.memory`): a batch's sums are the sums of its chunks."""
+    out = []
+    for batch in data:
+        size = fit_chunk(wiring, len(batch), batch.clean.shape[1], method, steps).rows
+        out += [batch.rows(i, i + size) for i in range(0, len(batch), size)]
+    return out
+
+
 def attribute(
     eng: Engine,
     data: list[EdgeBatch],
@@ -140,7 +152,8 @@ def attribute(
     steps: int = 5,
     wiring: Wiring | None = None,
 ) -> Scores:
-    """Score every edge of ``eng``'s model on ``data`` with ``method`` (:data:`METHODS`)."""
+    """Score every edge of ``eng``'s model on ``data`` with ``method`` (:data:`METHODS`),
+    each batch in chunks of pairs that fit the model's memory budget (:func:`chunks`)."""
     if method not in METHODS:
         raise InputError(f"expected one of {', '.join(METHODS)}, got {method!r}", field="method")
     if steps < 1:
@@ -151,7 +164,8 @@ def attribute(
     device = eng.lm.device
     total = torch.zeros(g.n_senders, g.n_receivers, device=device)
     cleans, corrupts, inputs = [], [], []
-    for batch in data:
+    for batch in chunks(wiring, data, method, steps):
+        note_chunk(wiring, len(batch), batch.clean.shape[1], method, steps)
         with torch.no_grad():
             rc = EdgePass(wiring)
             lc = run_pass(eng, batch.corrupt, batch.mask, rc)

@@ -24,6 +24,16 @@ class EdgeBatch:
     def __len__(self) -> int:
         return int(self.clean.shape[0])
 
+    def rows(self, start: int, stop: int) -> EdgeBatch:
+        """Examples ``start … stop − 1``, padded as in the whole batch."""
+        return EdgeBatch(
+            self.clean[start:stop],
+            self.corrupt[start:stop],
+            self.mask[start:stop],
+            self.labels[start:stop],
+            self.ids[start:stop],
+        )
+
 
 def batches(
     pairs: list[ContrastivePair], tokenizer: object, batch_size: int = 8

@@ -144,14 +144,14 @@ class _ProbeGradient(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, out, probe, x, w, columns, norm):  # probe: an input for its gradient
-        ctx.save_for_backward(x, w, columns)
-        ctx.norm = norm
+        ctx.save_for_backward(x, w)
+        ctx.columns, ctx.norm = columns, norm  # the wiring's own index: nothing new to save
         return out.view_as(out)
 
     @staticmethod
     def backward(ctx, grad_out):  # [b, p, out]
-        x, w, columns = ctx.saved_tensors
-        g = grad_out.float()[..., columns]  # [b, p, R, d_head]
+        x, w = ctx.saved_tensors
+        g = grad_out.float()[..., ctx.columns]  # [b, p, R, d_head]
         v = torch.einsum("bprk,rkd->bprd", g, w)  # [b, p, R, d]
         with torch.enable_grad():
             xx = x[:, :, None, :].expand_as(v).contiguous().requires_grad_()  # [b, p, R, d]
