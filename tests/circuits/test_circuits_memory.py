@@ -168,9 +168,9 @@ def test_a_small_budget_splits_a_batch_and_keeps_its_scores(llama, monkeypatch):
     diff = torch.cat(rc.outputs, 2) - torch.cat(r0.outputs, 2)  # [b, p, S, d]
     grad = ATTRIBUTE._gradients(
         eng, wiring, batch, batch.clean, {}, clean_logits, ATTRIBUTE.resolve("logit_diff")[1]
-    )[0]  # [b, p, R, d]
-    magnitude = torch.einsum("bpsd,bprd->sr", diff.abs(), grad.abs()) / len(batch)
-    per_example = torch.einsum("bpd,bprd->b", diff[:, :, 0].abs(), grad.abs())
+    )[0]  # [R, b, p, d]
+    magnitude = torch.einsum("bpsd,rbpd->sr", diff.abs(), grad.abs()) / len(batch)
+    per_example = torch.einsum("bpd,rbpd->b", diff[:, :, 0].abs(), grad.abs())
     depth = 2 * depth_of(lm)
     assert_rounding_close(
         chunked.scores, whole.scores, depth=depth, scale=float(magnitude.max()), msg="scores"

@@ -25,7 +25,6 @@ measure for ``EAP-IG-inputs`` and only a first-order check for the others.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import torch
@@ -40,8 +39,6 @@ from mechscope.engine.core.frozen import frozen_parameters
 from mechscope.errors import InputError
 
 METHODS = ("EAP", "EAP-IG-inputs", "EAP-IG-activations", "clean-corrupted")
-#: Receiver bands of :func:`_edge_products`.
-CHUNKS = 8
 
 
 @dataclass
@@ -100,7 +97,7 @@ def _gradients(
     clean_logits: torch.Tensor | None,
     metric: Metric,
 ) -> tuple[torch.Tensor, EdgePass, torch.Tensor]:
-    """``∂ Σ metric / ∂x_r`` ``[b, p, receivers, d]`` fp32 of one pass, the pass (what its
+    """``∂ Σ metric / ∂x_r`` ``[receivers, b, p, d]`` fp32 of one pass, the pass (what its
     senders wrote) and its logits ``[b, vocab]``. ``clean_logits`` None: the pass is the
     clean run itself, and its own logits (detached) are the metric's reference."""
     g, lm = wiring.graph, wiring.lm
@@ -110,27 +107,39 @@ def _gradients(
         logits = run_pass(eng, ids, batch.mask, p, grad=True)  # [b, vocab]
         ref = logits.detach() if clean_logits is None else clean_logits
         values = metric(logits, ref, batch.labels)  # [b]
-        grad = probe.grad(values.sum())  # [b, p, receivers, d]
+        grad = probe.grad(values.sum())  # [receivers, b, p, d]
     return grad, p, logits.detach()
 
 
-def _edge_products(graph: EdgeGraph, diff: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
-    """``[senders, receivers]``: ``Σ_{b,p,d} diff[b,p,s,d] · grad[b,p,r,d]`` on the edges,
-    0 elsewhere. A receiver reads a prefix of the senders that grows with its index, so
-    the product is taken over :data:`CHUNKS` bands of receivers, each against only the
-    senders its last receiver reads: a little over half of the dense product's work."""
-    b, p, n_s, d = diff.shape
-    n_r = grad.shape[2]
-    out = torch.zeros(n_s, n_r, device=diff.device)
-    reads = [graph.reads(r) for r in range(n_r)]
-    bounds = [round(i * n_r / CHUNKS) for i in range(CHUNKS + 1)]
-    lhs = diff.permute(2, 0, 1, 3).reshape(n_s, b * p * d)  # [S, b·p·d]
-    for lo, hi in itertools.pairwise(bounds):
-        if hi > lo:
-            top = max(reads[lo:hi])
-            rhs = grad[:, :, lo:hi].permute(0, 1, 3, 2).reshape(b * p * d, hi - lo)
-            out[:top, lo:hi] = lhs[:top] @ rhs
-    return out
+def _edge_products(
+    graph: EdgeGraph,
+    corrupt: list[torch.Tensor],
+    clean: list[torch.Tensor],
+    real: torch.Tensor,
+    grad: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[senders, receivers]``: ``Σ_{b,p,d} diff[b,p,s,d] · grad[r,b,p,d]`` on the edges
+    (0 elsewhere), with ``diff = (corrupt − clean) · real`` of each sender group's outputs
+    (``[b, p, k, d]`` each, ``real [b, p, 1, 1]``); and ``[b]`` each example's total over
+    the input node's edges. A sender is read by a suffix of the receivers, so each group
+    is multiplied by that suffix alone (about half of the dense product's work), and the
+    differences are made a group at a time, never all ``[b, p, S, d]`` at once."""
+    n_r = grad.shape[0]
+    g = grad.reshape(n_r, -1)  # [R, b·p·d]: a view of the receiver-major gradient
+    out = torch.zeros(graph.n_senders, n_r, device=grad.device)
+    reads = torch.tensor([graph.reads(r) for r in range(n_r)])  # [R] nondecreasing
+    totals = torch.zeros(0)
+    start = 0
+    for c, o in zip(corrupt, clean, strict=True):
+        k = c.shape[2]
+        diff = (c.to(grad.device) - o) * real  # [b, p, k, d]
+        if start == 0:  # the input node
+            totals = torch.einsum("bpd,rbpd->b", diff[:, :, 0], grad)
+        first = int(torch.searchsorted(reads, start, right=True))  # first receiver reading it
+        lhs = diff.permute(2, 0, 1, 3).reshape(k, -1)  # [k, b·p·d]
+        out[start : start + k, first:] = lhs @ g[first:].T
+        start += k
+    return out, totals
 
 
 def chunks(wiring: Wiring, data: list[EdgeBatch], method: str, steps: int) -> list[EdgeBatch]:
@@ -176,14 +185,14 @@ def attribute(
                 r0 = EdgePass(wiring)
                 l0 = run_pass(eng, batch.clean, batch.mask, r0)
             plans = _plans(method, steps, batch, r0, rc, g)
-            gsum = torch.zeros(*batch.clean.shape, g.n_receivers, g.d_model, device=device)
+            gsum = torch.zeros(g.n_receivers, *batch.clean.shape, g.d_model, device=device)
             for ids, replace in plans:
                 gsum += _gradients(eng, wiring, batch, ids, replace, l0, fn)[0]
             gsum /= len(plans)
         real = batch.mask.to(device)[:, :, None, None].float()  # [b, p, 1, 1]
-        diff = (torch.cat(rc.outputs, 2) - torch.cat(r0.outputs, 2)) * real  # [b, p, S, d]
-        total += _edge_products(g, diff, gsum)
-        inputs.append(torch.einsum("bpd,bprd->b", diff[:, :, 0], gsum).cpu())
+        products, input_totals = _edge_products(g, rc.outputs, r0.outputs, real, gsum)
+        total += products
+        inputs.append(input_totals.cpu())
         cleans.append(fn(l0, l0, batch.labels).cpu())
         corrupts.append(fn(lc, l0, batch.labels).cpu())
     n = sum(len(b) for b in data)

@@ -47,10 +47,10 @@ def edge_derivatives(
         with torch.enable_grad():
             logits = run_pass(eng, batch.clean, batch.mask, p, grad=True)  # [b, vocab]
             values = fn(logits, prep.clean_logits, batch.labels)  # [b]
-            grad = probe.grad(values.sum())  # [b, p, receivers, d]
+            grad = probe.grad(values.sum())  # [receivers, b, p, d]
         current = torch.cat(p.outputs, 2)[:, :, s].detach()  # [b, p, d]
         other = torch.cat(prep.corrupt_outputs, 2)[:, :, s].to(lm.device)  # [b, p, d]
-        out.append(torch.einsum("bpd,bpd->b", (other - current) * real, grad[:, :, r]).cpu())
+        out.append(torch.einsum("bpd,bpd->b", (other - current) * real, grad[r]).cpu())
     return torch.stack(out)
 
 

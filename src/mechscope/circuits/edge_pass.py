@@ -104,12 +104,16 @@ class Probe:
         return leaf
 
     def grad(self, value: torch.Tensor) -> torch.Tensor:
-        """``[b, p, receivers, d]``: ``∂value/∂x_r`` of every receiver, in receiver order."""
+        """``[receivers, b, p, d]``: ``∂value/∂x_r`` of every receiver, in receiver order.
+        Receiver-major, so that the scores' product reads it as one ``[R, b·p·d]`` matrix
+        without another copy."""
         leaves = list(self.leaves.values())
         grads = torch.autograd.grad(value, leaves, allow_unused=True)
         return torch.cat(
-            [torch.zeros_like(x) if g is None else g for x, g in zip(leaves, grads, strict=True)],
-            2,
+            [
+                (torch.zeros_like(x) if g is None else g).permute(2, 0, 1, 3)
+                for x, g in zip(leaves, grads, strict=True)
+            ]
         )
 
 

@@ -28,8 +28,8 @@ width ``d``; edge tensors are fp32 (``F = 4`` bytes) whatever the model's dtype:
   leaves' gradients and their concatenation, ``2·T·R·d·F``.
 
 The peak is what is held plus the pass's leaves and outputs plus the larger of the last two
-(the scoring after the passes, ``diff`` and its ``[S, T·d]`` copy beside both runs'
-outputs and ``gsum``, holds less than a pass). The probes' term is exact on five tiny
+(the scoring after the passes makes one sender group's difference at a time beside both
+runs' outputs and ``gsum``: less than a pass holds). The probes' term is exact on five tiny
 families in fp32 and bf16 (``tests/circuits/test_circuits_memory.py``); the whole is
 checked against the peak resident memory of fresh processes on smollm2-135m
 (``benchmarks/bench_memory.py``). The weights are not counted.
