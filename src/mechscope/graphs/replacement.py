@@ -51,17 +51,17 @@ class Nodes:
 
 
 def attribution_pass(
-    engine: Engine, tc: Transcoders, ids: torch.Tensor, rows: int
+    engine: Engine, tc: Transcoders, ids: torch.Tensor, rows: int, *, grad: bool = True
 ) -> tuple[PassState, Frozen, torch.Tensor]:
-    """The ``detach`` pass over ``rows`` copies of ``ids [T]``: its state (in the graph),
-    what it froze, and the last position's logits ``[vocab]`` (fp32)."""
+    """The ``detach`` pass over ``rows`` copies of ``ids [T]``: its state (in the graph,
+    with ``grad``), what it froze, and the last position's logits ``[vocab]`` (fp32)."""
     lm = engine.lm
     check_freezable(lm, tc)
     state, frozen = PassState(), Frozen()
     edits = freeze_edits(lm, tc, "detach", frozen, state)
     batch = ids.reshape(1, -1).expand(rows, -1)
-    out = engine.run(batch, edits, grad=True, logits=1)
-    return state, frozen, out.logits[0, -1].detach().float()
+    out = engine.run(batch, edits, grad=grad, logits=1)
+    return state, frozen, out.logits[0, -1].detach().float().clone()
 
 
 def replacement_logits(

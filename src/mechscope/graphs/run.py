@@ -3,7 +3,10 @@ written in the run directory (resumed: read back).
 
 ``graph/<slug>.json`` and ``graph/graph-metadata.json`` are circuit-tracer's frontend
 files (:mod:`mechscope.graphs.neuronpedia`); ``tables/graph_nodes`` has every node with its
-influence and whether pruning kept it; ``graph/summary.json`` the scores and counts.
+influence and whether pruning kept it; ``graph/summary.json`` the scores and counts. The
+manifest's ``memory`` is the plan the memory model made before the heavy passes
+(:mod:`mechscope.graphs.memory`: predicted peak, rows per backward pass, where the rows
+went).
 """
 
 from __future__ import annotations
@@ -59,10 +62,12 @@ def run_graph(
     if run.part_done(PART):
         return json.loads((folder / "summary.json").read_text())
     with run.timed(PART):
+        folder.mkdir(parents=True, exist_ok=True)  # rows that do not fit in memory go here
         graph = attribute(
             Engine.of(lm), tset, ids, max_n_logits=config.max_n_logits,
             desired_logit_prob=config.desired_logit_prob, batch_size=config.batch_size,
-            max_feature_nodes=config.max_feature_nodes, progress=progress,
+            max_feature_nodes=config.max_feature_nodes, progress=progress, folder=folder,
+            on_plan=lambda plan: run.record("memory", plan.record()),
         )  # fmt: skip
         graph.prompt = config.prompt
         data = graph_json(
