@@ -57,11 +57,17 @@ class Nodes:
 
 
 def attribution_pass(
-    engine: Engine, tc: Transcoders, ids: torch.Tensor, rows: int, qk_layers: Sequence[int] = ()
+    engine: Engine,
+    tc: Transcoders,
+    ids: torch.Tensor,
+    rows: int,
+    qk_layers: Sequence[int] = (),
+    *,
+    grad: bool = True,
 ) -> tuple[PassState, Frozen, torch.Tensor]:
-    """The ``detach`` pass over ``rows`` copies of ``ids [T]``: its state (in the graph),
-    what it froze, and the last position's logits ``[vocab]`` (fp32). ``qk_layers``: the
-    layers whose queries and keys are kept, their attention's norms frozen
+    """The ``detach`` pass over ``rows`` copies of ``ids [T]``: its state (in the graph,
+    with ``grad``), what it froze, and the last position's logits ``[vocab]`` (fp32).
+    ``qk_layers``: the layers whose queries and keys are kept
     (:mod:`mechscope.graphs.qk_sites`)."""
     lm = engine.lm
     check_freezable(lm, tc)
@@ -69,8 +75,8 @@ def attribution_pass(
     edits = freeze_edits(lm, tc, "detach", frozen, state)
     edits += qk_edits(lm, qk_layers, "detach", state)
     batch = ids.reshape(1, -1).expand(rows, -1)
-    out = engine.run(batch, edits, grad=True, logits=1)
-    return state, frozen, out.logits[0, -1].detach().float()
+    out = engine.run(batch, edits, grad=grad, logits=1)
+    return state, frozen, out.logits[0, -1].detach().float().clone()
 
 
 @dataclass

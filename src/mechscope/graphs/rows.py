@@ -13,7 +13,10 @@ Since the pass is linear in those writes, this is the exact direct effect.
 and keys of :mod:`mechscope.graphs.qk`).
 
 Columns: every active feature (in :class:`~mechscope.graphs.replacement.Nodes` order),
-then the error nodes (layer-major, ``L × T``), then the token nodes (``T``).
+then the error nodes (layer-major, ``L × T``), then the token nodes (``T``); ``width``
+leaves zero columns after them (the logits' in the graph's layout). A source layer's
+gradients at its features' positions are gathered :data:`GATHER_ELEMENTS` at a time, so a
+long prompt's thousands of features per layer never make one ``[n, m, d]`` block.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ import torch
 
 from mechscope.graphs.freeze import PassState
 from mechscope.graphs.replacement import Nodes
+
+#: Elements of the gathered gradients ``[n, m, d]`` one einsum reads (64 MiB of fp32).
+GATHER_ELEMENTS = 2**24
 
 
 def n_columns(nodes: Nodes) -> int:
@@ -50,9 +56,10 @@ def compute_rows(
     vectors: torch.Tensor,  # [n, d]: direction (feature) or logit vector
     *,
     last: bool = False,
+    width: int | None = None,
 ) -> torch.Tensor:
-    """``[n, n_columns]`` fp32: the direct effect of every source on each target.
-    ``last``: free the pass's graph after this batch."""
+    """``[n, width]`` fp32 (default ``n_columns``): the direct effect of every source on
+    each target. ``last``: free the pass's graph after this batch."""
     n = int(layers.shape[0])
     n_layers = int(nodes.errors.shape[0])
     rows_in_pass = int(state.embed.shape[0])  # type: ignore[union-attr]
@@ -74,29 +81,33 @@ def compute_rows(
         allow_unused=True,
         materialize_grads=False,
     )
-    return node_columns(found, nodes, n)
+    return node_columns(found, nodes, n, width)
 
 
-def node_columns(found: tuple[torch.Tensor | None, ...], nodes: Nodes, n: int) -> torch.Tensor:
-    """``[n, n_columns]`` fp32: each of the first ``n`` rows' gradients at the MLP outputs
-    and the embeddings (``found``: one ``[B, T, d]`` or None per layer, then the
-    embeddings') dotted with what every node writes there."""
+def node_columns(
+    found: tuple[torch.Tensor | None, ...], nodes: Nodes, n: int, width: int | None = None
+) -> torch.Tensor:
+    """``[n, width]`` fp32 (default ``n_columns``): each of the first ``n`` rows' gradients
+    at the MLP outputs and the embeddings (``found``: one ``[B, T, d]`` or None per layer,
+    then the embeddings') dotted with what every node writes there."""
     n_layers, n_pos = nodes.errors.shape[:2]
-    rows = torch.zeros(n, n_columns(nodes))
+    rows = torch.zeros(n, width or n_columns(nodes))
     offsets = feature_offsets(nodes)
     active_pos = nodes.active[:, 1]
     for source, writes in nodes.decoders.items():
         start = offsets[source]
         count = writes[0][1].shape[0]
         pos = active_pos[start : start + count]
-        total = torch.zeros(n, count)
+        total = rows[:, start : start + count]
         for target_layer, rows_w in writes:
             g = found[target_layer]
             if g is None:
                 continue
-            g = g[:n, pos.to(g.device)].float()  # [n, m, d]
-            total += torch.einsum("nmd,md->nm", g, rows_w.to(g.device)).cpu()
-        rows[:, start : start + count] = total
+            step = max(1, GATHER_ELEMENTS // (n * g.shape[-1]))
+            for a in range(0, count, step):
+                sub = g[:n, pos[a : a + step].to(g.device)].float()  # [n, m, d]
+                w = rows_w[a : a + step].to(g.device)
+                total[:, a : a + step] += torch.einsum("nmd,md->nm", sub, w).cpu()
     base = nodes.n_features
     for layer in range(n_layers):
         g = found[layer]
@@ -107,5 +118,5 @@ def node_columns(found: tuple[torch.Tensor | None, ...], nodes: Nodes, n: int) -
     g = found[-1]
     if g is not None:
         tokens = torch.einsum("ntd,td->nt", g[:n].float(), nodes.embeds.to(g.device)).cpu()
-        rows[:, base + n_layers * n_pos :] = tokens
+        rows[:, base + n_layers * n_pos : base + (n_layers + 1) * n_pos] = tokens
     return rows
