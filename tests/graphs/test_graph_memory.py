@@ -109,7 +109,7 @@ def test_the_terms_are_the_tensors_the_run_holds(case, monkeypatch) -> None:
     tc = Transcoders(tset, lm.n_layers)
     batch, n_pos = 3, len(IDS)
     with frozen_parameters(lm.model, tset):
-        state, _, logits = attribution_pass(eng, tc, IDS, batch)
+        state, _, logits = attribution_pass(eng, tc, IDS, 1)  # the backward is batched
         nodes = collect_nodes(eng, tc, state, logits, max_n_logits=3)
     per_layer = torch.bincount(nodes.active[:, 0], minlength=lm.n_layers).tolist()
     n, k = nodes.n_features, len(nodes.logit_ids)
@@ -121,9 +121,9 @@ def test_the_terms_are_the_tensors_the_run_holds(case, monkeypatch) -> None:
     held += [w for writes in nodes.decoders.values() for _, w in writes]
     assert terms["nodes"] == sum(t.nbytes for t in held)
     kept = [*state.x_in.values(), *state.out.values(), state.embed, state.final]
-    # beyond the norms' scales [B, T, 1] and weights [d]
-    saved = _saved(kept, lm, tset, smaller_than=max(batch * n_pos, lm.d_model) + 1)
-    assert [tuple(t.shape) for t in saved] == [(batch * lm.n_kv_heads, n_pos * lm.n_heads //
+    # beyond the norms' scales [1, T, 1] and weights [d]
+    saved = _saved(kept, lm, tset, smaller_than=max(n_pos, lm.d_model) + 1)
+    assert [tuple(t.shape) for t in saved] == [(lm.n_kv_heads, n_pos * lm.n_heads //
                                                lm.n_kv_heads, n_pos)] * lm.n_layers  # fmt: skip
     assert terms["pass_kept"] == sum(t.nbytes for t in kept + saved)
 

@@ -86,7 +86,7 @@ def attribute(
         note(f"attribution graph, batch {plan.batch}, rows in {where}", plan.peak)
         if on_plan is not None:
             on_plan(plan)
-        state = attribution_pass(engine, tc, ids, plan.batch)[0]
+        state = attribution_pass(engine, tc, ids, 1)[0]  # the backward is batched, not the pass
         with make_progress(progress) as bar:
             task = bar.add_task("attribution rows", total=None, unit="nodes")
             rows, order, selected = _all_rows(

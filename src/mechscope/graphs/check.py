@@ -185,7 +185,7 @@ def check_graph(engine: Engine, tset: Any, ids: torch.Tensor, graph: Graph,
     runs = [(label, feats, f) for label, feats in sets for f in factors]
     n_layers, n_pos = lm.n_layers, int(ids.numel())
     with frozen_parameters(lm.model, tc.source):
-        state, frozen, logits = attribution_pass(engine, tc, ids, len(tokens))
+        state, frozen, logits = attribution_pass(engine, tc, ids, 1)
         with torch.no_grad():
             hold_errors(tc, state, frozen, 1)
         on = clean_states(tc, state)

@@ -18,16 +18,17 @@ The run holds, in bytes (fp32 is 4):
   the logit targets' vectors ``K·d·4`` and the last position's logits ``V·4``;
 - **the first pass** (one row, no gradient, the nodes read from it): every layer's
   features ``L·T·W·4`` at once, and every layer's frozen scores ``L·H·T²·4``;
-- **the pass kept for the backward** (``B`` rows): every layer's attention probabilities,
-  which ``probs @ v`` saves, ``L·B·H·T²·e``; the transcoder inputs and replaced outputs
-  ``2·L·B·T·d·e``, the embeddings and the final norm's input ``2·B·T·d·e``. While it runs,
-  row 0's frozen scores of every layer (``L·H·T²·4``), and in the layer that runs the
-  softmax's fp32 input ``B·H·T²·4`` (and its output, where the model is not fp32 and
-  keeps a copy in its own type) and the MLP's gate, up projection and product
-  ``3·B·T·f·e``;
-- **one backward pass**: the injected gradients, one ``[B, T, d]`` per target layer in
-  the batch (at most ``min(B, L + 1)``), the gradients it returns, ``(L + 1)·B·T·d·e``,
-  and :data:`BACKWARD_STREAMS` ``[B, T, d]`` of its own; the new rows ``B·C·4``, and the
+- **the pass kept for the backward** (one copy of the prompt: the backward is batched
+  over its targets, not the pass): every layer's attention probabilities, which
+  ``probs @ v`` saves, ``L·H·T²·e``; the transcoder inputs and replaced outputs
+  ``2·L·T·d·e``, the embeddings and the final norm's input ``2·T·d·e``. While it runs,
+  the frozen scores of every layer (``L·H·T²·4``), and in the layer that runs the
+  softmax's fp32 input ``H·T²·4`` (and its output, where the model is not fp32 and keeps
+  a copy in its own type) and the MLP's gate, up projection and product ``3·T·f·e``;
+- **one backward pass**, vectorised over its ``B`` targets: the injected gradients, one
+  ``[B, T, d]`` per target layer in the batch (at most ``min(B, L + 1)``), the gradients
+  it returns, ``(L + 1)·B·T·d·e``, :data:`BACKWARD_STREAMS` ``[B, T, d]`` of its own and
+  the attention probabilities' gradient ``B·H·T²·4``; the new rows ``B·C·4``, and the
   gradients gathered at one layer's features with their contiguous copy for the einsum,
   ``2·4·min(GATHER_ELEMENTS, B·m·d)`` (``m``: the most active features of one layer);
 - **the rows**: ``R·C·4`` in memory, nothing on a file; with fewer features kept than
@@ -104,8 +105,9 @@ def graph_terms(shape: GraphShape, batch: int, on_disk: bool) -> dict[str, int]:
     with the ``peak`` among them, for ``batch`` rows per backward pass."""
     m, T, n, b = shape.dims, shape.tokens, shape.features, batch
     e, d, L, H = m.itemsize, m.d_model, m.layers, m.heads
-    stream = b * T * d * e  # one [B, T, d] activation
-    scores = b * H * T * T  # one [B, H, T, T] block's elements
+    stream = b * T * d * e  # one [B, T, d] activation of the backward
+    one = T * d * e  # one [1, T, d] activation of the pass
+    scores = H * T * T  # one [1, H, T, T] block's elements
     read = 1 if on_disk else 0  # the block read from the file
     block = min(BLOCK_ELEMENTS, shape.rows * shape.nodes) * FP32
     gathered = min(GATHER_ELEMENTS, b * shape.layer_features * d)
@@ -115,11 +117,12 @@ def graph_terms(shape: GraphShape, batch: int, on_disk: bool) -> dict[str, int]:
         + ((L + 1) * T + shape.logits) * d * FP32
         + m.vocab * FP32,
         "first_pass": L * T * shape.d_sae * FP32 + L * H * T * T * FP32,
-        "pass_kept": L * scores * e + 2 * L * stream + 2 * stream,
+        "pass_kept": L * scores * e + 2 * L * one + 2 * one,
         "pass_running": L * H * T * T * FP32
         + scores * FP32 * (1 if e == FP32 else 2)
-        + 3 * b * T * m.d_mlp * e,
+        + 3 * T * m.d_mlp * e,
         "backward": (min(b, L + 1) + L + 1 + BACKWARD_STREAMS) * stream
+        + b * scores * FP32
         + b * shape.columns * FP32
         + 2 * gathered * FP32,
         "rows": 0 if on_disk else shape.rows * shape.columns * FP32,

@@ -81,9 +81,9 @@ def attribution_pass(
 
 @dataclass
 class Replacement:
-    """One prompt's local replacement model, in the graph of a ``detach`` pass over copies
-    of it: what the graph's rows and QK attribution take their gradients through (valid
-    inside :func:`replacement_context`)."""
+    """One prompt's local replacement model, in the graph of a ``detach`` pass over it:
+    what the graph's rows and QK attribution take their gradients through (valid inside
+    :func:`replacement_context`)."""
 
     engine: Engine
     tc: Transcoders
@@ -91,6 +91,7 @@ class Replacement:
     state: PassState
     frozen: Frozen
     nodes: Nodes
+    batch: int  #: targets per backward pass
 
 
 @contextmanager
@@ -105,17 +106,18 @@ def replacement_context(
     max_n_logits: int = 10,
     desired_logit_prob: float = 0.95,
 ) -> Iterator[Replacement]:
-    """The pass over ``rows`` copies of ``ids [T]`` and its nodes (module docstring), with
-    the model's and the transcoders' parameters out of the graph meanwhile."""
+    """The pass over ``ids [T]`` and its nodes (module docstring), with the model's and the
+    transcoders' parameters out of the graph meanwhile; ``rows`` targets per backward pass
+    through it."""
     lm = engine.lm
     tc = Transcoders(transcoders, lm.n_layers)
     with frozen_parameters(lm.model, tc.source):
-        state, frozen, logits = attribution_pass(engine, tc, ids, rows, qk_layers)
+        state, frozen, logits = attribution_pass(engine, tc, ids, 1, qk_layers)
         nodes = collect_nodes(
             engine, tc, state, logits, zero_positions=zero_positions,
             max_n_logits=max_n_logits, desired_logit_prob=desired_logit_prob,
         )  # fmt: skip
-        yield Replacement(engine, tc, ids, state, frozen, nodes)
+        yield Replacement(engine, tc, ids, state, frozen, nodes, rows)
 
 
 def replacement_logits(

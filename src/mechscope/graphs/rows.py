@@ -3,8 +3,9 @@
 Row ``r`` of a batch belongs to one target node: a feature (its pre-activation is
 ``direction · x_in`` at its layer and position) or a logit (its demeaned logit is
 ``vector · h`` at the final norm's input, last position). One ``autograd.grad`` call per
-batch sends each target's vector into its own copy of the prompt and reads the gradients
-at every layer's MLP output and at the token embeddings; a source's edge to the target is
+batch, vectorised over its targets (``is_grads_batched``: each target's vector one entry of
+the backward, through the graph of one pass over one copy of the prompt), reads the
+gradients at every layer's MLP output and at the token embeddings; a source's edge to the target is
 that gradient dotted with what the source writes there (``a_s · W_dec`` for a feature,
 summed over the layers a cross-layer feature writes to; the error vector; the embedding).
 Since the pass is linear in those writes, this is the exact direct effect.
@@ -62,17 +63,14 @@ def compute_rows(
     each target. ``last``: free the pass's graph after this batch."""
     n = int(layers.shape[0])
     n_layers = int(nodes.errors.shape[0])
-    rows_in_pass = int(state.embed.shape[0])  # type: ignore[union-attr]
-    if n > rows_in_pass:
-        raise ValueError(f"{n} targets in a pass of {rows_in_pass} rows")
     outputs, grads = [], []
     for layer in layers.unique().tolist():
-        target = state.final if layer == n_layers else state.x_in[int(layer)]
-        g = torch.zeros_like(target)  # [B, T, d]
+        target = state.final if layer == n_layers else state.x_in[int(layer)]  # [B, T, d]
+        g = torch.zeros(n, *target.shape, dtype=target.dtype, device=target.device)
         which = (layers == layer).nonzero(as_tuple=True)[0]
-        g[which.to(g.device), positions[which].to(g.device)] = vectors[which].to(g)
+        g[which.to(g.device), 0, positions[which].to(g.device)] = vectors[which].to(g)
         outputs.append(target)
-        grads.append(g)
+        grads.append(g)  # [n, B, T, d]: row 0 of the pass, one target per batch entry
     found = torch.autograd.grad(
         outputs,
         source_tensors(state, n_layers),
@@ -80,7 +78,9 @@ def compute_rows(
         retain_graph=not last,
         allow_unused=True,
         materialize_grads=False,
+        is_grads_batched=True,
     )
+    found = tuple(None if f is None else f[:, 0] for f in found)  # [n, T, d] each
     return node_columns(found, nodes, n, width)
 
 
