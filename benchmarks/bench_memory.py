@@ -21,7 +21,7 @@ and an attribution graph on stories260K under budgets of its own:
   transcoders (256 wide, about 2.6 active features per layer and position: 5,200 nodes
   with their rows), every feature kept, 16 rows per backward pass at most, then pruned
   and scored (``mechscope.graphs.memory`` sizes it): under 1 GiB the rows stay in memory,
-  under 512 MiB they go to a file and the batch shrinks to fit.
+  under 192 MiB they go to a file and the batch shrinks to fit.
 
 The child loads the model, runs a small version of the workload (threads, kernels and the
 allocator warmed up), resets the resident high-water mark (``clear_refs``) and runs the
@@ -56,7 +56,7 @@ LABELS = {
     "eap": "edge attribution EAP, {n} IOI pairs",
     "eapig": "edge attribution EAP-IG (inputs, 5 steps), {n} IOI pairs",
     "graph": "attribution graph (stories260K), {n} tokens, budget 1 GiB",
-    "graph_file": "attribution graph (stories260K), {n} tokens, budget 512 MiB",
+    "graph_file": "attribution graph (stories260K), {n} tokens, budget 192 MiB",
 }
 SIZES = {
     "lens": (1024, 128),
@@ -69,7 +69,7 @@ SIZES = {
     "graph_file": (400, 64),
 }
 #: Budgets (MiB) of the cases that do not take ``--memory``'s.
-BUDGETS = {"graph": 1024, "graph_file": 512}
+BUDGETS = {"graph": 1024, "graph_file": 192}
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 STORIES = Path(os.environ.get("MECHSCOPE_STORIES", SHARED / "models" / "stories260K"))
 TOLERANCE = 0.25
