@@ -3,7 +3,8 @@
 Chunks are sized by counting what they hold (``mechscope.engine.analysis.memory_model`` and each
 workflow's ``*memory.py``); a count that leaves a tensor out sizes chunks that overrun the
 budget. Four workloads on SmolLM2-135M (fp32, CPU), each in a fresh process, under a
-budget small enough that the sizing decides the chunks (``--memory``, default 512 MiB):
+budget small enough that the sizing decides the chunks (``--memory``, default 512 MiB),
+and an attribution graph on stories260K under budgets of its own:
 
 - **lens readout**: the paired lens of one 1,024-token continuation (two forwards, then
   the readout in budget-sized token chunks on the worker pool);
@@ -16,6 +17,11 @@ budget small enough that the sizing decides the chunks (``--memory``, default 51
 - **EAP** and **EAP-IG**: edge attribution of 8 IOI pairs (EAP-IG on inputs, 5 steps):
   the corrupt and clean passes, then forward+backward passes with a probe of every
   receiver, in chunks of pairs (``mechscope.circuits.memory``).
+- **graph**, **graph_file**: the attribution graph of a 400-token story with random
+  transcoders (256 wide, about 2.6 active features per layer and position: 5,200 nodes
+  with their rows), every feature kept, 16 rows per backward pass at most, then pruned
+  and scored (``mechscope.graphs.memory`` sizes it): under 1 GiB the rows stay in memory,
+  under 192 MiB they go to a file and the batch shrinks to fit.
 
 The child loads the model, runs a small version of the workload (threads, kernels and the
 allocator warmed up), resets the resident high-water mark (``clear_refs``) and runs the
@@ -41,7 +47,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 
-CASES = ("lens", "patching", "ig", "suppression", "eap", "eapig")
+CASES = ("lens", "patching", "ig", "suppression", "eap", "eapig", "graph", "graph_file")
 LABELS = {
     "lens": "lens readout, paired, {n} tokens",
     "patching": "patching sweep, resid_pre x layers x positions, {n} IOI pairs",
@@ -49,6 +55,8 @@ LABELS = {
     "suppression": "suppression matrix, {n}-sentence trace",
     "eap": "edge attribution EAP, {n} IOI pairs",
     "eapig": "edge attribution EAP-IG (inputs, 5 steps), {n} IOI pairs",
+    "graph": "attribution graph (stories260K), {n} tokens, budget 1 GiB",
+    "graph_file": "attribution graph (stories260K), {n} tokens, budget 192 MiB",
 }
 SIZES = {
     "lens": (1024, 128),
@@ -57,7 +65,13 @@ SIZES = {
     "suppression": (40, 8),
     "eap": (8, 2),
     "eapig": (8, 2),
+    "graph": (400, 64),
+    "graph_file": (400, 64),
 }
+#: Budgets (MiB) of the cases that do not take ``--memory``'s.
+BUDGETS = {"graph": 1024, "graph_file": 192}
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+STORIES = Path(os.environ.get("MECHSCOPE_STORIES", SHARED / "models" / "stories260K"))
 TOLERANCE = 0.25
 
 
@@ -116,6 +130,19 @@ def workload(case: str, lm, n: int):
         method = "EAP" if case == "eap" else "EAP-IG-inputs"
         wiring = Wiring.of(lm)
         return lambda: attribute(eng, data, method=method, steps=5, wiring=wiring)
+    if case in ("graph", "graph_file"):
+        import importlib
+
+        from graph_workload import story_ids, wide_transcoders
+
+        attribute = importlib.import_module("mechscope.graphs.attribute").attribute
+        tset, ids = wide_transcoders(lm), story_ids(lm, n)
+
+        def graph():
+            g = attribute(eng, tset, ids, batch_size=16)
+            return g.prune(), g.scores()
+
+        return graph
     raise SystemExit(f"unknown case {case!r}")
 
 
@@ -126,7 +153,9 @@ def child(args: argparse.Namespace) -> dict:
     from mechscope.models import DEFAULT_MODEL, load_model
 
     torch.set_num_threads(args.threads)
-    lm = load_model(DEFAULT_MODEL, memory=f"{args.memory}MiB")
+    budget = budget_of(args.mem_child, args)
+    model = str(STORIES) if args.mem_child.startswith("graph") else DEFAULT_MODEL
+    lm = load_model(model, memory=f"{budget}MiB")
     full, small = SIZES[args.mem_child]
     n = small if args.quick else full
     run = workload(args.mem_child, lm, n)
@@ -147,11 +176,16 @@ def child(args: argparse.Namespace) -> dict:
         "measured_mb": round(peak - base, 1),
         "predicted_mb": round(predicted, 1),
         "predictions": sorted({(p.what, round(p.bytes / 2**20, 1)) for p in predictions}),
-        "budget_mb": args.memory,
+        "budget_mb": budget,
         "model_mb": round(base, 1),
         "seconds": round(seconds, 2),
         "hwm_reset": reset,
     }
+
+
+def budget_of(case: str, args: argparse.Namespace) -> int:
+    """The budget in MiB of ``case``: its own, or ``--memory``."""
+    return BUDGETS.get(case, args.memory)
 
 
 def case_of(r: dict) -> harness.Case:

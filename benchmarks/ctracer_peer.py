@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from importlib.metadata import version
@@ -27,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from child_peer import ChildPeer, vm_status
 
 #: circuit-tracer's names of the points a Gemma 3 transcoder reads and writes
 #: (``utils/tl_nnsight_mapping.py``: ``pre_feedforward_layernorm`` and
@@ -76,7 +75,7 @@ def main() -> None:
             break
         a = req["args"]
         if req.get("peak"):
-            base = _status("VmRSS")
+            base = vm_status("VmRSS")
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")  # reset the high-water mark to what is resident now
         c0, w0 = time.process_time(), time.perf_counter()
@@ -90,7 +89,7 @@ def main() -> None:
         wall, cpu = time.perf_counter() - w0, time.process_time() - c0
         reply: dict[str, Any] = {"wall": wall, "cpu": cpu}
         if req.get("peak"):
-            reply.update(peak_mb=_status("VmHWM"), model_mb=base)
+            reply.update(peak_mb=vm_status("VmHWM"), model_mb=base)
         if req.get("out"):
             torch.save(
                 {
@@ -135,68 +134,22 @@ def scale_token_vectors(model: Any) -> float | None:
     return float(scale)
 
 
-class Peer:
+class Peer(ChildPeer):
     """The circuit-tracer child: started with the model and transcoders, then one graph per
     request."""
 
-    def __init__(
-        self,
-        python: Path,
-        model: Path,
-        transcoders: Path,
-        threads: int,
-        log: Path,
-        env: dict[str, str] | None = None,
-    ):
-        self.log = log
-        child_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        child_env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", **(env or {}))
-        args = [str(python), __file__, "--model", str(model), "--transcoders", str(transcoders)]
-        with open(log, "w") as err:  # the child keeps its own copy of the descriptor
-            self.proc = subprocess.Popen(
-                [*args, "--threads", str(threads)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=err,
-                text=True,
-                env=child_env,
-                cwd=log.parent,
-            )
-        self.ready = self._reply()
-        self.walls: list[float] = []
-        self.cpus: list[float] = []
+    name = "circuit-tracer"
 
-    def _reply(self) -> dict[str, Any]:
-        line = self.proc.stdout.readline()
-        if not line:
-            self.proc.wait()
-            tail = self.log.read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"circuit-tracer child exited ({self.proc.returncode}):\n{tail}")
-        return json.loads(line)
+    def __init__(
+        self, python: Path, model: Path, transcoders: Path, threads: int, log: Path,
+        env: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
+        args = ["--model", str(model), "--transcoders", str(transcoders)]
+        super().__init__(python, __file__, args, threads, log, env)
 
     def run(self, ids: list[int], args: dict, out: Path | None = None, peak: bool = False) -> dict:
         req = {"ids": ids, "args": args, "out": str(out) if out else None, "peak": peak}
-        self.proc.stdin.write(json.dumps(req) + "\n")
-        self.proc.stdin.flush()
-        reply = self._reply()
-        self.walls.append(reply["wall"])
-        self.cpus.append(reply["cpu"])
-        return reply
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.stdin.write(json.dumps({"quit": True}) + "\n")
-            self.proc.stdin.close()
-            self.proc.wait(timeout=120)
-
-
-def _status(field: str) -> float:
-    """``VmRSS`` or ``VmHWM`` of this process in MiB (as the harness reads it)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"{field} not in /proc/self/status")
+        return self.ask(req)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,9 @@ from mechscope.dictionaries import load_dictionary
 from mechscope.engine import Engine
 from mechscope.graphs import attribute
 from mechscope.graphs.figure import MAX_EDGES, MAX_NODES, drawn_graph
-from mechscope.graphs.influence import logit_weights, normalize, propagate
+from mechscope.graphs.influence import logit_weights, propagate
 from mechscope.graphs.neuronpedia import FEATURE_TYPES, graph_json
+from mechscope.graphs.store import to_tensor
 from mechscope.graphs.view import PIN_INPUTS, dashboards, top_context
 from mechscope.models import load_model
 from mechscope.report.render_graph import RING_WIDTH
@@ -119,7 +120,7 @@ def test_sizes_are_influence_and_a_supernode_sums_its_members(transcoders):
 
     # circuit-tracer's influence again, in float64 from the same rows
     weights = logit_weights(graph.layout, graph.logit_probs).double()
-    influence = propagate(normalize(graph.rows.double()), graph.row_nodes, weights)  # [N]
+    influence = propagate(to_tensor(graph.rows).double(), graph.row_nodes, weights)  # [N]
     lay, n_pos = graph.layout, graph.n_pos
     index = {
         "feature": {f"{lyr}_{f}_{p}": i for i, (lyr, p, f) in enumerate(graph.active.tolist())},

@@ -41,7 +41,7 @@ from mechscope.graphs.attribute import attribute
 from mechscope.graphs.check_report import TABLE
 from mechscope.graphs.config import GraphConfig
 from mechscope.graphs.graph import Graph
-from mechscope.graphs.influence import logit_weights, normalize, propagate
+from mechscope.graphs.influence import logit_weights, propagate
 from mechscope.graphs.intervene import Clamps, clean_states, measure_frozen, measure_live
 from mechscope.graphs.replacement import (
     attribution_pass,
@@ -50,6 +50,7 @@ from mechscope.graphs.replacement import (
     logit_vectors,
 )
 from mechscope.graphs.rows import compute_rows
+from mechscope.graphs.store import gather_rows
 from mechscope.graphs.transcoders import Transcoders
 from mechscope.models.loaded import LoadedModel
 from mechscope.runs import RunDir
@@ -142,7 +143,7 @@ def node_sets(graph: Graph, check: CheckConfig) -> list[tuple[str, list[tuple[in
     """The checked sets: the ``top_k`` features by the graph's influence, then the user's."""
     lay = graph.layout
     weights = logit_weights(lay, graph.logit_probs)
-    influence = propagate(normalize(graph.rows), graph.row_nodes, weights)[: lay.n_features]
+    influence = propagate(graph.rows, graph.row_nodes, weights)[: lay.n_features]
     top = influence.argsort(descending=True)[: check.top_k].tolist()
     sets = []
     for i in top:
@@ -160,7 +161,8 @@ def linear_effects(
     n = graph.layout.n_features
     if not torch.equal(graph.row_nodes[:n], torch.arange(n)):
         raise ValueError("the graph's feature rows are not first, in node order")
-    relative = graph.rows[:n, :n].double() / graph.activations.double()[:, None]  # [n, n]
+    rows = gather_rows(graph.rows, torch.arange(n))[:, :n]  # [n, n] (rows in memory or a file)
+    relative = rows.double() / graph.activations.double()[:, None]  # [n, n]
     start = torch.zeros(n, len(sets), dtype=torch.float64)  # u of the held features
     held = torch.zeros(n, len(sets), dtype=torch.bool)
     for p, (members, factor) in enumerate(zip(sets, factors, strict=True)):
@@ -183,7 +185,7 @@ def check_graph(engine: Engine, tset: Any, ids: torch.Tensor, graph: Graph,
     runs = [(label, feats, f) for label, feats in sets for f in factors]
     n_layers, n_pos = lm.n_layers, int(ids.numel())
     with frozen_parameters(lm.model, tc.source):
-        state, frozen, logits = attribution_pass(engine, tc, ids, len(tokens))
+        state, frozen, logits = attribution_pass(engine, tc, ids, 1)
         with torch.no_grad():
             hold_errors(tc, state, frozen, 1)
         on = clean_states(tc, state)

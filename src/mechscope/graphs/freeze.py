@@ -67,10 +67,10 @@ class Frozen:
 class PassState:
     """The tensors one pass leaves for the attribution: each layer's transcoder input
     ``x_in [B, T, d_in]`` and replaced output ``out [B, T, d_out]`` (in the graph of the
-    pass), the model's own MLP output ``raw`` (detached), the token embeddings (a leaf
-    requiring gradients in ``detach`` mode), the final norm's input, and where asked for
-    (:mod:`mechscope.graphs.qk_sites`) a layer's queries ``q [B, T, heads, d_qk]`` and keys
-    ``k [B, T, kv_heads, d_qk]``."""
+    pass), the model's own MLP output ``raw [1, T, d_out]`` (detached, row 0: what the nodes
+    are read from), the token embeddings (a leaf requiring gradients in ``detach`` mode),
+    the final norm's input, and where asked for (:mod:`mechscope.graphs.qk_sites`) a layer's
+    queries ``q [B, T, heads, d_qk]`` and keys ``k [B, T, kv_heads, d_qk]``."""
 
     x_in: dict[int, torch.Tensor] = field(default_factory=dict)
     out: dict[int, torch.Tensor] = field(default_factory=dict)
@@ -148,7 +148,7 @@ def freeze_edits(
             if mode == "replace":
                 return None
             if mode == "detach":
-                frozen.values[key] = act.detach()[:1]
+                frozen.values[key] = act.detach()[:1].clone()  # not the batch's block
                 return act.detach()
             return _expand(frozen.values[key], act)
 
@@ -264,9 +264,9 @@ def _output_fn(
             recon = tc.reconstruct(layer, feats, x)  # type: ignore[arg-type]
             y = recon.to(out.dtype) + _expand(frozen.errors[layer], out)
         elif mode == "detach":
-            state.raw[layer] = out.detach()
+            state.raw[layer] = out.detach()[:1].clone()  # row 0: the nodes
             rest = out.detach() if skip is None else (out - skip).detach()
-            frozen.rest[layer] = rest[:1]
+            frozen.rest[layer] = rest[:1].clone()
             y = rest.clone().requires_grad_(True) if skip is None else skip + rest
         else:
             rest = _expand(frozen.rest[layer], out)

@@ -6,7 +6,9 @@ nodes (``T``) and the logit targets (``K``, most probable first). ``rows [R, N]`
 adjacency rows of the features and the logits (``row_nodes [R]`` says which node each
 is; target rows, source columns: ``rows[r, s]`` is the direct effect of node ``s`` on the
 pre-activation of node ``row_nodes[r]``). Error and token nodes have no inputs, so their
-rows are zero and not stored; :meth:`adjacency` gives the square matrix.
+rows are zero and not stored; :meth:`adjacency` gives the square matrix. The rows are a
+tensor, or a :class:`~mechscope.graphs.store.RowFile` where the run's memory model found
+they would not fit in memory (every method reads either the same way).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pandas as pd
 import torch
 
 from mechscope.graphs.influence import Layout, Pruned, dense, graph_scores, prune
+from mechscope.graphs.store import Rows
 
 
 @dataclass
@@ -29,7 +32,7 @@ class Graph:
     tokens: torch.Tensor  # [T] token ids
     active: torch.Tensor  # [n, 3] (layer, position, feature)
     activations: torch.Tensor  # [n]
-    rows: torch.Tensor  # [R, N] fp32
+    rows: Rows  # [R, N] fp32
     row_nodes: torch.Tensor  # [R]
     layout: Layout
     logit_ids: torch.Tensor  # [K]

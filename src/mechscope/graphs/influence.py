@@ -2,7 +2,10 @@
 
 The adjacency is kept as its rows only (``rows [R, N]``: the rows of the selected
 features and the logits; ``row_nodes [R]``: which node each row is): the rows of error
-and token nodes are zero and never stored. Every quantity is circuit-tracer's
+and token nodes are zero and never stored. The rows are read a block at a time
+(:mod:`mechscope.graphs.store`: a tensor or a file give the same blocks), so nothing here
+holds more than the rows, a bool edge mask ``[R, N]`` and a few blocks. Every quantity is
+circuit-tracer's
 (``graph.py``: ``normalize_matrix``, ``compute_influence``, ``prune_graph``,
 ``compute_graph_scores``), computed on those rows:
 
@@ -22,9 +25,12 @@ and token nodes are zero and never stored. Every quantity is circuit-tracer's
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
+
+from mechscope.graphs.store import Rows, blocks
 
 
 @dataclass(frozen=True)
@@ -54,24 +60,53 @@ class Layout:
         return slice(self.n_nodes - self.n_logits, self.n_nodes)
 
 
-def normalize(rows: torch.Tensor) -> torch.Tensor:
+def normalize(rows: torch.Tensor, clamp: float = 1e-10) -> torch.Tensor:
     """``|rows|`` over each row's sum (a zero row stays zero)."""
     a = rows.abs()
-    return a / a.sum(1, keepdim=True).clamp(min=1e-10)
+    return a / a.sum(1, keepdim=True).clamp(min=clamp)
 
 
 def propagate(
-    normalized: torch.Tensor, row_nodes: torch.Tensor, weights: torch.Tensor, max_iter: int = 1000
+    rows: Rows,
+    row_nodes: torch.Tensor,
+    weights: torch.Tensor,
+    *,
+    keep: tuple[torch.Tensor, torch.Tensor] | None = None,
+    clamp: float = 1e-10,
+    stop: int | None = None,
+    max_iter: int = 1000,
 ) -> torch.Tensor:
-    """``w A + w A² + …`` over the nodes ``[N]`` for the stored rows of ``A``."""
-    current = weights[row_nodes] @ normalized
+    """``w A + w A² + …`` over the nodes for the normalised stored rows of ``A`` (the first
+    ``stop``; ``keep``: (rows, columns) bool masks, zero elsewhere before normalising)."""
+
+    def step(current: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(rows.shape[1], dtype=weights.dtype)  # fp64 weights: all in fp64
+        for span, block in blocks(rows, stop):
+            out += current[row_nodes[span]] @ normalized(block, span, keep, clamp)
+        return out
+
+    current = step(weights)
     total = current.clone()
     for _ in range(max_iter):
         if not current.any():
             return total
-        current = current[row_nodes] @ normalized
+        current = step(current)
         total += current
     raise RuntimeError(f"influence did not converge in {max_iter} iterations (a cycle?)")
+
+
+def normalized(
+    block: torch.Tensor,
+    span: slice,
+    keep: tuple[torch.Tensor, torch.Tensor] | None,
+    clamp: float = 1e-10,
+) -> torch.Tensor:
+    """One block of the normalised rows, the pruned ones first zeroed (``keep``)."""
+    if keep is not None:
+        block = block.clone()
+        block[~keep[0][span]] = 0
+        block[:, ~keep[1]] = 0
+    return normalize(block, clamp)
 
 
 def logit_weights(layout: Layout, probs: torch.Tensor) -> torch.Tensor:
@@ -89,6 +124,41 @@ def find_threshold(scores: torch.Tensor, threshold: float) -> torch.Tensor:
     return ordered[min(index, len(ordered) - 1)]
 
 
+def streamed_threshold(score_blocks: Callable[[], Iterator[torch.Tensor]], threshold: float):
+    """:func:`find_threshold` of scores (``>= 0``) that come in blocks, without sorting
+    them all: the largest score ``u`` whose scores ``>= u`` make ``threshold`` of the total,
+    found by two passes over the blocks that sum the scores by the high, then the low 16
+    bits of their fp32 pattern (ordered as the values are; sums in float64)."""
+
+    def buckets(key) -> tuple[torch.Tensor, torch.Tensor]:
+        sums = torch.zeros(2**16, dtype=torch.float64)
+        counts = torch.zeros(2**16, dtype=torch.long)
+        for s in score_blocks():
+            bits = s.reshape(-1).view(torch.int32) & 0x7FFFFFFF  # -0.0 as 0.0
+            index, values = key(bits, s.reshape(-1))
+            sums += torch.bincount(index, values.double(), minlength=2**16)
+            counts += torch.bincount(index, minlength=2**16)
+        return sums, counts
+
+    def top(sums: torch.Tensor, counts: torch.Tensor, above: float, target: float) -> int:
+        """The highest non-empty bucket whose sum with every one above reaches ``target``."""
+        reached = (above + sums.flip(0).cumsum(0).flip(0) >= target) & (counts > 0)
+        found = reached.nonzero()
+        return int(found.max()) if len(found) else int((counts > 0).nonzero().min())
+
+    sums, counts = buckets(lambda bits, s: (bits >> 16, s))
+    target = threshold * float(sums.sum())
+    hi = top(sums, counts, 0.0, target)
+    above = float(sums[hi + 1 :].sum())
+
+    def low(bits: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        inside = (bits >> 16) == hi
+        return bits[inside] & 0xFFFF, s[inside]
+
+    lo = top(*buckets(low), above, target)
+    return torch.tensor([(hi << 16) | lo], dtype=torch.int32).view(torch.float32)[0]
+
+
 @dataclass
 class Pruned:
     """``node_mask [N]``, ``edge_mask [R, N]`` (over the stored rows), and each node's
@@ -101,7 +171,7 @@ class Pruned:
 
 
 def prune(
-    rows: torch.Tensor,
+    rows: Rows,
     row_nodes: torch.Tensor,
     layout: Layout,
     probs: torch.Tensor,
@@ -113,16 +183,23 @@ def prune(
         if not 0.0 <= value <= 1.0:
             raise ValueError(f"{name} must be between 0 and 1, got {value}")
     weights = logit_weights(layout, probs)
-    influence = propagate(normalize(rows), row_nodes, weights)
+    influence = propagate(rows, row_nodes, weights)
     node_mask = influence >= find_threshold(influence, node_threshold)
     node_mask[layout.tokens.start :] = True
-    pruned = rows.clone()
-    pruned[~node_mask[row_nodes]] = 0
-    pruned[:, ~node_mask] = 0
-    normalized = normalize(pruned)
-    target_influence = propagate(normalized, row_nodes, weights) + weights
-    scores = normalized * target_influence[row_nodes][:, None]
-    edge_mask = scores >= find_threshold(scores.flatten(), edge_threshold)
+    keep = (node_mask[row_nodes], node_mask.clone())
+    target_influence = propagate(rows, row_nodes, weights, keep=keep) + weights
+
+    def score_blocks():
+        for span, block in blocks(rows):
+            scale = target_influence[row_nodes[span]][:, None]
+            yield normalized(block, span, keep) * scale
+
+    cut = streamed_threshold(score_blocks, edge_threshold)
+    edge_mask = torch.zeros(rows.shape, dtype=torch.bool)
+    start = 0
+    for scores in score_blocks():
+        edge_mask[start : start + scores.shape[0]] = scores >= cut
+        start += scores.shape[0]
     sources = slice(0, layout.tokens.start)  # features and errors
     is_feature_row = row_nodes < layout.n_features
 
@@ -130,15 +207,15 @@ def prune(
         """Features and errors without an outgoing edge; features without an incoming one."""
         node_mask[sources] &= edge_mask[:, sources].any(0)
         incoming = torch.zeros(layout.n_nodes, dtype=torch.bool)
-        incoming[row_nodes[is_feature_row]] = edge_mask[is_feature_row].any(1)
+        incoming[row_nodes[is_feature_row]] = edge_mask.any(1)[is_feature_row]
         node_mask[: layout.n_features] &= incoming[: layout.n_features]
 
     before = node_mask.clone()
     drop_loose_nodes()
     while not torch.equal(before, node_mask):  # each drop may leave others loose
         before = node_mask.clone()
-        edge_mask[~node_mask[row_nodes]] = False
-        edge_mask[:, ~node_mask] = False
+        edge_mask &= node_mask[row_nodes][:, None]
+        edge_mask &= node_mask[None, :]
         drop_loose_nodes()
     ordered, order = influence.sort(descending=True)
     cumulative = torch.zeros_like(influence)
@@ -147,24 +224,25 @@ def prune(
 
 
 def graph_scores(
-    rows: torch.Tensor, row_nodes: torch.Tensor, layout: Layout, probs: torch.Tensor
+    rows: Rows, row_nodes: torch.Tensor, layout: Layout, probs: torch.Tensor
 ) -> tuple[float, float]:
     """circuit-tracer's ``compute_graph_scores``: (replacement, completeness)."""
     weights = logit_weights(layout, probs)
-    normalized = normalize(rows)
-    influence = propagate(normalized, row_nodes, weights)
+    influence = propagate(rows, row_nodes, weights)
     token = influence[layout.tokens].sum()
     error = influence[layout.errors].sum()
     replacement = token / (token + error)
     output = influence + weights
     non_error = torch.ones(layout.n_nodes)  # rows not stored are zero: no error input
-    non_error[row_nodes] = 1 - normalized[:, layout.errors].sum(-1)
+    for span, block in blocks(rows):
+        non_error[row_nodes[span]] = 1 - normalize(block)[:, layout.errors].sum(-1)
     completeness = (non_error * output).sum() / output.sum()
     return float(replacement), float(completeness)
 
 
-def dense(rows: torch.Tensor, row_nodes: torch.Tensor, n_nodes: int) -> torch.Tensor:
+def dense(rows: Rows, row_nodes: torch.Tensor, n_nodes: int) -> torch.Tensor:
     """The square adjacency ``[N, N]`` (target rows, source columns), circuit-tracer's."""
     full = torch.zeros(n_nodes, n_nodes)
-    full[row_nodes] = rows
+    for span, block in blocks(rows):
+        full[row_nodes[span]] = block
     return full

@@ -17,6 +17,7 @@ from typing import Any
 
 from mechscope.graphs.graph import Graph
 from mechscope.graphs.influence import Pruned
+from mechscope.graphs.store import entries
 
 FEATURE_TYPES = {
     "feature": "cross layer transcoder",  # circuit-tracer names every transcoder feature so
@@ -108,7 +109,7 @@ def graph_links(
     """The kept edges between kept nodes, target-major as circuit-tracer lists them (its
     ``edge_mask.nonzero()`` over the dense matrix; the stored rows are in node order)."""
     targets, sources = pruned.edge_mask.nonzero(as_tuple=True)
-    weights = graph.rows[targets, sources].tolist()
+    weights = entries(graph.rows, targets, sources).tolist()
     links = []
     for r, s, w in zip(targets.tolist(), sources.tolist(), weights, strict=True):
         t = int(graph.row_nodes[r])

@@ -126,7 +126,7 @@ def qk_attribution(
     model_score = rep.frozen.values[("attn_scores", t.layer)][0, t.head, t.query, t.key]
     check_unmasked_score(model_score, t)
     _check_score(lm, t, alpha, cap, q, k, float(model_score))
-    parts = _parts(state, rep.nodes, q_all, k_all, t, kv_head)  # [2d, N] fp64
+    parts = _parts(state, rep.nodes, q_all, k_all, t, kv_head, rep.batch)  # [2d, N] fp64
     q_c, k_c = _constants(rep, t, kv_head)
     d = q.shape[0]
     q_parts = torch.cat([parts[:d].T, q_c[None]])  # [N+1, d]
@@ -157,26 +157,28 @@ def _check_score(
 
 def _parts(
     state: PassState, nodes: Nodes, q_all: torch.Tensor, k_all: torch.Tensor,
-    t: QKTarget, kv_head: int,
+    t: QKTarget, kv_head: int, batch: int,
 ) -> torch.Tensor:  # fmt: skip
     """``[2·d, N]`` fp64: row ``c`` every node's part of ``q_i[c]``, row ``d + c`` of
-    ``k_j[c]``; one backward pass per block of rows, a one-hot in its own copy of the
-    prompt."""
-    d, rows_in_pass = q_all.shape[-1], q_all.shape[0]
+    ``k_j[c]``; one backward pass per ``batch`` rows, each a one-hot of its own entry of
+    the vectorised backward (``is_grads_batched``) through the pass's row 0."""
+    d = q_all.shape[-1]
     inputs = source_tensors(state, int(nodes.errors.shape[0]))
     blocks = []
-    for start in range(0, 2 * d, rows_in_pass):
-        rows = range(start, min(start + rows_in_pass, 2 * d))
-        gq, gk = torch.zeros_like(q_all), torch.zeros_like(k_all)
+    for start in range(0, 2 * d, batch):
+        rows = range(start, min(start + batch, 2 * d))
+        gq = q_all.new_zeros(len(rows), *q_all.shape)  # [n, B, T, H, d]
+        gk = k_all.new_zeros(len(rows), *k_all.shape)  # [n, B, T, KV, d]
         for r, c in enumerate(rows):
             if c < d:
-                gq[r, t.query, t.head, c] = 1
+                gq[r, 0, t.query, t.head, c] = 1
             else:
-                gk[r, t.key, kv_head, c - d] = 1
+                gk[r, 0, t.key, kv_head, c - d] = 1
         found = torch.autograd.grad(
             [q_all, k_all], inputs, [gq, gk], retain_graph=True, allow_unused=True,
-            materialize_grads=False,
+            materialize_grads=False, is_grads_batched=True,
         )  # fmt: skip
+        found = tuple(None if f is None else f[:, 0] for f in found)  # [n, T, d] each
         blocks.append(node_columns(found, nodes, len(rows)))
     return torch.cat(blocks).double()
 

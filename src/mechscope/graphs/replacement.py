@@ -57,11 +57,17 @@ class Nodes:
 
 
 def attribution_pass(
-    engine: Engine, tc: Transcoders, ids: torch.Tensor, rows: int, qk_layers: Sequence[int] = ()
+    engine: Engine,
+    tc: Transcoders,
+    ids: torch.Tensor,
+    rows: int,
+    qk_layers: Sequence[int] = (),
+    *,
+    grad: bool = True,
 ) -> tuple[PassState, Frozen, torch.Tensor]:
-    """The ``detach`` pass over ``rows`` copies of ``ids [T]``: its state (in the graph),
-    what it froze, and the last position's logits ``[vocab]`` (fp32). ``qk_layers``: the
-    layers whose queries and keys are kept, their attention's norms frozen
+    """The ``detach`` pass over ``rows`` copies of ``ids [T]``: its state (in the graph,
+    with ``grad``), what it froze, and the last position's logits ``[vocab]`` (fp32).
+    ``qk_layers``: the layers whose queries and keys are kept
     (:mod:`mechscope.graphs.qk_sites`)."""
     lm = engine.lm
     check_freezable(lm, tc)
@@ -69,15 +75,15 @@ def attribution_pass(
     edits = freeze_edits(lm, tc, "detach", frozen, state)
     edits += qk_edits(lm, qk_layers, "detach", state)
     batch = ids.reshape(1, -1).expand(rows, -1)
-    out = engine.run(batch, edits, grad=True, logits=1)
-    return state, frozen, out.logits[0, -1].detach().float()
+    out = engine.run(batch, edits, grad=grad, logits=1)
+    return state, frozen, out.logits[0, -1].detach().float().clone()
 
 
 @dataclass
 class Replacement:
-    """One prompt's local replacement model, in the graph of a ``detach`` pass over copies
-    of it: what the graph's rows and QK attribution take their gradients through (valid
-    inside :func:`replacement_context`)."""
+    """One prompt's local replacement model, in the graph of a ``detach`` pass over it:
+    what the graph's rows and QK attribution take their gradients through (valid inside
+    :func:`replacement_context`)."""
 
     engine: Engine
     tc: Transcoders
@@ -85,6 +91,7 @@ class Replacement:
     state: PassState
     frozen: Frozen
     nodes: Nodes
+    batch: int  #: targets per backward pass
 
 
 @contextmanager
@@ -99,17 +106,18 @@ def replacement_context(
     max_n_logits: int = 10,
     desired_logit_prob: float = 0.95,
 ) -> Iterator[Replacement]:
-    """The pass over ``rows`` copies of ``ids [T]`` and its nodes (module docstring), with
-    the model's and the transcoders' parameters out of the graph meanwhile."""
+    """The pass over ``ids [T]`` and its nodes (module docstring), with the model's and the
+    transcoders' parameters out of the graph meanwhile; ``rows`` targets per backward pass
+    through it."""
     lm = engine.lm
     tc = Transcoders(transcoders, lm.n_layers)
     with frozen_parameters(lm.model, tc.source):
-        state, frozen, logits = attribution_pass(engine, tc, ids, rows, qk_layers)
+        state, frozen, logits = attribution_pass(engine, tc, ids, 1, qk_layers)
         nodes = collect_nodes(
             engine, tc, state, logits, zero_positions=zero_positions,
             max_n_logits=max_n_logits, desired_logit_prob=desired_logit_prob,
         )  # fmt: skip
-        yield Replacement(engine, tc, ids, state, frozen, nodes)
+        yield Replacement(engine, tc, ids, state, frozen, nodes, rows)
 
 
 def replacement_logits(

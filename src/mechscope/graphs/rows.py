@@ -3,8 +3,9 @@
 Row ``r`` of a batch belongs to one target node: a feature (its pre-activation is
 ``direction · x_in`` at its layer and position) or a logit (its demeaned logit is
 ``vector · h`` at the final norm's input, last position). One ``autograd.grad`` call per
-batch sends each target's vector into its own copy of the prompt and reads the gradients
-at every layer's MLP output and at the token embeddings; a source's edge to the target is
+batch, vectorised over its targets (``is_grads_batched``: each target's vector one entry of
+the backward, through the graph of one pass over one copy of the prompt), reads the
+gradients at every layer's MLP output and at the token embeddings; a source's edge to the target is
 that gradient dotted with what the source writes there (``a_s · W_dec`` for a feature,
 summed over the layers a cross-layer feature writes to; the error vector; the embedding).
 Since the pass is linear in those writes, this is the exact direct effect.
@@ -13,7 +14,10 @@ Since the pass is linear in those writes, this is the exact direct effect.
 and keys of :mod:`mechscope.graphs.qk`).
 
 Columns: every active feature (in :class:`~mechscope.graphs.replacement.Nodes` order),
-then the error nodes (layer-major, ``L × T``), then the token nodes (``T``).
+then the error nodes (layer-major, ``L × T``), then the token nodes (``T``); ``width``
+leaves zero columns after them (the logits' in the graph's layout). A source layer's
+gradients at its features' positions are gathered :data:`GATHER_ELEMENTS` at a time, so a
+long prompt's thousands of features per layer never make one ``[n, m, d]`` block.
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ import torch
 
 from mechscope.graphs.freeze import PassState
 from mechscope.graphs.replacement import Nodes
+
+#: Elements of the gathered gradients ``[n, m, d]`` one einsum reads (64 MiB of fp32).
+GATHER_ELEMENTS = 2**24
 
 
 def n_columns(nodes: Nodes) -> int:
@@ -50,22 +57,20 @@ def compute_rows(
     vectors: torch.Tensor,  # [n, d]: direction (feature) or logit vector
     *,
     last: bool = False,
+    width: int | None = None,
 ) -> torch.Tensor:
-    """``[n, n_columns]`` fp32: the direct effect of every source on each target.
-    ``last``: free the pass's graph after this batch."""
+    """``[n, width]`` fp32 (default ``n_columns``): the direct effect of every source on
+    each target. ``last``: free the pass's graph after this batch."""
     n = int(layers.shape[0])
     n_layers = int(nodes.errors.shape[0])
-    rows_in_pass = int(state.embed.shape[0])  # type: ignore[union-attr]
-    if n > rows_in_pass:
-        raise ValueError(f"{n} targets in a pass of {rows_in_pass} rows")
     outputs, grads = [], []
     for layer in layers.unique().tolist():
-        target = state.final if layer == n_layers else state.x_in[int(layer)]
-        g = torch.zeros_like(target)  # [B, T, d]
+        target = state.final if layer == n_layers else state.x_in[int(layer)]  # [B, T, d]
+        g = torch.zeros(n, *target.shape, dtype=target.dtype, device=target.device)
         which = (layers == layer).nonzero(as_tuple=True)[0]
-        g[which.to(g.device), positions[which].to(g.device)] = vectors[which].to(g)
+        g[which.to(g.device), 0, positions[which].to(g.device)] = vectors[which].to(g)
         outputs.append(target)
-        grads.append(g)
+        grads.append(g)  # [n, B, T, d]: row 0 of the pass, one target per batch entry
     found = torch.autograd.grad(
         outputs,
         source_tensors(state, n_layers),
@@ -73,30 +78,36 @@ def compute_rows(
         retain_graph=not last,
         allow_unused=True,
         materialize_grads=False,
+        is_grads_batched=True,
     )
-    return node_columns(found, nodes, n)
+    found = tuple(None if f is None else f[:, 0] for f in found)  # [n, T, d] each
+    return node_columns(found, nodes, n, width)
 
 
-def node_columns(found: tuple[torch.Tensor | None, ...], nodes: Nodes, n: int) -> torch.Tensor:
-    """``[n, n_columns]`` fp32: each of the first ``n`` rows' gradients at the MLP outputs
-    and the embeddings (``found``: one ``[B, T, d]`` or None per layer, then the
-    embeddings') dotted with what every node writes there."""
+def node_columns(
+    found: tuple[torch.Tensor | None, ...], nodes: Nodes, n: int, width: int | None = None
+) -> torch.Tensor:
+    """``[n, width]`` fp32 (default ``n_columns``): each of the first ``n`` rows' gradients
+    at the MLP outputs and the embeddings (``found``: one ``[B, T, d]`` or None per layer,
+    then the embeddings') dotted with what every node writes there."""
     n_layers, n_pos = nodes.errors.shape[:2]
-    rows = torch.zeros(n, n_columns(nodes))
+    rows = torch.zeros(n, width or n_columns(nodes))
     offsets = feature_offsets(nodes)
     active_pos = nodes.active[:, 1]
     for source, writes in nodes.decoders.items():
         start = offsets[source]
         count = writes[0][1].shape[0]
         pos = active_pos[start : start + count]
-        total = torch.zeros(n, count)
+        total = rows[:, start : start + count]
         for target_layer, rows_w in writes:
             g = found[target_layer]
             if g is None:
                 continue
-            g = g[:n, pos.to(g.device)].float()  # [n, m, d]
-            total += torch.einsum("nmd,md->nm", g, rows_w.to(g.device)).cpu()
-        rows[:, start : start + count] = total
+            step = max(1, GATHER_ELEMENTS // (n * g.shape[-1]))
+            for a in range(0, count, step):
+                sub = g[:n, pos[a : a + step].to(g.device)].float()  # [n, m, d]
+                w = rows_w[a : a + step].to(g.device)
+                total[:, a : a + step] += torch.einsum("nmd,md->nm", sub, w).cpu()
     base = nodes.n_features
     for layer in range(n_layers):
         g = found[layer]
@@ -107,5 +118,5 @@ def node_columns(found: tuple[torch.Tensor | None, ...], nodes: Nodes, n: int) -
     g = found[-1]
     if g is not None:
         tokens = torch.einsum("ntd,td->nt", g[:n].float(), nodes.embeds.to(g.device)).cpu()
-        rows[:, base + n_layers * n_pos :] = tokens
+        rows[:, base + n_layers * n_pos : base + (n_layers + 1) * n_pos] = tokens
     return rows

@@ -8,6 +8,9 @@ QK target adds ``tables/qk_L{l}_H{h}_{i}_{j}`` (every node's contribution throug
 query and through the key), ``tables/qk_L{l}_H{h}_{i}_{j}_pairs`` (the largest products)
 and its entry in ``graph/qk.json`` (:mod:`mechscope.graphs.qk`).
 With a check (:mod:`mechscope.graphs.check`, its own part), ``tables/graph_interventions``.
+The manifest's ``memory`` is the plan the memory model made before the heavy passes
+(:mod:`mechscope.graphs.memory`: predicted peak, rows per backward pass, where the rows
+went).
 """
 
 from __future__ import annotations
@@ -76,10 +79,12 @@ def run_graph(
             run_check(run, lm, config, tset, ids, check, None)
         return GraphResult.from_run(run)
     with run.timed(PART):
+        folder.mkdir(parents=True, exist_ok=True)  # rows that do not fit in memory go here
         graph = attribute(
             Engine.of(lm), tset, ids, max_n_logits=config.max_n_logits,
             desired_logit_prob=config.desired_logit_prob, batch_size=config.batch_size,
-            max_feature_nodes=config.max_feature_nodes, progress=progress,
+            max_feature_nodes=config.max_feature_nodes, progress=progress, folder=folder,
+            on_plan=lambda plan: run.record("memory", plan.record()),
         )  # fmt: skip
         graph.prompt = config.prompt
         data = graph_json(

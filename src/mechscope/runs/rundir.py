@@ -257,6 +257,11 @@ class RunDir:
 
         self._update_manifest(add)
 
+    def record(self, key: str, value: Any) -> None:
+        """Set ``manifest[key]`` to ``value`` (JSON; a key of the workflow's own): what it
+        decided for this run before its work, such as the memory its sizing predicted."""
+        self._update_manifest(lambda m: m.__setitem__(key, value))
+
     def record_part(self, part: str, seconds: float, *, done: bool) -> None:
         """Add one session's wall time to a top-level part (a demo part) and mark it done.
 
