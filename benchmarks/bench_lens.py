@@ -190,7 +190,7 @@ def child(args: argparse.Namespace) -> dict:
     timings = harness.interleaved(variants, reps=args.reps, warmup=0)
     result = timings.last["analysis"]
     ok, err_nll, err_div = check_agreement(
-        engine, hidden, torch.tensor(prep.cont_ids).numpy(), result.metrics
+        engine, hidden, torch.tensor(prep.cont_ids).numpy(), result.metrics.numpy()
     )
     return {
         "threads": torch.get_num_threads(),

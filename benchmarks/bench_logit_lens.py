@@ -5,8 +5,9 @@ model's own final norm and unembedding, and returns the NLL of each next token a
 layer: ``[layers + 1, tokens - 1]``.
 
 - mechscope: one ``Engine.run`` with a ``Read`` of every ``resid_pre`` (the last row is the
-  model's own logits), then ``lens_logprobs`` layer by layer, all tokens in one chunk:
-  never more than one layer's ``[tokens, vocab]`` at a time;
+  model's own logits), then ``lens_nll`` on every layer's scored positions stacked, 512 rows
+  per unembedding whatever layer they come from (at 64 tokens, one layer's rows make too
+  thin a product): never more than ``[512, vocab]`` at a time;
 - TransformerLens 4: ``run_with_cache`` (residual hooks only), ``accumulated_resid(
   apply_ln=True)`` (``ln_final`` recomputed per state), ``unembed``, ``log_softmax``: the
   textbook logit lens, holding ``[layers + 1, tokens, vocab]``. The ``TransformerBridge``
@@ -41,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 
 from mechscope.engine import Engine, Read, Site
-from mechscope.lens import lens_logprobs
+from mechscope.lens import lens_nll
 from mechscope.models import DEFAULT_MODEL, LoadedModel, load_model
 from mechscope.tolerance import logprob_scale
 
@@ -75,10 +76,12 @@ def lens_ours(lm: LoadedModel, ids: torch.Tensor) -> torch.Tensor:
     eng = Engine.of(lm)
     sites = [Site("resid_pre", layer) for layer in range(lm.n_layers)]
     out = eng.run(ids, [Read(s) for s in sites])
-    chunk = ids.shape[1]  # one unembedding per layer: [tokens, vocab] is 100 MB at 512
-    rows = [_nll(lens_logprobs(eng, out[s][0], chunk=chunk)[None], ids)[0] for s in sites]
-    rows.append(_nll(torch.log_softmax(out.logits[0].float(), -1)[None], ids)[0])
-    return torch.stack(rows)  # [L + 1, T - 1]
+    h = torch.cat([out[s][0, :-1] for s in sites])  # [L · (T - 1), d]: every scored row
+    nxt = ids[0, 1:].repeat(len(sites))  # [L · (T - 1)]
+    # 512 rows per unembedding whatever layer they come from: [512, vocab] is 100 MB
+    rows = lens_nll(eng, h, nxt, chunk=N_TOKENS).view(len(sites), -1)  # [L, T - 1]
+    last = _nll(torch.log_softmax(out.logits[0].float(), -1)[None], ids)  # [1, T - 1]
+    return torch.cat([rows, last])  # [L + 1, T - 1]
 
 
 def nll_scale(lm: LoadedModel, ids: torch.Tensor) -> float:

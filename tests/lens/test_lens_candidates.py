@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from lens_helpers import reference_lens_logprobs
 
+from mechscope.engine import Engine, Read, Site
 from mechscope.errors import InputError
 from mechscope.lens.candidate_curves import per_sample_curves
 from mechscope.lens.candidates import CandidateSample, candidate_scores, prepare_candidates
 from mechscope.lens.config import CandidatesConfig
+from mechscope.lens.readout import lens_logprobs, lens_nll
 from mechscope.lens.run import run_candidates
 from mechscope.runs import RunDir, read_table
 from tolerance import (
@@ -71,6 +74,29 @@ def test_summed_scores_equal_plain_teacher_forcing(tiny):
         want = sum(ref[:, n_p - 1 + j, tok] for j, tok in enumerate(wid))  # [L]
         scale = len(wid) * logprob_scale(top, tiny.vocab_size)  # a sum of len(wid) terms
         assert_rounding_close(scores[:, k], want, depth=depth_of(tiny), scale=scale, msg=word)
+
+
+def test_lens_nll_of_stacked_layers_equals_plain_readout(tiny):
+    """Every layer's rows in one call, cut in chunks across layers, score each row's own
+    target: the plain readout's NLL, and exactly the full log-probabilities' entry."""
+    ids = tiny.tokenizer(PROMPT).input_ids
+    eng = Engine.of(tiny)
+    sites = [Site("resid_post", layer) for layer in range(tiny.n_layers - 1)]
+    out = eng.run(torch.tensor([ids]), [Read(s) for s in sites])
+    h = torch.cat([out[s][0, :-1] for s in sites])  # [(L - 1) · (T - 1), d]
+    nxt = torch.tensor(ids[1:]).repeat(len(sites))  # [(L - 1) · (T - 1)]
+    chunk = 7  # blocks that straddle layers (T - 1 is not a multiple of 7)
+    assert (len(ids) - 1) % chunk
+    got = lens_nll(eng, h, nxt, chunk=chunk)
+    # the same rows unembedded in the same chunks: the same numbers
+    full = lens_logprobs(eng, h, chunk=chunk)  # [n, V]
+    assert_exact(got, -full.gather(-1, nxt[:, None])[:, 0])
+    ref, top = reference_lens_logprobs(tiny, ids)  # [L, T, V]
+    pos = np.arange(len(ids) - 1)
+    want = -ref[: len(sites)][:, pos, np.array(ids[1:])]  # [L - 1, T - 1]
+    scale = logprob_scale(top, tiny.vocab_size)
+    got = got.view(len(sites), -1).numpy()
+    assert_rounding_close(got, want, depth=depth_of(tiny), scale=scale, msg="lens NLL")
 
 
 def test_curves_equal_plain_loop():

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # the exports, each imported on first use (mechscope.lazy)
     from mechscope.lens.divergence import paired_stats
     from mechscope.lens.paired import PairedOptions, analyse_sample
     from mechscope.lens.prepare import PreparedSample, prepare_sample, prepare_samples
-    from mechscope.lens.readout import lens_logprobs, readout_layers
+    from mechscope.lens.readout import lens_logprobs, lens_nll, readout_layers
     from mechscope.lens.result import METRICS, CandidateResult, DiffResult, SampleDiff
     from mechscope.lens.run import aggregate, prepare_all, run_candidates, run_diff
     from mechscope.lens.samples import Condition, LensSample, load_samples, parse_sample
@@ -36,6 +36,7 @@ __all__ = [
     "analyse_sample",
     "candidate_scores",
     "lens_logprobs",
+    "lens_nll",
     "load_candidate_samples",
     "load_samples",
     "paired_stats",

@@ -28,7 +28,7 @@ from mechscope.data.tokens import answer_token_ids, encode
 from mechscope.engine import Engine, Read, Site
 from mechscope.errors import InputError
 from mechscope.lens.paired import unembed_device
-from mechscope.lens.readout import lens_logprobs
+from mechscope.lens.readout import lens_logprobs, lens_nll
 from mechscope.models.loaded import LoadedModel
 from mechscope.stats.finite import require_finite
 
@@ -230,7 +230,6 @@ def _summed_scores(engine: Engine, prep: PreparedCandidates) -> np.ndarray:
     mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
     positions = tuple(range(n_p - 1, width))
     sites = [Site("resid_post", layer, positions=positions) for layer in range(lm.n_layers)]
-    scores = np.zeros((lm.n_layers, len(rows)), dtype=np.float32)
     extra = None
     if prep.model_inputs:  # every row reads the same media: one copy per row
         extra = extend_tokens(stack_inputs([prep.model_inputs] * len(rows)), width)
@@ -238,9 +237,14 @@ def _summed_scores(engine: Engine, prep: PreparedCandidates) -> np.ndarray:
         out = engine.run(
             ids, [Read(s) for s in sites], attention_mask=mask, logits=False, model_inputs=extra
         )
-        for layer, site in enumerate(sites):
-            h = out.reads[site]  # [K, n_pos, d_model]
-            for k, word in enumerate(prep.words):
-                logp = lens_logprobs(engine, h[k, : len(word)])  # [len(word), V]
-                scores[layer, k] = float(logp[torch.arange(len(word)), torch.tensor(word)].sum())
-    return scores
+        # every layer's and candidate's rows in one lens_nll: a few rows per product each
+        # would stream the whole unembedding L × K times
+        device = unembed_device(lm)  # layers may sit on several devices (device_map)
+        h = torch.cat(
+            [out.reads[s][k, : len(w)].to(device) for s in sites for k, w in enumerate(prep.words)]
+        )  # [L · Σ len(word), d_model]
+        targets = torch.tensor([t for _ in sites for w in prep.words for t in w])  # [same]
+        nll = lens_nll(engine, h, targets).cpu()  # [L · Σ len(word)]
+    parts = nll.split([len(w) for _ in sites for w in prep.words])  # L × K pieces
+    scores = np.array([-float(part.sum()) for part in parts], dtype=np.float32)
+    return scores.reshape(lm.n_layers, len(rows))  # [L, K]

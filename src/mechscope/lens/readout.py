@@ -1,15 +1,16 @@
 """Per-layer readouts through the model's own final norm and unembedding.
 
 :func:`lens_logprobs` reads full log-probabilities at a few positions (the candidate
-readout). :func:`readout_layers` is the readout of the paired analysis: for every layer and
-continuation token, the NLL of the true token under both conditions plus JS and both KLs
-between their next-token distributions. A dense ``[layers × tokens × vocab]`` tensor would
-need > 12 GB for a 2,048-token continuation on a 30-layer, 49k-vocabulary model, so the
-work is done one layer at a time, in token chunks (:mod:`mechscope.lens.readout_memory`
-sizes them): the unembedding runs on a chunk of both conditions at once (one matrix product
-large enough to run at full speed), and the divergences
-(:mod:`mechscope.lens.divergence`) on cache-sized blocks of its output. Everything after
-the unembedding is fp32 and in log space.
+readout); :func:`lens_nll` the NLL of a target token at any number of rows, several layers'
+rows in one unembedding. :func:`readout_layers` is the readout of the paired analysis: for
+every layer and continuation token, the NLL of the true token under both conditions plus JS
+and both KLs between their next-token distributions. A dense ``[layers × tokens × vocab]``
+tensor would need > 12 GB for a 2,048-token continuation on a 30-layer, 49k-vocabulary
+model, so the work is done one layer at a time, in token chunks
+(:mod:`mechscope.lens.readout_memory` sizes them): the unembedding runs on a chunk of both
+conditions at once (one matrix product large enough to run at full speed), and the
+divergences (:mod:`mechscope.lens.divergence`) on cache-sized blocks of its output.
+Everything after the unembedding is fp32 and in log space.
 
 That is ``layers × ⌈tokens / chunk⌉`` independent tasks (unembed one chunk of one layer
 for both conditions, then :func:`~mechscope.lens.divergence.paired_stats`). On CPU they run
@@ -42,7 +43,30 @@ def lens_logprobs(engine: Engine, h: torch.Tensor, *, chunk: int = 64) -> torch.
     parts = [
         torch.log_softmax(engine.unembed(h[i : i + chunk]), dim=-1) for i in range(0, len(h), chunk)
     ]
-    return torch.cat(parts)  # [n, V]
+    return parts[0] if len(parts) == 1 else torch.cat(parts)  # [n, V]
+
+
+@torch.inference_mode()
+def lens_nll(
+    engine: Engine,
+    h: torch.Tensor,  # [n, d_model]: any rows, e.g. every layer's positions stacked
+    targets: torch.Tensor,  # [n] the token each row is scored on
+    *,
+    chunk: int = 512,
+) -> torch.Tensor:
+    """The lens' NLL of ``targets[i]`` read from ``h[i]``: ``[n]`` fp32.
+
+    Rows of several layers go through one unembedding: at a short text, one layer's rows
+    make a matrix product too thin to run at full speed (each call streams the whole
+    ``[vocab, d_model]`` weight for a few rows), so the rows are cut into ``chunk``-row
+    blocks whatever layer they come from, and never more than ``[chunk, vocab]`` logits
+    are held."""
+    out = torch.empty(len(h), dtype=torch.float32, device=h.device)  # [n]
+    for i in range(0, len(h), chunk):
+        logp = torch.log_softmax(engine.unembed(h[i : i + chunk]), dim=-1)  # [c, V]
+        nxt = targets[i : i + chunk].to(logp.device)[:, None]  # [c, 1]
+        out[i : i + chunk] = -logp.gather(-1, nxt)[:, 0].to(out.device)
+    return out
 
 
 def readout_workers(device: torch.device | str, threads: int | None = None) -> int:
