@@ -142,7 +142,9 @@ def test_killed_at_random_points_in_every_part_resumes_to_the_same_results(
             continue
         prior = set(parts[: parts.index(part)])  # done before this part starts
         sessions = len(_manifest(out).get("resumed", [])) if _manifest(out) else -1
-        share = rng.uniform(0.1, 0.9)
+        # early in the part: inside it even where it runs twice as fast as in the reference
+        # (which ran under another load: the kernel sets run two workers at once)
+        share = rng.uniform(0.05, 0.45)
 
         def running(prior: set = prior, sessions: int = sessions) -> bool:
             """This session opened the run (model loaded) and the parts before are done."""
