@@ -7,7 +7,7 @@ import pytest
 import torch
 from engine_tiny import one_thread  # noqa: F401  (autouse fixture)
 
-from mechscope.engine import Engine
+from mechscope.engine import Engine, Read, Site
 from mechscope.engine.core.inputs import to_tokens
 from mechscope.models import load_model
 
@@ -45,3 +45,28 @@ def test_no_logits_asked_none_kept():
     ids = torch.randint(3, 200, (1, 6), generator=torch.Generator().manual_seed(1))
     assert lm.run_with_cache(ids, ["z"], logits=False).logits is None
     assert lm.run_with_cache(ids, ["z"], stop_at_layer=1).logits is None
+
+
+@pytest.mark.parametrize("model", ["tiny:llama", "tiny:gemma3_text"])
+def test_a_pass_without_logits_never_runs_the_head(model):
+    """The head's one kept row still multiplies the whole unembedding: a pass that wants no
+    logits ends before it, with every layer's reads taken; a module site on the head keeps
+    it running."""
+    lm = load_model(model)
+    eng = Engine.of(lm)
+    head = lm.unembed_modules()[-1]
+    calls = []
+    handle = head.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        ids = torch.randint(3, 200, (1, 6), generator=torch.Generator().manual_seed(2))
+        last = Site("resid_post", lm.n_layers - 1)
+        out = eng.run(ids, [Read(last)], logits=False)
+        assert out.logits is None and calls == []
+        full = eng.run(ids, [Read(last)])
+        assert len(calls) == 1
+        assert torch.equal(out.reads[last], full.reads[last])
+        on_head = Site.module(lm.card.unembed[-1])
+        read = eng.run(ids, [Read(on_head)], logits=False)
+        assert len(calls) == 2 and read.reads[on_head].shape[-1] == lm.vocab_size
+    finally:
+        handle.remove()

@@ -17,11 +17,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from transcoder_sets import transcoder_set
+from transcoder_sets import cross_layer, transcoder_set
 from typer.testing import CliRunner
 
 from mechscope.cli.main import app
-from mechscope.dictionaries import CrossLayerTranscoder, DictionaryConfig, Hook
 from mechscope.engine import Engine
 from mechscope.graphs import attribute
 from mechscope.graphs.check import CheckConfig, check_graph
@@ -39,20 +38,6 @@ from tolerance import (
 
 IDS = torch.tensor([1, 17, 42, 9, 28, 5, 61, 12])
 PROMPT = "The cat sat on the"
-
-
-def cross_layer(lm, seed: int = 3) -> CrossLayerTranscoder:
-    """A random ReLU cross-layer transcoder on the MLPs' inputs, of the tiny MLPs' size."""
-    n, d, width = lm.n_layers, lm.d_model, 48
-    g = torch.Generator().manual_seed(seed)
-    return CrossLayerTranscoder(
-        torch.randn(n, d, width, generator=g) / d**0.5,
-        torch.randn(n, width, generator=g) * 0.3,
-        [torch.randn(width, n - i, d, generator=g) * 0.003 for i in range(n)],
-        torch.zeros(n, d),
-        DictionaryConfig("relu", kind="cross_layer_transcoder", hook_in=Hook("mlp_in", None),
-                         hook_out=Hook("mlp_out", None)),
-    ).requires_grad_(False)  # fmt: skip
 
 
 CASES = {

@@ -16,6 +16,7 @@ import yaml
 from safetensors.torch import save_file
 
 from mechscope.dictionaries import (
+    CrossLayerTranscoder,
     Dictionary,
     DictionaryConfig,
     DictionarySet,
@@ -136,3 +137,17 @@ def transcoder_set(
             _gemma_scope_2(d, where, layer)
         members[layer] = load_dictionary(where).requires_grad_(False)
     return DictionarySet(members, layout)
+
+
+def cross_layer(lm, seed: int = 3) -> CrossLayerTranscoder:
+    """A random ReLU cross-layer transcoder on the MLPs' inputs, of the tiny MLPs' size."""
+    n, d, width = lm.n_layers, lm.d_model, 48
+    g = torch.Generator().manual_seed(seed)
+    return CrossLayerTranscoder(
+        torch.randn(n, d, width, generator=g) / d**0.5,
+        torch.randn(n, width, generator=g) * 0.3,
+        [torch.randn(width, n - i, d, generator=g) * 0.003 for i in range(n)],
+        torch.zeros(n, d),
+        DictionaryConfig("relu", kind="cross_layer_transcoder", hook_in=Hook("mlp_in", None),
+                         hook_out=Hook("mlp_out", None)),
+    ).requires_grad_(False)  # fmt: skip

@@ -1,11 +1,12 @@
 """``attribute``: the attribution graph of one prompt, circuit-tracer's algorithm.
 
-1. One pass over the prompt (no gradient) gives the nodes and the logit targets
+1. One frozen pass over one copy of the prompt
+   (:func:`~mechscope.graphs.replacement.attribution_pass`), kept for the backward passes
+   (each vectorised over its targets, not over copies of the pass).
+2. The nodes and the logit targets, read off that pass
    (:func:`~mechscope.graphs.replacement.collect_nodes`); with their number known, the
    memory model (:mod:`mechscope.graphs.memory`) sizes the rest of the run: the rows per
    backward pass, and whether the adjacency rows stay in memory or go to a file.
-2. One frozen pass over that many copies of the prompt
-   (:func:`~mechscope.graphs.replacement.attribution_pass`), kept for the backward passes.
 3. The logit rows, one batch of targets per backward pass.
 4. The feature rows: every active feature, or (``max_feature_nodes``) the most influential
    ones, chosen greedily as circuit-tracer does: after each ``update_interval`` batches the
@@ -35,6 +36,7 @@ from mechscope.errors import InputError
 from mechscope.graphs.graph import Graph
 from mechscope.graphs.influence import Layout, propagate
 from mechscope.graphs.memory import GraphPlan, plan_graph
+from mechscope.graphs.prefixes import prefix_lengths
 from mechscope.graphs.replacement import Nodes, attribution_pass, collect_nodes
 from mechscope.graphs.rows import compute_rows
 from mechscope.graphs.store import Rows, block_rows, gather_rows, new_rows, write_rows
@@ -62,7 +64,7 @@ def attribute(
     backward pass (fewer where the model's memory budget says so). ``folder``: where the
     adjacency rows go when they do not fit in memory (default: the system's temporary
     folder; an unnamed file, gone with the graph). ``on_plan``: called with the memory plan
-    before the heavy passes run."""
+    before the backward passes run."""
     lm = engine.lm
     ids = torch.as_tensor(ids).reshape(-1)
     if ids.numel() <= zero_positions:
@@ -75,7 +77,11 @@ def attribute(
         raise InputError(f"a batch size of at least 1, got {batch_size}", field="batch_size")
     tc = Transcoders(transcoders, lm.n_layers)
     with frozen_parameters(lm.model, tc.source):
-        nodes = _nodes(engine, tc, ids, zero_positions, max_n_logits, desired_logit_prob)
+        state, logits = _pass(engine, tc, ids)
+        nodes = collect_nodes(
+            engine, tc, state, logits, zero_positions=zero_positions,
+            max_n_logits=max_n_logits, desired_logit_prob=desired_logit_prob,
+        )  # fmt: skip
         per_layer = torch.bincount(nodes.active[:, 0], minlength=lm.n_layers)
         plan = plan_graph(
             lm, tc, int(ids.numel()), nodes.n_features, int(nodes.logit_ids.shape[0]),
@@ -86,97 +92,120 @@ def attribute(
         note(f"attribution graph, batch {plan.batch}, rows in {where}", plan.peak)
         if on_plan is not None:
             on_plan(plan)
-        state = attribution_pass(engine, tc, ids, 1)[0]  # the backward is batched, not the pass
         with make_progress(progress) as bar:
             task = bar.add_task("attribution rows", total=None, unit="nodes")
-            rows, order, selected = _all_rows(
-                state, nodes, plan, update_interval, lambda n: bar.advance(task, n)
-            )
-        del state  # the pass's graph is freed by the last backward, its tensors here
+            advance = lambda n: bar.advance(task, n)  # noqa: E731
+            if plan.n_selected == nodes.n_features:
+                rows, order, selected = _every_row(engine, tc, ids, state, nodes, plan, advance)
+            else:
+                rows, order, selected = _greedy_rows(state, nodes, plan, update_interval, advance)
+        del state
     return _assemble(engine, tc, ids, nodes, rows, order, selected, plan)
 
 
-def _nodes(
-    engine: Engine,
-    tc: Transcoders,
-    ids: torch.Tensor,
-    zero_positions: int,
-    max_n: int,
-    desired: float,
-) -> Nodes:
-    """The nodes, from one pass over the prompt without gradients (step 1), nothing of the
-    pass kept."""
-    with torch.no_grad():
-        first, _, logits = attribution_pass(engine, tc, ids, 1, grad=False)
-        return collect_nodes(
-            engine, tc, first, logits, zero_positions=zero_positions, max_n_logits=max_n,
-            desired_logit_prob=desired,
-        )  # fmt: skip
+def _pass(engine: Engine, tc: Transcoders, ids: torch.Tensor) -> tuple[Any, torch.Tensor]:
+    """The pass kept for the backward and its last logits; what it froze is not kept (the
+    graph of the pass holds what the gradients need)."""
+    state, _frozen, logits = attribution_pass(engine, tc, ids, 1)
+    return state, logits
 
 
-def _all_rows(
+class _Writer:
+    """Rows into the adjacency: each batch's rows from one backward pass, written from row
+    ``at`` on, with the node each row is."""
+
+    def __init__(self, nodes: Nodes, plan: GraphPlan, advance: Any) -> None:
+        n_layers, n_pos = nodes.errors.shape[:2]
+        self.nodes, self.advance = nodes, advance
+        self.n_logits = int(nodes.logit_ids.shape[0])
+        self.n_cols = nodes.n_features + (n_layers + 1) * n_pos
+        n_rows = plan.n_selected + self.n_logits
+        self.rows = new_rows(n_rows, self.n_cols + self.n_logits, plan.folder, plan.on_disk)
+        self.row_nodes = torch.zeros(n_rows, dtype=torch.long)
+
+    def features(self, state: Any, idx: torch.Tensor, at: int | None, last: bool) -> None:
+        """The rows of features ``idx``, from row ``at`` on, or (None) each at its own
+        index (``idx`` ascending)."""
+        nodes = self.nodes
+        got = self._rows(state, nodes.active[idx, 0], nodes.active[idx, 1],
+                         nodes.directions[idx], last)  # fmt: skip
+        if at is not None:
+            self._put(at, got, idx)
+            return
+        breaks = (idx.diff() != 1).nonzero(as_tuple=True)[0] + 1
+        for piece in torch.tensor_split(torch.arange(len(idx)), breaks):
+            self._put(int(idx[piece[0]]), got[piece], idx[piece])
+
+    def logits(self, state: Any, at: int, batch: int, last: bool) -> None:
+        """Every logit target's row, from row ``at`` on."""
+        n_layers, n_pos = self.nodes.errors.shape[:2]
+        for start in range(0, self.n_logits, batch):
+            k = torch.arange(start, min(start + batch, self.n_logits))
+            done = last and start + batch >= self.n_logits
+            layers, positions = torch.full((len(k),), n_layers), torch.full((len(k),), n_pos - 1)
+            got = self._rows(state, layers, positions, self.nodes.logit_vectors[k], done)
+            self._put(at + start, got, self.n_cols + k)
+
+    def _rows(self, state, layers, positions, vectors, last: bool) -> torch.Tensor:
+        return compute_rows(state, self.nodes, layers, positions, vectors, last=last,
+                            width=self.n_cols + self.n_logits)  # fmt: skip
+
+    def _put(self, at: int, got: torch.Tensor, node_ids: torch.Tensor) -> None:
+        write_rows(self.rows, at, got)
+        self.row_nodes[at : at + got.shape[0]] = node_ids
+        self.advance(got.shape[0])
+
+
+def _every_row(
+    engine: Engine, tc: Transcoders, ids: torch.Tensor, state: Any, nodes: Nodes,
+    plan: GraphPlan, advance: Any,
+) -> tuple[Rows, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Every feature's row and the logits' rows, in the graph's own order (feature ``i`` is
+    row ``i``, logit ``k`` row ``n_features + k``): the logits' and the last positions'
+    features' through the whole prompt's pass ``state`` (then freed), the other features'
+    through passes over prefixes of the prompt (:mod:`mechscope.graphs.prefixes`)."""
+    n_layers, n_pos = nodes.errors.shape[:2]
+    out = _Writer(nodes, plan, advance)
+    *shorter, whole = prefix_lengths(nodes.active, n_layers, n_pos, plan.batch)
+    out.logits(state, nodes.n_features, plan.batch, last=not whole.batches)
+    for prefix in (whole, *shorter):
+        if prefix is not whole:
+            state = attribution_pass(engine, tc, ids[: prefix.tokens], 1, layers=prefix.layers)[0]
+        for i, idx in enumerate(prefix.batches):
+            out.features(state, idx, None, last=i == len(prefix.batches) - 1)
+        state.release()  # the pass's graph went with its last backward
+    return out.rows, out.row_nodes, torch.arange(nodes.n_features)
+
+
+def _greedy_rows(
     state: Any, nodes: Nodes, plan: GraphPlan, update_interval: int, advance: Any
 ) -> tuple[Rows, torch.Tensor, torch.Tensor]:
-    """Logit rows then feature rows: ``rows [R, n_columns + K]`` (the last ``K`` columns,
-    the logits', zero), the node each row is (logits as ``n_columns + k``), and the
-    features visited ``[n_selected]`` (sorted). With every feature visited, feature ``i``
-    is row ``i`` and logit ``k`` row ``n_features + k``: the graph's own order."""
-    n_layers, n_pos = nodes.errors.shape[:2]
-    n_feat, batch = nodes.n_features, plan.batch
-    n_cols = n_feat + (n_layers + 1) * n_pos
-    n_logits = int(nodes.logit_ids.shape[0])
-    budget = plan.n_selected
-    everything = budget == n_feat
-    rows = new_rows(budget + n_logits, n_cols + n_logits, plan.folder, plan.on_disk)
-    row_nodes = torch.zeros(budget + n_logits, dtype=torch.long)
-    total_batches = -(-n_logits // batch) + -(-budget // batch)
-    done_batches = 0
-
-    def run(layers, positions, vectors, at: int, node_ids) -> None:
-        nonlocal done_batches
-        done_batches += 1
-        got = compute_rows(
-            state, nodes, layers, positions, vectors, last=done_batches == total_batches,
-            width=n_cols + n_logits,
-        )  # fmt: skip
-        write_rows(rows, at, got)
-        row_nodes[at : at + got.shape[0]] = node_ids
-        advance(got.shape[0])
-
-    logit_at = n_feat if everything else 0
-    for start in range(0, n_logits, batch):
-        k = torch.arange(start, min(start + batch, n_logits))
-        run(
-            torch.full((len(k),), n_layers),
-            torch.full((len(k),), n_pos - 1),
-            nodes.logit_vectors[k],
-            logit_at + start,
-            n_cols + k,
-        )
-    filled = 0 if everything else n_logits
+    """The logit rows, then the rows of the ``plan.n_selected`` features chosen greedily
+    (module docstring, step 4), all through the whole prompt's pass: ``rows [R, n_columns +
+    K]`` (the last ``K`` columns, the logits', zero), the node each row is (logits as
+    ``n_columns + k``), and the features visited ``[n_selected]`` (sorted)."""
+    out = _Writer(nodes, plan, advance)
+    n_feat, batch, budget = nodes.n_features, plan.batch, plan.n_selected
+    total_batches = -(-budget // batch)
+    out.logits(state, 0, batch, last=False)
+    filled, done_batches = out.n_logits, 0
     visited = torch.zeros(n_feat, dtype=torch.bool)
-    weights = torch.zeros(n_cols + n_logits)
-    weights[n_cols:] = nodes.logit_probs.float()
-    while int(visited.sum()) < budget:
-        if everything:
-            pending = torch.arange(n_feat)
-        else:  # circuit-tracer's compute_partial_influences (at most 128 steps)
-            influence = propagate(rows, row_nodes, weights, clamp=1e-8, stop=filled, max_iter=127)
-            rank = influence[:n_feat].argsort(descending=True)
-            queue = min(update_interval * batch, budget - int(visited.sum()))
-            pending = rank[~visited[rank]][:queue]
+    weights = torch.zeros(out.n_cols + out.n_logits)
+    weights[out.n_cols :] = nodes.logit_probs.float()
+    while int(visited.sum()) < budget:  # circuit-tracer's compute_partial_influences
+        influence = propagate(
+            out.rows, out.row_nodes, weights, clamp=1e-8, stop=filled, max_iter=127
+        )
+        rank = influence[:n_feat].argsort(descending=True)
+        queue = min(update_interval * batch, budget - int(visited.sum()))
+        pending = rank[~visited[rank]][:queue]
         for start in range(0, len(pending), batch):
             idx = pending[start : start + batch]
-            run(
-                nodes.active[idx, 0],
-                nodes.active[idx, 1],
-                nodes.directions[idx],
-                filled,
-                idx,
-            )
+            done_batches += 1
+            out.features(state, idx, filled, last=done_batches == total_batches)
             visited[idx] = True
             filled += len(idx)
-    return rows, row_nodes, visited.nonzero(as_tuple=True)[0]
+    return out.rows, out.row_nodes, visited.nonzero(as_tuple=True)[0]
 
 
 def _assemble(

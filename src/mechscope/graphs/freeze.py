@@ -81,6 +81,12 @@ class PassState:
     q: dict[int, torch.Tensor] = field(default_factory=dict)
     k: dict[int, torch.Tensor] = field(default_factory=dict)
 
+    def release(self) -> None:
+        """Drop every tensor (the pass's graph goes with its last backward)."""
+        for kept in (self.x_in, self.out, self.raw, self.feats, self.q, self.k):
+            kept.clear()
+        self.embed = self.final = None
+
 
 def check_freezable(lm: LoadedModel, tc: Transcoders) -> None:
     """Refuse, in one line, a model whose replacement cannot be frozen exactly."""

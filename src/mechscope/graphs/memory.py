@@ -16,10 +16,10 @@ The run holds, in bytes (fp32 is 4):
   active feature's encoder direction and scaled decoder rows, ``n·d·4·(1 + w)``, its
   indices and activation ``n·28``; the error nodes ``L·T·d·4``; the embeddings ``T·d·4``;
   the logit targets' vectors ``K·d·4`` and the last position's logits ``V·4``;
-- **the first pass** (one row, no gradient, the nodes read from it): every layer's
-  features ``L·T·W·4`` at once, and every layer's frozen scores ``L·H·T²·4``;
+- **the nodes read from the pass** (below): every layer's features ``L·T·W·4`` at once;
 - **the pass kept for the backward** (one copy of the prompt: the backward is batched
-  over its targets, not the pass): every layer's attention probabilities, which
+  over its targets, not the pass; the nodes are read from it): every layer's attention
+  probabilities, which
   ``probs @ v`` saves, ``L·H·T²·e``; the transcoder inputs and replaced outputs
   ``2·L·T·d·e``, the embeddings and the final norm's input ``2·T·d·e``. While it runs,
   the frozen scores of every layer (``L·H·T²·4``), and in the layer that runs the
@@ -28,9 +28,10 @@ The run holds, in bytes (fp32 is 4):
 - **one backward pass**, vectorised over its ``B`` targets: the injected gradients, one
   ``[B, T, d]`` per target layer in the batch (at most ``min(B, L + 1)``), the gradients
   it returns, ``(L + 1)·B·T·d·e``, :data:`BACKWARD_STREAMS` ``[B, T, d]`` of its own and
-  the attention probabilities' gradient ``B·H·T²·4``; the new rows ``B·C·4``, and the
-  gradients gathered at one layer's features with their contiguous copy for the einsum,
-  ``2·4·min(GATHER_ELEMENTS, B·m·d)`` (``m``: the most active features of one layer);
+  the attention probabilities' gradient ``B·H·T²·4``; the new rows ``B·C·4``, and one
+  block of a layer's feature columns (:mod:`mechscope.graphs.rows`): the gradients
+  gathered at its positions and the padded decoder rows, ``2·4·min(GATHER_ELEMENTS,
+  B·m·d)`` (``m``: the most active features of one layer);
 - **the rows**: ``R·C·4`` in memory, nothing on a file; with fewer features kept than
   active (``S < n``), the rows sorted into the graph's order ``R·N·4`` beside them;
 - **influence and pruning**, a block of ``BLOCK_ELEMENTS`` rows' entries at a time (and
@@ -39,10 +40,13 @@ The run holds, in bytes (fp32 is 4):
   copy); the greedy selection's influence, :data:`INFLUENCE_BLOCKS` (absolute,
   normalised).
 
-The phases (:func:`graph_terms`), the peak the largest: the first pass with the nodes;
-the ``B``-row pass with the nodes; the rows, with the nodes, the pass kept and the larger
-of one backward pass and one influence step; the sorting, both copies of the rows with the
-nodes and a block; the pruning, the graph's rows with the mask and the blocks. Checked
+The phases (:func:`graph_terms`), the peak the largest: the pass running; the pass kept
+with the nodes being read from it; the rows, with the nodes, the pass kept and the larger
+of one backward pass and one influence step; with every feature kept, a pass over a prefix
+of the prompt running beside the nodes and the rows (:mod:`mechscope.graphs.prefixes`;
+the whole prompt's pass bounds it, and is freed before); the sorting, both copies of the
+rows with the nodes and a block; the pruning, the graph's rows with the mask and the
+blocks. Checked
 against the peak resident memory of fresh processes (``benchmarks/bench_memory.py``).
 Not counted: the model's and the transcoders' weights, and the written graph's Python
 objects (its links).
@@ -116,7 +120,7 @@ def graph_terms(shape: GraphShape, batch: int, on_disk: bool) -> dict[str, int]:
         + n * 28
         + ((L + 1) * T + shape.logits) * d * FP32
         + m.vocab * FP32,
-        "first_pass": L * T * shape.d_sae * FP32 + L * H * T * T * FP32,
+        "reading": L * T * shape.d_sae * FP32,
         "pass_kept": L * scores * e + 2 * L * one + 2 * one,
         "pass_running": L * H * T * T * FP32
         + scores * FP32 * (1 if e == FP32 else 2)
@@ -131,14 +135,17 @@ def graph_terms(shape: GraphShape, batch: int, on_disk: bool) -> dict[str, int]:
         "prune_blocks": (PRUNE_BLOCKS + read) * block,
         "influence_blocks": (INFLUENCE_BLOCKS + read) * block if shape.selected < n else 0,
     }
-    t["first_phase"] = t["nodes"] + t["first_pass"]
-    t["pass_phase"] = t["nodes"] + t["pass_kept"] + t["pass_running"]
+    t["pass_phase"] = t["pass_kept"] + t["pass_running"]
+    t["nodes_phase"] = t["nodes"] + t["pass_kept"] + t["reading"]
     step = max(t["backward"], t["influence_blocks"])
     t["rows_phase"] = t["nodes"] + t["pass_kept"] + t["rows"] + step
     t["sort_phase"] = t["nodes"] + t["rows"] + t["sorted_rows"] + (1 + read) * block
+    every = shape.selected == n  # passes over prefixes may run beside the rows
+    t["prefix_phase"] = t["nodes"] + t["rows"] + t["pass_phase"] if every else 0
     final_rows = t["sorted_rows"] if shape.selected < n else t["rows"]
     t["prune_phase"] = final_rows + t["edge_mask"] + t["prune_blocks"]
-    phases = ("first_phase", "pass_phase", "rows_phase", "sort_phase", "prune_phase")
+    phases = ("pass_phase", "nodes_phase", "rows_phase", "prefix_phase", "sort_phase")
+    phases += ("prune_phase",)
     t["peak"] = max(t[p] for p in phases)
     return t
 

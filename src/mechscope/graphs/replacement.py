@@ -64,17 +64,23 @@ def attribution_pass(
     qk_layers: Sequence[int] = (),
     *,
     grad: bool = True,
-) -> tuple[PassState, Frozen, torch.Tensor]:
+    layers: int | None = None,
+) -> tuple[PassState, Frozen, torch.Tensor | None]:
     """The ``detach`` pass over ``rows`` copies of ``ids [T]``: its state (in the graph,
     with ``grad``), what it froze, and the last position's logits ``[vocab]`` (fp32).
     ``qk_layers``: the layers whose queries and keys are kept
-    (:mod:`mechscope.graphs.qk_sites`)."""
+    (:mod:`mechscope.graphs.qk_sites`). ``layers``: only the first ``layers`` layers run,
+    without logits (None)."""
     lm = engine.lm
     check_freezable(lm, tc)
     state, frozen = PassState(), Frozen()
     edits = freeze_edits(lm, tc, "detach", frozen, state)
     edits += qk_edits(lm, qk_layers, "detach", state)
     batch = ids.reshape(1, -1).expand(rows, -1)
+    if layers is not None:
+        stop = layers if layers < lm.n_layers else None
+        engine.run(batch, edits, grad=grad, logits=False, stop_at_layer=stop)
+        return state, frozen, None
     out = engine.run(batch, edits, grad=grad, logits=1)
     return state, frozen, out.logits[0, -1].detach().float().clone()
 

@@ -16,8 +16,10 @@ and keys of :mod:`mechscope.graphs.qk`).
 Columns: every active feature (in :class:`~mechscope.graphs.replacement.Nodes` order),
 then the error nodes (layer-major, ``L × T``), then the token nodes (``T``); ``width``
 leaves zero columns after them (the logits' in the graph's layout). A source layer's
-gradients at its features' positions are gathered :data:`GATHER_ELEMENTS` at a time, so a
-long prompt's thousands of features per layer never make one ``[n, m, d]`` block.
+features are taken a block of positions at a time, one product per position (the features
+at a position share its gradients), each block's gathered gradients ``[q, n, d]`` and
+padded decoder rows ``[q, m_q, d]`` at most :data:`GATHER_ELEMENTS` elements, so a long
+prompt's thousands of features per layer never make one large block.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import torch
 from mechscope.graphs.freeze import PassState
 from mechscope.graphs.replacement import Nodes
 
-#: Elements of the gathered gradients ``[n, m, d]`` one einsum reads (64 MiB of fp32).
+#: Elements of a block's gathered gradients or padded decoder rows (64 MiB of fp32 each).
 GATHER_ELEMENTS = 2**24
 
 
@@ -80,8 +82,16 @@ def compute_rows(
         materialize_grads=False,
         is_grads_batched=True,
     )
-    found = tuple(None if f is None else f[:, 0] for f in found)  # [n, T, d] each
+    n_pos = int(nodes.errors.shape[1])  # a prefix's pass has no gradient after its end
+    found = tuple(None if f is None else _padded(f[:, 0], n_pos) for f in found)  # [n, T, d]
     return node_columns(found, nodes, n, width)
+
+
+def _padded(g: torch.Tensor, n_pos: int) -> torch.Tensor:
+    """``g [n, t, d]`` with zeros after its ``t`` positions, to ``[n, n_pos, d]``."""
+    if g.shape[1] == n_pos:
+        return g
+    return torch.nn.functional.pad(g, (0, 0, 0, n_pos - g.shape[1]))
 
 
 def node_columns(
@@ -101,13 +111,8 @@ def node_columns(
         total = rows[:, start : start + count]
         for target_layer, rows_w in writes:
             g = found[target_layer]
-            if g is None:
-                continue
-            step = max(1, GATHER_ELEMENTS // (n * g.shape[-1]))
-            for a in range(0, count, step):
-                sub = g[:n, pos[a : a + step].to(g.device)].float()  # [n, m, d]
-                w = rows_w[a : a + step].to(g.device)
-                total[:, a : a + step] += torch.einsum("nmd,md->nm", sub, w).cpu()
+            if g is not None:
+                total += _feature_block(g, pos, rows_w, n)
     base = nodes.n_features
     for layer in range(n_layers):
         g = found[layer]
@@ -120,3 +125,36 @@ def node_columns(
         tokens = torch.einsum("ntd,td->nt", g[:n].float(), nodes.embeds.to(g.device)).cpu()
         rows[:, base + n_layers * n_pos : base + (n_layers + 1) * n_pos] = tokens
     return rows
+
+
+def _feature_block(
+    g: torch.Tensor,  # [B', T, d]: the rows' gradients at one layer's output
+    pos: torch.Tensor,  # [m]: each feature's position, ascending
+    w: torch.Tensor,  # [m, d]: what each feature writes there
+    n: int,
+) -> torch.Tensor:
+    """``[n, m]`` fp32: each row's gradient at a feature's position dotted with what the
+    feature writes. Features sharing a position share that position's gradients, so each
+    position is one product ``[n, d] @ [d, m_q]`` (batched over positions, the decoder rows
+    padded to the most features at one position), where gathering every feature's own copy
+    of the gradients would read ``n·m·d`` elements one product at a time."""
+    m, d = w.shape
+    out = torch.empty(n, m)
+    if m == 0:
+        return out
+    positions, counts = torch.unique_consecutive(pos, return_counts=True)  # [Q], [Q]
+    first = counts.cumsum(0) - counts  # [Q]: each position's first feature
+    which = torch.repeat_interleave(torch.arange(len(positions)), counts)  # [m]
+    slot = torch.arange(m) - first[which]  # [m]: the feature's place at its position
+    width = int(counts.max())
+    step = max(1, GATHER_ELEMENTS // (max(n, width) * d))
+    for a in range(0, len(positions), step):
+        b = min(a + step, len(positions))
+        lo, hi = int(first[a]), int(first[b - 1] + counts[b - 1])
+        at, place = (which[lo:hi] - a).to(g.device), slot[lo:hi].to(g.device)
+        pad = torch.zeros(b - a, width, d, device=g.device)  # [q, width, d]
+        pad[at, place] = w[lo:hi].to(g.device, torch.float32)
+        grads = g[:n, positions[a:b].to(g.device)].float().transpose(0, 1)  # [q, n, d]
+        prod = torch.bmm(grads, pad.transpose(1, 2))  # [q, n, width]
+        out[:, lo:hi] = prod[at, :, place].T.cpu()
+    return out

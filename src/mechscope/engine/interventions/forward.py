@@ -182,11 +182,17 @@ class Forward:
         stopped = False
         try:
             self._install(interventions, out, handles, work, expand, int(input_ids.shape[1]), calls)
-            if stop_at_layer is not None and stop_at_layer != lm.n_layers:
+            at_layer = stop_at_layer is not None and stop_at_layer != lm.n_layers
+            if at_layer:
                 lm.check_layer(stop_at_layer)
                 handles.append(_stop_at(lm, stop_at_layer))
                 logits = False
             wants_logits = logits is not False or any(s.name == "logits" for s in out.reads)
+            causal_lm = lm.card.auto_class == "AutoModelForCausalLM"
+            head = lm.card.unembed[-1]
+            hooked = any(key.split(":")[0] == head for key in calls.counts)
+            if not wants_logits and not at_layer and causal_lm and not hooked:
+                handles.append(_stop_before_head(lm))  # no row of the head is wanted
             if wants_logits and not head_is_fp32(lm):  # logits from the fp32 readout
                 final = FinalHidden(lm)
                 handles.append(final.handle)
@@ -200,15 +206,14 @@ class Forward:
                     kwargs["position_ids"] = position_ids.to(device)
                 for name, tensor in (model_inputs or {}).items():
                     kwargs[name] = tensor.to(device)
-                causal_lm = lm.card.auto_class == "AutoModelForCausalLM"
                 keep = _logits_to_keep(logits) if causal_lm else 0
                 if causal_lm:  # with the fp32 readout, the model's own head needs one row
                     kwargs["logits_to_keep"] = 1 if final is not None else keep
                 try:
                     result = lm.model(input_ids=input_ids, **kwargs)
                     model_logits = result.logits
-                except _Stop:
-                    stopped, model_logits = True, None
+                except _Stop:  # at a layer, or before the head: every layer ran
+                    stopped, model_logits = at_layer, None
                 if final is not None and not stopped:  # [batch, kept, vocab] fp32
                     model_logits = self.unembed(final.kept(keep))
             calls.check(stopped)
@@ -353,6 +358,16 @@ def _stop_at(lm: LoadedModel, layer: int) -> RemovableHandle:
 
     # registered after every resid_pre hook of this layer, so their reads are taken first
     return lm.layer_module(layer).register_forward_pre_hook(stop, with_kwargs=True)
+
+
+def _stop_before_head(lm: LoadedModel) -> RemovableHandle:
+    """Ends a pass that wants no logits where the head would run: its one kept row still
+    costs a product with the whole unembedding (``[d, vocab]``, read from memory)."""
+
+    def stop(module: torch.nn.Module, args: tuple) -> None:
+        raise _Stop
+
+    return lm.unembed_modules()[-1].register_forward_pre_hook(stop)
 
 
 def _padding_mask(mask: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
