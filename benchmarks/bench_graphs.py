@@ -1,5 +1,6 @@
 """Attribution graphs against circuit-tracer 0.5.0 on Gemma 3 270M, the same prompt and the
-same transcoder set.
+same transcoder set; two prompts: the Dallas prompt (9 tokens) and a 24-token one (how the
+cost grows with the length; ``--quick`` runs the first alone).
 
 circuit-tracer pins transformers 4.57.3 and nnsight 0.6.1, so it runs in its own venv
 (``make bench-ctracer``; another interpreter through ``MECHSCOPE_BENCH_CTRACER_PYTHON``), in
@@ -51,6 +52,12 @@ DEFAULT_PEER_PYTHON = ROOT / ".bench-ctracer" / "bin" / "python"  # make bench-c
 PEER_LABEL = "circuit-tracer 0.5.0 attribute (nnsight 0.6.1, transformers 4.57.3)"
 MODEL = "gemma3-270m"
 PROMPT = "The capital of the state containing Dallas is"
+#: a longer prompt (24 tokens, about three times the features per token position's share of
+#: the work): where each row's backward runs over a prefix, the saving grows with the length
+LONG_PROMPT = (
+    "In Texas, the largest city is Houston and the oldest is San Antonio. "
+    "The capital of the state containing Dallas is"
+)
 TARGET = 1 / 3  # issue 42: a third of circuit-tracer's time at most
 MEM_TARGET = 0.5  # and half its peak memory
 ARGS = {
@@ -120,10 +127,10 @@ def check(mine: dict[str, Any], theirs: dict[str, Any], n_layers: int) -> harnes
     )
 
 
-def run_case(lm: Any, reps: int, threads: int, work: Path) -> harness.Case:
-    """The case: interleaved timings, agreement, peak memory (or why circuit-tracer
-    could not run it)."""
-    ids = lm.to_tokens(PROMPT, prepend_bos=True).ids[0].cpu()  # [T]
+def run_case(lm: Any, prompt: str, reps: int, threads: int, work: Path) -> harness.Case:
+    """The case of ``prompt``: interleaved timings, agreement, peak memory (or why
+    circuit-tracer could not run it)."""
+    ids = lm.to_tokens(prompt, prepend_bos=True).ids[0].cpu()  # [T]
     size = f"{MODEL}, {ids.numel()} tokens"
     case = f"attribution graph (every active feature, pruned, scored), {size}"
     python = peer_python()
@@ -220,7 +227,7 @@ def mem_child(transcoders: str, ids_file: str) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2 repetitions")
+    parser.add_argument("--quick", action="store_true", help="2 repetitions, the short prompt")
     parser.add_argument("--reps", type=int, default=None, help="repetitions (default 3)")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     parser.add_argument("--mem-child", choices=["ours"], help=argparse.SUPPRESS)
@@ -235,9 +242,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return result
     reps = args.reps or (2 if args.quick else 3)
     lm = load_model(MODEL, dtype="float32")
-    with tempfile.TemporaryDirectory() as tmp:
-        case = run_case(lm, reps, torch.get_num_threads(), Path(tmp))
-    return harness.emit("graphs", [case], model=MODEL, dtype="float32", device="cpu")
+    prompts = [PROMPT] if args.quick else [PROMPT, LONG_PROMPT]
+    cases = []
+    for i, prompt in enumerate(prompts):
+        with tempfile.TemporaryDirectory() as tmp:
+            n = reps if i == 0 else min(reps, 2)  # the long prompt: two repetitions at most
+            cases.append(run_case(lm, prompt, n, torch.get_num_threads(), Path(tmp)))
+    return harness.emit("graphs", cases, model=MODEL, dtype="float32", device="cpu")
 
 
 if __name__ == "__main__":

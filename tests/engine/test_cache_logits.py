@@ -3,11 +3,13 @@ kept: bit for bit the logits of the same pass, and never held unless asked for."
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 from engine_tiny import one_thread  # noqa: F401  (autouse fixture)
 
-from mechscope.engine import Engine, Read, Site
+from mechscope.engine import Edit, Engine, Read, Site
 from mechscope.engine.core.inputs import to_tokens
 from mechscope.models import load_model
 
@@ -70,3 +72,34 @@ def test_a_pass_without_logits_never_runs_the_head(model):
         assert len(calls) == 2 and read.reads[on_head].shape[-1] == lm.vocab_size
     finally:
         handle.remove()
+
+
+def test_another_threads_readout_runs_while_a_pass_skips_the_head():
+    """The head module is shared: while one thread's pass (no logits) is inside the model,
+    another thread reads logits out through the head, untouched by the first pass's stop."""
+    lm = load_model("tiny:llama")
+    eng = Engine.of(lm)
+    ids = torch.randint(3, 200, (1, 6), generator=torch.Generator().manual_seed(3))
+    h = torch.randn(2, lm.d_model, generator=torch.Generator().manual_seed(4))
+    want = eng.unembed(h)
+    inside, done = threading.Event(), threading.Event()
+
+    def hold(act: torch.Tensor, ctx) -> None:  # the first pass waits inside the model
+        inside.set()
+        assert done.wait(30)
+
+    got = {}
+
+    def other() -> None:
+        assert inside.wait(30)
+        try:
+            got["logits"] = eng.unembed(h)
+        finally:
+            done.set()
+
+    reader = threading.Thread(target=other)
+    reader.start()
+    out = eng.run(ids, [Edit(Site("resid_post", lm.n_layers - 1), hold)], logits=False)
+    reader.join()
+    assert out.logits is None
+    assert torch.equal(got["logits"], want)

@@ -13,6 +13,7 @@ unembedding at the frozen final norm, scaled by the model's logit scale.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -234,9 +235,9 @@ def logit_vectors(engine: Engine, state: PassState, ids: torch.Tensor) -> torch.
     """``[K, d]``: the demeaned logit of each token of ``ids [K]`` as a direction at the
     final norm's input, the norm's scale frozen at the last position of row 0."""
     lm = engine.lm
-    head = lm.unembed_modules()[-1]
-    w_u = head.weight.detach().float()  # [vocab, d]
-    u = (w_u[ids.to(w_u.device)] - w_u.mean(0, keepdim=True)) * float(lm.logit_scale or 1.0)
+    weight = lm.unembed_modules()[-1].weight  # [vocab, d]
+    rows = weight.detach()[ids.to(weight.device)].float()  # [K, d]
+    u = (rows - _mean_row(weight)) * float(lm.logit_scale or 1.0)
     norm = norm_factors(lm, "final_norm", None, "an attribution graph")
     last = state.final[0, -1:].detach().float()  # type: ignore[index]  [1, d]
     scale = norm.scale(last)  # [1, 1]
@@ -245,3 +246,20 @@ def logit_vectors(engine: Engine, state: PassState, ids: torch.Tensor) -> torch.
         y = (norm.linear(x, scale) * u.to(x.device)).sum()
         (vectors,) = torch.autograd.grad(y, x)
     return vectors
+
+
+#: The unembedding's mean row by weight: (the weight, its version then, the mean).
+_MEANS: dict[int, tuple[weakref.ref, int, torch.Tensor]] = {}
+
+
+def _mean_row(weight: torch.Tensor) -> torch.Tensor:
+    """``[1, d]`` fp32: the mean of the rows of the unembedding ``weight [vocab, d]`` (what
+    demeaned logits subtract), summed in fp32 without an fp32 copy of the matrix, and kept
+    while the weight is unchanged: a large vocabulary's mean costs more than the rest of
+    the logit targets."""
+    kept = _MEANS.get(id(weight))
+    if kept is not None and kept[0]() is weight and kept[1] == weight._version:
+        return kept[2]
+    mean = weight.detach().mean(0, keepdim=True, dtype=torch.float32)
+    _MEANS[id(weight)] = (weakref.ref(weight), weight._version, mean)
+    return mean

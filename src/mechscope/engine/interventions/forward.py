@@ -185,14 +185,14 @@ class Forward:
             at_layer = stop_at_layer is not None and stop_at_layer != lm.n_layers
             if at_layer:
                 lm.check_layer(stop_at_layer)
-                handles.append(_stop_at(lm, stop_at_layer))
+                handles.append(_stop_at(lm, stop_at_layer, state))
                 logits = False
             wants_logits = logits is not False or any(s.name == "logits" for s in out.reads)
             causal_lm = lm.card.auto_class == "AutoModelForCausalLM"
             head = lm.card.unembed[-1]
             hooked = any(key.split(":")[0] == head for key in calls.counts)
             if not wants_logits and not at_layer and causal_lm and not hooked:
-                handles.append(_stop_before_head(lm))  # no row of the head is wanted
+                handles.append(_stop_before_head(lm, state))  # no row of the head is wanted
             if wants_logits and not head_is_fp32(lm):  # logits from the fp32 readout
                 final = FinalHidden(lm)
                 handles.append(final.handle)
@@ -352,20 +352,24 @@ class _Stop(Exception):
     """Raised at the input of the layer a pass stops at (``stop_at_layer``)."""
 
 
-def _stop_at(lm: LoadedModel, layer: int) -> RemovableHandle:
+def _stop_at(lm: LoadedModel, layer: int, owner: attention.PassState) -> RemovableHandle:
     def stop(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
-        raise _Stop
+        if attention.ACTIVE.get() is owner:  # this pass only, not another thread's
+            raise _Stop
 
     # registered after every resid_pre hook of this layer, so their reads are taken first
     return lm.layer_module(layer).register_forward_pre_hook(stop, with_kwargs=True)
 
 
-def _stop_before_head(lm: LoadedModel) -> RemovableHandle:
+def _stop_before_head(lm: LoadedModel, owner: attention.PassState) -> RemovableHandle:
     """Ends a pass that wants no logits where the head would run: its one kept row still
-    costs a product with the whole unembedding (``[d, vocab]``, read from memory)."""
+    costs a product with the whole unembedding (``[d, vocab]``, read from memory). Only
+    this pass: the head module is shared, and another thread may be reading out logits
+    through it meanwhile."""
 
     def stop(module: torch.nn.Module, args: tuple) -> None:
-        raise _Stop
+        if attention.ACTIVE.get() is owner:
+            raise _Stop
 
     return lm.unembed_modules()[-1].register_forward_pre_hook(stop)
 
