@@ -198,6 +198,27 @@ $(CTRACER_STAMP): Makefile benchmarks/constraints.txt
 bench-ctracer: $(CTRACER_STAMP)
 bench: $(CTRACER_STAMP)
 
+# interp-engine (Neuronpedia's inference engine; its eager backend, the vLLM ones need CUDA)
+# and nnterp (nnsight with standard names), the peers of benchmarks/bench_engines.py, each in
+# a venv of its own: torch first under the pin of constraints.txt, then the peer. nnterp
+# 1.3.0 imports nnsight.intervention.tracing, which nnsight 0.8 (.bench-venv) no longer has:
+# nnsight 0.6.1 here. mechscope is not installed in them (engines_peer.py runs the peer side
+# as a child process). MECHSCOPE_BENCH_INTERP_ENGINE_PYTHON / MECHSCOPE_BENCH_NNTERP_PYTHON
+# name other interpreters; bench_engines.py reports a missing one's rows unavailable.
+INTERP_ENGINE_PKGS ?= interp-engine==1.14.2 transformers==5.24.0
+NNTERP_PKGS ?= nnterp==1.3.0 nnsight==0.6.1 transformers==5.24.0
+INTERP_ENGINE_VENV ?= .bench-interp-engine
+NNTERP_VENV ?= .bench-nnterp
+INTERP_ENGINE_STAMP := $(INTERP_ENGINE_VENV)/.bench-installed
+NNTERP_STAMP := $(NNTERP_VENV)/.bench-installed
+.PHONY: bench-interp-engine bench-nnterp
+$(eval $(call peer_venv,$(INTERP_ENGINE_STAMP),$(INTERP_ENGINE_PKGS)))
+$(eval $(call peer_venv,$(NNTERP_STAMP),$(NNTERP_PKGS)))
+
+bench-interp-engine: $(INTERP_ENGINE_STAMP)
+bench-nnterp: $(NNTERP_STAMP)
+bench: $(INTERP_ENGINE_STAMP) $(NNTERP_STAMP)
+
 # Every bench_*.py, peers side by side, then benchmarks/RESULTS.md; non-zero if a check fails.
 bench: $(STAMP) $(BENCH_STAMP) $(SAELENS_STAMP) $(SPARSIFY_STAMP)
 	$(PY) benchmarks/run_all.py --peer-python $(BENCH_PY) $(BENCH_ARGS)
