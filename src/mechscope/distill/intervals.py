@@ -4,7 +4,9 @@ A study has few seeds (3-5), so intervals are Student-t intervals (``scipy.stats
 bootstraps: a bootstrap of three values can only return what it was given. The interval is
 over *training seeds* with the task's pairs fixed: it says how much a result moves when the
 student's initialisation (random students) and the order of training batches change, not
-how it would move on other test pairs.
+how it would move on other test pairs; the bootstrap over seeds *and* pairs beside it is in
+:mod:`mechscope.distill.pair_effects` (three seeds are few to resample, but each brings its
+64 pairs).
 
 Method differences are *paired by seed* (``scipy.stats.ttest_rel``): trials with one seed
 share the student's initialisation and batch order, so the paired difference removes what
