@@ -118,8 +118,8 @@ def robustness_table(trials: pd.DataFrame) -> pd.DataFrame:
             x, y = ok[measure].to_numpy(), ok["ood_degradation"].to_numpy()
             row = {"student": student, "task": task, "measure": label}
             row.update(pearson_intervals(x, y))
-            methods = ok["base_method"] if "base_method" in ok else ok["method"]
-            low, high = cluster_pearson_interval(x, y, methods.astype(str).to_numpy())
+            methods = ok["method"].astype(str)  # a weight variant is a method of its own
+            low, high = cluster_pearson_interval(x, y, methods.to_numpy())
             row.update(cluster_low=low, cluster_high=high, n_methods=int(methods.nunique()))
             r, low, high = partial_pearson(x, y, ok["accuracy"].to_numpy())
             row.update(partial_r=r, partial_low=low, partial_high=high)
