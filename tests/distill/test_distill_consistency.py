@@ -76,7 +76,7 @@ def test_model_with_itself_is_fully_consistent(teacher, ioi_task):
     the teacher's up to the rounding of the logits they come from, so each correlation is 1
     up to :func:`correlation_bound` of that rounding."""
     identity = {c.layer: c.layer for c in ioi_task.checkpoints}
-    metrics, per_ckpt, _ = evaluate_student(teacher, ioi_task, identity, batch_size=4)
+    metrics, per_ckpt, _, _ = evaluate_student(teacher, ioi_task, identity, batch_size=4)
     delta = np.asarray(ioi_task.test_delta, dtype=np.float64)  # [K, N]
     t = rounding_tolerance(4 * logit_scale(teacher, ioi_task.test.pairs), depth_of(teacher))
     assert_within(metrics["consistency"], 1.0, correlation_bound(delta, t), msg="pooled")

@@ -8,6 +8,7 @@ from scipy import stats
 
 from mechscope.distill.intervals import (
     RANGES,
+    adjust_p_values,
     format_contrasts,
     mean_ci,
     method_contrasts,
@@ -84,3 +85,5 @@ def test_contrasts_cover_the_methods_present():
     # the same offset on every seed (up to rounding): no spread, the interval is the value
     assert_fp64_close([kd.ci_low, kd.ci_high], [0.9, 0.9], terms=3, scale=1.0, msg="interval")
     assert "standard_kd − untrained" in format_contrasts(table)
+    full = adjust_p_values(table.assign(boot_low=np.nan, boot_high=np.nan))
+    assert "| p (Holm) | p (BH) |" in format_contrasts(full)

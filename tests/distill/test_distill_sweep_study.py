@@ -66,6 +66,17 @@ def test_summary_has_the_sweep_gradients_and_robustness(sweep_study):
     assert list(sweep["method"]) == ["standard_kd", "rcid-lm0.1", "rcid"]
     contrasts = read_table(run, "distill_contrasts")
     assert ((contrasts["method"] == "rcid-lm0.1") & (contrasts["reference"] == "standard_kd")).any()
+    # the trials kept their per-pair results: accuracy and consistency differences get the
+    # seed × pair interval, every tested contrast its adjusted p-values
+    paired = contrasts[contrasts["metric"].isin(["accuracy", "consistency"])]
+    assert (
+        np.isfinite(paired["boot_low"]).all() and (paired["boot_low"] <= paired["boot_high"]).all()
+    )
+    tested = contrasts[contrasts["p_value"].notna()]
+    assert (tested["p_holm"] >= tested["p_value"]).all() and tested["p_bh"].notna().all()
+    summary = read_table(run, "distill_summary")
+    assert summary["consistency_shuffled_mean"].notna().all()
+    assert "mapping shuffled" in md and "p (Holm)" in md and "cluster bootstrap" in md
     assert "### Loss weights against KD" in md and "rcid-lm0.1" in md
     assert "Fisher" in md  # experiment 3's table
     figures = ("lambda-sweep", "gradient-cosine", "gradient-ratio", "gradient-adam-ratio")

@@ -49,11 +49,14 @@ _EXPORTS = {
     "prepare_teacher_task": "teacher_cache",
     "causal_effects": "consistency",
     "causal_consistency": "consistency",
+    "shuffled_consistency": "consistency",
+    "split_half_ceiling": "consistency",
     "accuracy": "evaluate",
     "perplexity": "evaluate",
     "ood_degradation": "evaluate",
     "information_purity": "purity",
     "selectivity": "purity",
+    "type_control_labels": "purity",
     "train": "trainer",
     "Objective": "objective",
     "Trial": "trial",
@@ -67,6 +70,8 @@ _EXPORTS = {
     "summary_table": "method_table",
     "mean_ci": "intervals",
     "method_contrasts": "intervals",
+    "adjust_p_values": "intervals",
+    "with_pair_intervals": "pair_effects",
     "run_pilot": "pilot",
 }
 

@@ -10,6 +10,8 @@ pooled over all (checkpoint, pair) effects.
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -94,3 +96,80 @@ def causal_consistency(
         )
     per = np.array([pearson(t[k], s[k]) for k in range(t.shape[0])])
     return per, pearson(t.ravel(), s.ravel())
+
+
+#: Permutations or splits beyond which the reference levels are estimated from this many
+#: random draws instead of enumerated.
+N_DRAWS = 200
+
+
+def _derangements(k: int, seed: int) -> list[tuple[int, ...]]:
+    """Every permutation of ``range(k)`` that moves each checkpoint (``k ≤ 6``: at most 265),
+    else ``N_DRAWS`` random ones."""
+    if k <= 6:
+        return [p for p in itertools.permutations(range(k)) if all(p[i] != i for i in range(k))]
+    rng, out = np.random.default_rng(seed), []
+    while len(out) < N_DRAWS:
+        p = rng.permutation(k)
+        if (p != np.arange(k)).all():
+            out.append(tuple(int(i) for i in p))
+    return out
+
+
+def shuffled_consistency(
+    delta_t: torch.Tensor | np.ndarray, delta_s: torch.Tensor | np.ndarray, *, seed: int = 0
+) -> tuple[float, float]:
+    """``(pooled, per-checkpoint mean)`` consistency with the teacher→student mapping
+    permuted: teacher checkpoint ``k`` read against the student's effects at the site of
+    checkpoint ``π(k) ≠ k``, averaged over permutations π that move every checkpoint.
+
+    Why: the pooled Pearson rewards a student whose checkpoints' mean effects are ordered
+    like the teacher's, whatever happens at each site; a consistency no higher than with
+    the sites swapped says the student does not respond *where* the teacher does. NaN for
+    one checkpoint (nothing to permute).
+    """
+    t = np.asarray(delta_t, dtype=np.float64)  # [K, N]
+    s = np.asarray(delta_s, dtype=np.float64)  # [K, N]
+    perms = _derangements(t.shape[0], seed)
+    if not perms:
+        return float("nan"), float("nan")
+    pooled, means = [], []
+    for p in perms:
+        per, r = causal_consistency(t, s[list(p)])
+        pooled.append(r)
+        means.append(np.nanmean(per) if np.isfinite(per).any() else np.nan)
+    return float(np.nanmean(pooled)), float(np.nanmean(means))
+
+
+def split_half_ceiling(delta_t: torch.Tensor | np.ndarray, *, seed: int = 0) -> tuple[float, float]:
+    """``(split-half r, Spearman–Brown r)`` of the teacher with itself: the Pearson between
+    its checkpoints' mean effects ``[K]`` on one half of the test pairs and on the other,
+    averaged over splits (every split where there are at most ``N_DRAWS``), and that value
+    stepped up to the full pair count, ``2r / (1 + r)``.
+
+    Why: the teacher is deterministic, so on the *same* pairs it agrees with itself
+    exactly; what pair sampling leaves uncertain is the teacher's profile over checkpoints,
+    which is what the pooled consistency mostly reads. A student's consistency above this
+    ceiling is read off the pairs drawn, not the mechanism. NaN for fewer than three
+    checkpoints or four pairs.
+    """
+    t = np.asarray(delta_t, dtype=np.float64)  # [K, N]
+    k, n = t.shape
+    if k < 3 or n < 4:
+        return float("nan"), float("nan")
+    half = n // 2
+    if math.comb(n, half) <= N_DRAWS:
+        splits = [np.array(a) for a in itertools.combinations(range(n), half)]
+    else:
+        rng = np.random.default_rng(seed)
+        splits = [rng.permutation(n)[:half] for _ in range(N_DRAWS)]
+    rs = []
+    for a in splits:
+        b = np.setdiff1d(np.arange(n), a)
+        ma, mb = t[:, a].mean(1), t[:, b].mean(1)  # [K]
+        if np.ptp(ma) > 0 and np.ptp(mb) > 0:
+            rs.append(float(np.corrcoef(ma, mb)[0, 1]))
+    if not rs:
+        return float("nan"), float("nan")
+    r = float(np.mean(rs))
+    return r, 2 * r / (1 + r) if r > -1 else float("nan")

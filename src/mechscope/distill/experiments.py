@@ -29,11 +29,15 @@ from mechscope.runs import RunDir, write_table
 
 def format_purity(purity: pd.DataFrame) -> str:
     """Markdown: per task, layer and unmodified position, task and control probe accuracy
-    and selectivity of ``h`` and of ``d`` (95 % interval over pairs), and ``d − h``."""
+    and selectivity of ``h`` and of ``d`` (95 % interval over pairs), ``d − h``, and where
+    the table has it the selectivity against Hewitt & Liang's control task."""
+    hl = "hl_selectivity" in purity
     head = [
         "task", "layer", "position", "checkpoint", "h: task / control", "h: selectivity",
-        "d: task / control", "d: selectivity", "selectivity d − h", "pairs",
+        "d: task / control", "d: selectivity", "selectivity d − h",
     ]  # fmt: skip
+    head += ["h: selectivity (control task)", "d: selectivity (control task)"] * hl
+    head.append("pairs")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     if "ci_low" not in purity:
         return "(a purity table without intervals: rerun the study to recompute it)"
@@ -51,8 +55,10 @@ def format_purity(purity: pd.DataFrame) -> str:
             f"{d.task_acc:.3f} / {d.control_acc:.3f}",
             _ci(d.selectivity, d.ci_low, d.ci_high, signed=True),
             _ci(d.d_minus_h, d.d_minus_h_ci_low, d.d_minus_h_ci_high, signed=True),
-            str(int(d.n)),
         ]
+        if hl:
+            cells += [_ci(x.hl_selectivity, x.hl_ci_low, x.hl_ci_high, signed=True) for x in (h, d)]
+        cells.append(str(int(d.n)))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

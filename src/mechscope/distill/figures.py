@@ -109,7 +109,8 @@ def robustness_figure(trials: pd.DataFrame) -> Figure | None:
     table = table[table["measure"] == MEASURES["consistency_mean"]]
     stats = "; ".join(
         f"{r.task}: r = {r.r:+.2f}, 95 % CI [{r.fisher_low:+.2f}, {r.fisher_high:+.2f}] "
-        f"(Fisher z), [{r.boot_low:+.2f}, {r.boot_high:+.2f}] (bootstrap), n = {r.n}"
+        f"(Fisher z), [{r.cluster_low:+.2f}, {r.cluster_high:+.2f}] (bootstrap over methods, "
+        f"then students), n = {r.n} in {r.n_methods} methods"
         for r in table.itertuples()
         if np.isfinite(r.r)
     )

@@ -4,11 +4,18 @@ A study has few seeds (3-5), so intervals are Student-t intervals (``scipy.stats
 bootstraps: a bootstrap of three values can only return what it was given. The interval is
 over *training seeds* with the task's pairs fixed: it says how much a result moves when the
 student's initialisation (random students) and the order of training batches change, not
-how it would move on other test pairs.
+how it would move on other test pairs; the bootstrap over seeds *and* pairs beside it is in
+:mod:`mechscope.distill.pair_effects` (three seeds are few to resample, but each brings its
+64 pairs).
 
 Method differences are *paired by seed* (``scipy.stats.ttest_rel``): trials with one seed
 share the student's initialisation and batch order, so the paired difference removes what
 the seed does to both.
+
+A part of the study (one student × task) reports about 30 contrasts; read alone, one in
+twenty of them would pass at p < 0.05 by chance. :func:`adjust_p_values` adds Holm's
+(family-wise error) and Benjamini–Hochberg's (false discovery rate) adjusted p-values over
+each part's contrasts (``statsmodels.stats.multitest.multipletests``).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 from scipy import stats
+from statsmodels.stats.multitest import multipletests
 
 LEVEL = 0.95
 
@@ -42,6 +50,9 @@ RANGES: dict[str, tuple[float, float]] = {
     "ood_accuracy": (0.0, 1.0),
     "consistency": (-1.0, 1.0),  # Pearson correlations
     "consistency_mean": (-1.0, 1.0),
+    "consistency_shuffled": (-1.0, 1.0),
+    "consistency_mean_shuffled": (-1.0, 1.0),
+    "consistency_ceiling": (-1.0, 1.0),
     "ood_degradation": (-1.0, 1.0),  # a difference of two accuracies
     "perplexity": (1.0, float("inf")),
 }
@@ -132,17 +143,51 @@ def method_contrasts(
     return pd.DataFrame(rows)
 
 
+def adjust_p_values(
+    table: pd.DataFrame, family: Sequence[str] = ("student", "task")
+) -> pd.DataFrame:
+    """``table`` with ``p_holm`` and ``p_bh``: its ``p_value`` adjusted over each family
+    (default: one part of the study, every metric and contrast of a student × task), Holm
+    and Benjamini–Hochberg. Rows without a p-value (one seed, no spread) are not counted
+    in their family and get NaN."""
+    out = table.copy()
+    out["p_holm"], out["p_bh"] = np.nan, np.nan
+    if out.empty:
+        return out
+    for _, g in out.groupby(list(family), sort=False):
+        g = g[np.isfinite(g["p_value"].to_numpy(np.float64))]
+        if g.empty:
+            continue
+        p = g["p_value"].to_numpy(np.float64)
+        out.loc[g.index, "p_holm"] = multipletests(p, method="holm")[1]
+        out.loc[g.index, "p_bh"] = multipletests(p, method="fdr_bh")[1]
+    return out
+
+
 def format_contrasts(table: pd.DataFrame, digits: int = 3) -> str:
-    """Markdown: ``method − reference`` per student × task and metric, with the interval."""
-    head = ["student", "task", "metric", "difference", "mean [95 % CI]", "p", "seeds"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    """Markdown: ``method − reference`` per student × task and metric, with the t-interval
+    over seeds, and where the table has them (studies from this version on) the seed ×
+    pair bootstrap interval and the Holm and BH adjusted p-values."""
+    boot, adjusted = "boot_low" in table, "p_holm" in table
+    head = ["student", "task", "metric", "difference", "mean [95 % CI, seeds]"]
+    head += ["95 % CI, seeds × pairs"] * boot + ["p"] + ["p (Holm)", "p (BH)"] * adjusted
+    lines = ["| " + " | ".join([*head, "seeds"]) + " |", "|" + "---|" * (len(head) + 1)]
+
+    def interval(low: float, high: float) -> str:
+        return f"[{low:+.{digits}f}, {high:+.{digits}f}]" if np.isfinite(low) else "–"
+
+    def p_cell(p: float) -> str:
+        return f"{p:.2g}" if np.isfinite(p) else "–"
+
     for _, r in table.iterrows():
-        ci = (
-            f"{r.difference:+.{digits}f} [{r.ci_low:+.{digits}f}, {r.ci_high:+.{digits}f}]"
-            if np.isfinite(r.ci_low)
-            else f"{r.difference:+.{digits}f}"
-        )
-        p = f"{r.p_value:.2g}" if np.isfinite(r.p_value) else "–"
-        cells = [r.student, r.task, r.metric, f"{r.method} − {r.reference}", ci, p]
+        ci = f"{r.difference:+.{digits}f}"
+        if np.isfinite(r.ci_low):
+            ci += " " + interval(r.ci_low, r.ci_high)
+        cells = [r.student, r.task, r.metric, f"{r.method} − {r.reference}", ci]
+        if boot:
+            cells.append(interval(r.boot_low, r.boot_high))
+        cells.append(p_cell(r.p_value))
+        if adjusted:
+            cells += [p_cell(r.p_holm), p_cell(r.p_bh)]
         lines.append("| " + " | ".join([*cells, str(int(r.n_seeds))]) + " |")
     return "\n".join(lines)

@@ -18,6 +18,10 @@ from mechscope.distill.sweep import with_loss_columns
 #: the mean of the per-checkpoint Pearsons. The pooled value is dominated by how the
 #: checkpoints' mean effects compare (docs/distill.md, Pitfalls); read both.
 METRICS = ("accuracy", "consistency", "consistency_mean", "perplexity", "ood_degradation")
+#: Reference levels of consistency (:func:`~mechscope.distill.consistency.shuffled_consistency`,
+#: :func:`~mechscope.distill.consistency.split_half_ceiling`), summarised like the metrics:
+#: a consistency reads as "the mechanism kept" only above its shuffled-mapping baseline.
+REFERENCES = ("consistency_shuffled", "consistency_mean_shuffled", "consistency_ceiling")
 GROUP = ["student", "task", "method"]
 
 
@@ -48,7 +52,7 @@ def summary_table(trials: pd.DataFrame) -> pd.DataFrame:
     for key, g in trials.groupby(GROUP, sort=False):
         row = dict(zip(GROUP, key, strict=True))
         row.update({c: g[c].iloc[0] for c in ("base_method", "lambda_kl", "lambda_method")})
-        for m in METRICS:
+        for m in (*METRICS, *REFERENCES):
             x = g[m].to_numpy(np.float64) if m in g else np.full(len(g), np.nan)
             low, high = mean_ci(x, bounds=RANGES.get(m))
             finite = x[np.isfinite(x)]

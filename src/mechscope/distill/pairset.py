@@ -121,3 +121,10 @@ def build_pairset(
         modified=mod,
         labels=dict(labels or {}),
     )
+
+
+def key_tokens(data: PairSet, columns: Sequence[int]) -> np.ndarray:
+    """``[N, len(columns)]`` the clean token at each chosen key position: the word type a
+    probe at that position reads (the Hewitt–Liang control task labels types)."""
+    at = data.positions[:, list(columns), 0]  # [N, P'] clean index of each position
+    return data.clean.gather(1, at).numpy()

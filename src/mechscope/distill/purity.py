@@ -9,13 +9,20 @@ was used) has high selectivity. Labels: IOI task = name order (ABBA = 1),
 facts task = the most frequent relation vs the rest, WinoGrande task = which option is the
 answer, math task = the operation; control = template parity (IOI, math), a hash of the
 subject (facts), or of the pair id (otherwise).
+
+That control is a real attribute of the pair, which the representation may well carry, so
+it says little about the probe's own capacity. Hewitt & Liang's **control task** does:
+each word type (the clean token at the probed position) gets one fixed random label
+(:func:`type_control_labels`), a labelling only a probe that memorises types can fit;
+``hl_selectivity`` = task accuracy − control-task accuracy. Where every pair has the same
+token at a position the control task has one class and is undefined (NaN).
 """
 
 from __future__ import annotations
 
 import zlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -59,6 +66,23 @@ def purity_labels(task: str, pairs: Sequence[ContrastivePair]) -> dict[str, np.n
         t = [0] * len(pairs)
         c = [_hash_bit(p.id) for p in pairs]
     return {"task": np.asarray(t, dtype=np.int64), "control": np.asarray(c, dtype=np.int64)}
+
+
+def type_control_labels(
+    types: Sequence[Hashable] | np.ndarray, *, share: float = 0.5, seed: int = 0
+) -> np.ndarray:
+    """Hewitt & Liang's (2019) control task: ``[N]`` binary labels, one fixed random label
+    per distinct type (label 1 with probability ``share``, the task's share of 1s, so the
+    two tasks have the same balance in expectation).
+
+    Types are labelled in sorted order from one generator seeded with ``seed``, so the same
+    types get the same labels in every call, whatever order the samples come in.
+    """
+    values = np.asarray(types)
+    distinct = sorted(set(values.tolist()))
+    draw = np.random.default_rng(seed).random(len(distinct)) < share
+    label = dict(zip(distinct, draw.astype(np.int64).tolist(), strict=True))
+    return np.array([label[v] for v in values.tolist()], dtype=np.int64)
 
 
 def probe_correct(x: np.ndarray, y: np.ndarray, *, seed: int = 0) -> np.ndarray | None:
@@ -114,9 +138,14 @@ def information_purity(
     layers: Sequence[int],
     positions: Sequence[str],
     *,
+    types: np.ndarray | None = None,
     seed: int = 0,
 ) -> pd.DataFrame:
     """Probe ``h`` and ``d`` at each (layer, position).
+
+    ``types``: ``[N, P]`` the clean token at each position; given, each row also holds the
+    control-task accuracy (:func:`type_control_labels`, one labelling per position),
+    ``hl_selectivity`` = task − control task and its interval (``hl_ci_low``/``_high``).
 
     ``h_clean``/``h_corrupt``: ``[N, L, P, d]`` for the chosen ``layers`` and ``positions``
     (in that order). One row per (layer, position, representation); the ``d`` row also
@@ -129,9 +158,21 @@ def information_purity(
             h = h_clean[:, li, pi]  # [N, d]
             d = h - h_corrupt[:, li, pi]
             per: dict[str, np.ndarray | None] = {}
+            hl = None
+            if types is not None:
+                share = float(np.mean(labels["task"])) if len(labels["task"]) else 0.5
+                hl = type_control_labels(types[:, pi], share=share, seed=seed)
             for rep, x in (("h", h), ("d", d)):
                 stats, per[rep] = selectivity(x, labels["task"], labels["control"], seed=seed)
                 row = {"layer": int(layer), "position": pos, "representation": rep, **stats}
+                if hl is not None:
+                    ctl, _ = selectivity(x, labels["task"], hl, seed=seed)
+                    row.update(
+                        hl_control_acc=ctl["control_acc"],
+                        hl_selectivity=ctl["selectivity"],
+                        hl_ci_low=ctl["ci_low"],
+                        hl_ci_high=ctl["ci_high"],
+                    )
                 row["n"] = int(x.shape[0])
                 rows.append(row)
             both = per["h"] is not None and per["d"] is not None

@@ -32,11 +32,19 @@ INTRO = (
     "one; OOD degradation is test accuracy minus OOD accuracy; perplexity is on held-out text. "
     "Cells are the mean over training seeds with its 95 % Student-t interval in brackets (the "
     "task's pairs fixed); 'untrained' is the student before distillation, the teacher's row "
-    "what the students are read against."
+    "what the students are read against. Consistency's reference levels: 'mapping shuffled' "
+    "reads each teacher checkpoint against the student's effects at another checkpoint's "
+    "site (the floor a student reaches without responding where the teacher does); the "
+    "split-half ceiling correlates the teacher's checkpoint profile on two halves of the "
+    "test pairs."
 )
 CONTRASTS = (
     "Method differences, paired by seed (same student initialisation and batch order): mean "
-    "of method − reference over seeds, 95 % interval and p-value of the paired t-test."
+    "of method − reference over seeds, 95 % interval and p-value of the paired t-test; "
+    "where the trials kept their per-pair results, a second 95 % interval from a bootstrap "
+    "over seeds and, within each, test pairs (the pairs' sampling included), and the "
+    "p-values adjusted over the part's contrasts (Holm: family-wise error; BH: false "
+    "discovery rate)."
 )
 #: The figure the section leads with.
 KEY_FIGURE = "consistency-by-method"
@@ -50,14 +58,17 @@ SWEEP = (
 )
 ROBUSTNESS = (
     "Experiment 3: Pearson correlation between a distilled student's consistency and its "
-    "OOD degradation, over every distilled student of a task, with Fisher-z and bootstrap "
-    "(BCa, over students) 95 % intervals, Spearman's rho, and the partial correlation given "
+    "OOD degradation, over every distilled student of a task, with Fisher-z and cluster "
+    "bootstrap 95 % intervals (methods resampled, then students within each: students of "
+    "one method are not independent), Spearman's rho, and the partial correlation given "
     "test accuracy."
 )
 PURITY = (
     "Experiment 4: probe selectivity (task − control accuracy, 5-fold cross-validated) of the "
     "teacher's clean state h and contrastive difference d at unmodified positions of the "
-    "checkpoint layers; intervals are 95 % Student-t over pairs, d − h paired by pair."
+    "checkpoint layers; intervals are 95 % Student-t over pairs, d − h paired by pair. "
+    "The control-task columns use Hewitt & Liang's control: each token type at the position "
+    "gets one fixed random label."
 )
 
 #: The teacher-side and per-checkpoint tables, in report order, with how to read them.

@@ -7,7 +7,9 @@ Reads the finished trials' tables (never a model) and writes, into a run directo
   ``_ci_low``, ``_ci_high`` over seeds, ``n_seeds``);
 - ``distill_teacher`` (the teacher's accuracy on all test candidates and its perplexity:
   what the students' numbers are read against);
-- ``distill_contrasts`` (seed-paired method differences, :mod:`mechscope.distill.intervals`);
+- ``distill_contrasts`` (seed-paired method differences, :mod:`mechscope.distill.intervals`,
+  with the seed × pair bootstrap interval, :mod:`mechscope.distill.pair_effects`, and the
+  Holm and BH adjusted p-values over each student × task);
 - ``distill_checkpoint_consistency`` (per checkpoint: Δ_T, Δ_S and Pearson, mean over seeds);
 - ``distill_checkpoints`` and ``distill_purity`` (the teacher's side);
 
@@ -23,14 +25,21 @@ import pandas as pd
 
 from mechscope.distill.experiments import experiment_tables
 from mechscope.distill.figures import summary_figures
-from mechscope.distill.intervals import format_contrasts, method_contrasts
-from mechscope.distill.method_table import GROUP, METRICS, method_order, summary_table
+from mechscope.distill.intervals import adjust_p_values, format_contrasts, method_contrasts
+from mechscope.distill.method_table import GROUP, METRICS, REFERENCES, method_order, summary_table
+from mechscope.distill.pair_effects import with_pair_intervals
 from mechscope.distill.result import DistillResult
 from mechscope.errors import DamagedFileError, InputError
 from mechscope.runs import RunDir, has_table, read_table, write_table
 from mechscope.runs.integrity import REBUILD, Damaged, json_object, read_parquet
 
-HEADERS = {"consistency": "consistency (pooled)", "consistency_mean": "consistency (per-ckpt mean)"}
+HEADERS = {
+    "consistency": "consistency (pooled)",
+    "consistency_mean": "consistency (per-ckpt mean)",
+    "consistency_shuffled": "pooled, mapping shuffled",
+    "consistency_mean_shuffled": "per-ckpt mean, mapping shuffled",
+    "consistency_ceiling": "split-half ceiling",
+}
 
 
 def collect_trials(study: Path) -> pd.DataFrame:
@@ -45,6 +54,16 @@ def collect_trials(study: Path) -> pd.DataFrame:
             f"expected finished trials under {Path(study) / 'trials'}; found none", field="study"
         )
     return pd.concat(rows, ignore_index=True)
+
+
+def collect_pairs(study: Path) -> dict[str, pd.DataFrame]:
+    """Per-pair tables (:func:`~mechscope.distill.pair_effects.pair_table`) of the finished
+    trials that kept one, by trial name (trials of older studies have none)."""
+    out = {}
+    for d in sorted((Path(study) / "trials").glob("*")):
+        if has_table(d, "metrics") and has_table(d, "pairs"):
+            out[str(read_table(d, "metrics")["trial"].iloc[0])] = read_table(d, "pairs")
+    return out
 
 
 def _cell(mean: float, low: float, high: float, digits: int) -> str:
@@ -62,18 +81,21 @@ def format_summary(
 ) -> str:
     """A Markdown table: ``mean [95 % CI low, high]`` over seeds per cell (the mean alone
     for one seed), with the teacher's row of each task first when ``teacher`` is given."""
-    head = ["student", "task", "method", *(HEADERS.get(m, m) for m in METRICS), "seeds"]
+    refs = [m for m in REFERENCES if f"{m}_mean" in summary and summary[f"{m}_mean"].notna().any()]
+    shown = (*METRICS, *refs)
+    head = ["student", "task", "method", *(HEADERS.get(m, m) for m in shown), "seeds"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for task in dict.fromkeys(summary["task"]):
         rows = teacher[teacher["task"] == task] if teacher is not None else pd.DataFrame()
         for _, t in rows.iterrows():
             cells = ["**teacher**", task, "–", f"{t.accuracy_raw:.{digits}f} (all candidates)"]
             cells += ["1 (itself)", "1 (itself)", f"{t.perplexity:.1f}", "–", "–"]
+            cells += ["–"] * len(refs)
             lines.append("| " + " | ".join(cells) + " |")
         for _, r in summary[summary["task"] == task].iterrows():
             cells = [r["student"], r["task"], r["method"]]
             cells += [
-                _cell(r[f"{m}_mean"], r[f"{m}_ci_low"], r[f"{m}_ci_high"], digits) for m in METRICS
+                _cell(r[f"{m}_mean"], r[f"{m}_ci_low"], r[f"{m}_ci_high"], digits) for m in shown
             ]
             lines.append("| " + " | ".join([*cells, str(int(r["n_seeds"]))]) + " |")
     return "\n".join(lines)
@@ -205,6 +227,9 @@ def summary_sections(
     trials = collect_trials(study)
     summary = summary_table(trials)
     contrasts = method_contrasts(trials)
+    if not contrasts.empty:
+        contrasts = with_pair_intervals(contrasts, trials, collect_pairs(study))
+        contrasts = adjust_p_values(contrasts)
     write_table(out, "distill_trials", trials)
     write_table(out, "distill_summary", summary)
     if not contrasts.empty:

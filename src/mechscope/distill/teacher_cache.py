@@ -34,7 +34,7 @@ from mechscope.distill.config import CheckpointSpec, EvalSpec, TaskSpec
 from mechscope.distill.consistency import causal_effects
 from mechscope.distill.evaluate import accuracy, perplexity
 from mechscope.distill.heldout import load_passages
-from mechscope.distill.pairset import PairSet
+from mechscope.distill.pairset import PairSet, key_tokens
 from mechscope.distill.purity import information_purity
 from mechscope.distill.samples import build_task
 from mechscope.distill.screen import EffectScreen
@@ -194,15 +194,18 @@ def _purity(task: TeacherTask, modified: list[bool]) -> pd.DataFrame | None:
         return None
     hc = task.key_clean[:, layers][:, :, pos].numpy()
     hk = task.key_corrupt[:, layers][:, :, pos].numpy()
-    df = information_purity(hc, hk, task.train.labels, layers, [task.names[i] for i in pos])
+    names = [task.names[i] for i in pos]
+    types = key_tokens(task.train, pos)  # [N, P']
+    df = information_purity(hc, hk, task.train.labels, layers, names, types=types)
     sites = {(c.layer, c.position) for c in task.checkpoints}
     df["checkpoint"] = [(r.layer, r.position) in sites for r in df.itertuples()]
     return df
 
 
 def _stale_purity(task: TeacherTask) -> bool:
-    """A purity table of an older version (a single 80/20 split, no intervals)."""
-    return task.purity is None or "ci_low" not in task.purity
+    """A purity table of an older version (a single 80/20 split, no intervals, or no
+    control task)."""
+    return task.purity is None or "hl_selectivity" not in task.purity
 
 
 def save_teacher_task(task: TeacherTask, folder: Path) -> None:

@@ -2,7 +2,8 @@
 
 ``trials/<student>-<task>-<method>-s<seed>/`` holds the trial's config, its last training
 checkpoint (while running), and its results: ``tables/metrics`` (one row),
-``tables/consistency`` (per checkpoint), ``tables/ood`` and ``tables/train_log``. A finished
+``tables/consistency`` (per checkpoint), ``tables/pairs`` (per pair and checkpoint),
+``tables/ood`` and ``tables/train_log``. A finished
 trial is skipped on rerun; an interrupted one resumes from its checkpoint. The method
 ``untrained`` evaluates the student as built (no training, no checkpoint): the reference the
 other methods' results are read against.
@@ -21,11 +22,17 @@ import pandas as pd
 
 from mechscope.distill.alignment import layer_maps, student_alignments
 from mechscope.distill.config import LossSpec, StudentSpec, StudyConfig, TaskSpec, TrainSpec
-from mechscope.distill.consistency import causal_consistency, causal_effects
+from mechscope.distill.consistency import (
+    causal_consistency,
+    causal_effects,
+    shuffled_consistency,
+    split_half_ceiling,
+)
 from mechscope.distill.evaluate import accuracy, ood_degradation, perplexity, task_accuracy
 from mechscope.distill.gradients import train_summary
 from mechscope.distill.heldout import load_passages
 from mechscope.distill.objective import Objective
+from mechscope.distill.pair_effects import pair_table
 from mechscope.distill.students import build_student, subset_layers
 from mechscope.distill.teacher_cache import TeacherTask, prepare_teacher_task
 from mechscope.distill.trainer import StepHook, TrainResult, WandbLogger, train
@@ -94,8 +101,10 @@ def evaluate_student(
     ckpt_map: dict[int, int],
     batch_size: int = 16,
     perplexity_text: str | None = None,
-) -> tuple[dict[str, float], pd.DataFrame, pd.DataFrame]:
-    """Accuracy, causal consistency (per checkpoint and pooled), OOD and perplexity."""
+) -> tuple[dict[str, float], pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Accuracy, causal consistency (per checkpoint and pooled) with its reference levels
+    (shuffled mapping, split-half ceiling), OOD and perplexity; the per-checkpoint table,
+    the OOD table and the per-pair effects (:func:`pair_table`)."""
     eng = Engine.of(student)
     sites = [(ckpt_map[t], p) for t, p in tt.sites()]
     delta_s, ld = causal_effects(eng, tt.test, sites, batch_size=batch_size)
@@ -103,10 +112,14 @@ def evaluate_student(
     acc = accuracy(ld)
     ood_acc = {k: task_accuracy(eng, v, batch_size) for k, v in tt.ood.items()}
     degr = ood_degradation(acc, ood_acc)
+    shuffled, shuffled_mean = shuffled_consistency(tt.test_delta, delta_s)
     metrics = {
         "accuracy": acc,
         "consistency": pooled,
         "consistency_mean": float(np.nanmean(per)) if np.isfinite(per).any() else np.nan,
+        "consistency_shuffled": shuffled,
+        "consistency_mean_shuffled": shuffled_mean,
+        "consistency_ceiling": split_half_ceiling(tt.test_delta)[1],
         "ood_accuracy": float(np.mean(list(ood_acc.values()))) if ood_acc else np.nan,
         "ood_degradation": degr["mean"],
         "perplexity": perplexity(eng, load_passages(perplexity_text)),
@@ -140,7 +153,7 @@ def evaluate_student(
         ],
         columns=["variant", "accuracy", "degradation", "teacher_accuracy_raw"],
     )
-    return metrics, cons, ood
+    return metrics, cons, ood, pair_table(tt.test_delta, delta_s, ld)
 
 
 def is_finished(run: RunDir) -> bool:
@@ -255,7 +268,9 @@ def run_trial(
         with run.timed("train"):
             result = _train(cfg, trial, run, tt, student, ckpt_map, fit_map, on_step)
     with run.timed("evaluate"):
-        metrics, cons, ood = evaluate_student(student, tt, ckpt_map, bs, cfg.eval.perplexity_text)
+        metrics, cons, ood, pairs = evaluate_student(
+            student, tt, ckpt_map, bs, cfg.eval.perplexity_text
+        )
     row = {
         "study": cfg.name,
         "trial": trial.name,
@@ -283,6 +298,7 @@ def run_trial(
     write_table(run, "train_log", pd.DataFrame(result.log))
     write_table(run, "consistency", cons)
     write_table(run, "ood", ood)
+    write_table(run, "pairs", pairs)
     write_table(
         run,
         "mapping",
