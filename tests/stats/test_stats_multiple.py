@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mechscope.errors import InputError
-from mechscope.stats import bh_adjust, bh_reject
+from mechscope.stats import bh_adjust, bh_reject, holm_adjust
 from tolerance import assert_fp64_close, assert_within, rounding_tolerance
 
 
@@ -58,3 +58,21 @@ def test_bad_pvalues_raise() -> None:
         bh_adjust(np.array([0.1, 1.2]))
     with pytest.raises(InputError, match="alpha"):
         bh_reject(np.array([0.1]), alpha=0.0)
+
+
+def test_holm_adjust_matches_loop() -> None:
+    """Holm's step-down against its definition: the running maximum of ``(m - i)·p_(i)``
+    over the sorted p-values, capped at 1; NaN tests out of the family."""
+    rng = np.random.default_rng(5)
+    p = rng.uniform(0, 0.2, 9)
+    order = np.argsort(p)
+    ref = np.empty_like(p)
+    running = 0.0
+    for i, j in enumerate(order):
+        running = max(running, min(1.0, (len(p) - i) * p[j]))
+        ref[j] = running
+    assert_within(holm_adjust(p), ref, _product_rounding(ref))
+    with_nan = np.append(p, np.nan)
+    got = holm_adjust(with_nan)
+    assert np.isnan(got[-1])
+    assert_within(got[:-1], ref, _product_rounding(ref))

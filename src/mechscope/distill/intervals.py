@@ -15,7 +15,7 @@ the seed does to both.
 A part of the study (one student × task) reports about 30 contrasts; read alone, one in
 twenty of them would pass at p < 0.05 by chance. :func:`adjust_p_values` adds Holm's
 (family-wise error) and Benjamini–Hochberg's (false discovery rate) adjusted p-values over
-each part's contrasts (``statsmodels.stats.multitest.multipletests``).
+each part's contrasts (:mod:`mechscope.stats.multiple`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 from scipy import stats
-from statsmodels.stats.multitest import multipletests
+
+from mechscope.stats.multiple import bh_adjust, holm_adjust
 
 LEVEL = 0.95
 
@@ -159,8 +160,8 @@ def adjust_p_values(
         if g.empty:
             continue
         p = g["p_value"].to_numpy(np.float64)
-        out.loc[g.index, "p_holm"] = multipletests(p, method="holm")[1]
-        out.loc[g.index, "p_bh"] = multipletests(p, method="fdr_bh")[1]
+        out.loc[g.index, "p_holm"] = holm_adjust(p)
+        out.loc[g.index, "p_bh"] = bh_adjust(p)
     return out
 
 

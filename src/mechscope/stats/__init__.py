@@ -39,7 +39,7 @@ from mechscope.stats.divergences import (
     nll_of_targets,
 )
 from mechscope.stats.kurtosis import kurtosis_across
-from mechscope.stats.multiple import bh_adjust, bh_reject
+from mechscope.stats.multiple import bh_adjust, bh_reject, holm_adjust
 from mechscope.stats.proportions import (
     Rate,
     difference_intervals,
@@ -63,6 +63,7 @@ __all__ = [
     "first_k",
     "group_curve_cis",
     "group_difference_ci",
+    "holm_adjust",
     "js_from_logp",
     "kl_from_logp",
     "kurtosis_across",
