@@ -29,18 +29,19 @@ from mechscope.runs import RunDir, write_table
 
 def format_purity(purity: pd.DataFrame) -> str:
     """Markdown: per task, layer and unmodified position, task and control probe accuracy
-    and selectivity of ``h`` and of ``d`` (95 % interval over pairs), ``d − h``, and where
-    the table has it the selectivity against Hewitt & Liang's control task."""
-    hl = "hl_selectivity" in purity
+    and selectivity of ``h`` and of ``d`` (95 % interval over pairs), ``d − h``; and where
+    the table has it, a second table of the selectivity against Hewitt & Liang's control
+    task (two tables, so each fits a page's width)."""
     head = [
         "task", "layer", "position", "checkpoint", "h: task / control", "h: selectivity",
-        "d: task / control", "d: selectivity", "selectivity d − h",
+        "d: task / control", "d: selectivity", "selectivity d − h", "pairs",
     ]  # fmt: skip
-    head += ["h: selectivity (control task)", "d: selectivity (control task)"] * hl
-    head.append("pairs")
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     if "ci_low" not in purity:
         return "(a purity table without intervals: rerun the study to recompute it)"
+    hl = "hl_selectivity" in purity
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    hl_head = ["task", "layer", "position", "h: selectivity", "d: selectivity", "pairs"]
+    hl_lines = ["| " + " | ".join(hl_head) + " |", "|" + "---|" * len(hl_head)]
     for (task, layer, pos), g in purity.groupby(["task", "layer", "position"], sort=False):
         h = g[g["representation"] == "h"].iloc[0]
         d = g[g["representation"] == "d"].iloc[0]
@@ -55,12 +56,17 @@ def format_purity(purity: pd.DataFrame) -> str:
             f"{d.task_acc:.3f} / {d.control_acc:.3f}",
             _ci(d.selectivity, d.ci_low, d.ci_high, signed=True),
             _ci(d.d_minus_h, d.d_minus_h_ci_low, d.d_minus_h_ci_high, signed=True),
+            str(int(d.n)),
         ]
-        if hl:
-            cells += [_ci(x.hl_selectivity, x.hl_ci_low, x.hl_ci_high, signed=True) for x in (h, d)]
-        cells.append(str(int(d.n)))
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        if hl:
+            sel = [_ci(x.hl_selectivity, x.hl_ci_low, x.hl_ci_high, signed=True) for x in (h, d)]
+            hl_lines.append("| " + " | ".join([task, str(layer), pos, *sel, str(int(d.n))]) + " |")
+    table = "\n".join(lines)
+    if not hl:
+        return table
+    lead = "Selectivity against the control task (one random label per token type):"
+    return "\n\n".join([table, lead, "\n".join(hl_lines)])
 
 
 def experiment_tables(

@@ -89,9 +89,14 @@ TABLE_CAPTIONS = {
     "distill_purity": (
         "Information purity at unmodified positions: logistic-regression probe accuracy for "
         "the task label and a control label, from the clean representation h or the "
-        "contrastive difference d; selectivity = task − control."
+        "contrastive difference d; selectivity = task − control. The control-task columns "
+        "(hl_*) are in the file and in experiment 4's tables above."
     ),
 }
+
+#: Columns a table keeps in its file but not on the page (shown in a table above, and the
+#: page's width is a section's).
+IN_FILE_ONLY = {"distill_purity": ("hl_control_acc", "hl_selectivity", "hl_ci_low", "hl_ci_high")}
 
 
 def experiment_blocks(run: RunDir) -> list:
@@ -175,7 +180,7 @@ def distill_section(run: RunDir) -> list:
     blocks.append(DetailsBlock("How this was computed", [TextBlock(INTRO)]))
     for name, caption in TABLE_CAPTIONS.items():
         if has_table(run, name):
-            blocks.append(
-                TableBlock(read_table(run, name), caption=caption, source=f"tables/{name}.parquet")
-            )
+            table = read_table(run, name).drop(columns=list(IN_FILE_ONLY.get(name, ())),
+                                               errors="ignore")  # fmt: skip
+            blocks.append(TableBlock(table, caption=caption, source=f"tables/{name}.parquet"))
     return blocks
