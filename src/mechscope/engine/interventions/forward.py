@@ -33,6 +33,7 @@ from mechscope.engine.interventions.prefix import (
     dynamic_cache,
     tail_plan,
 )
+from mechscope.engine.interventions.stops import PassStopped, stop_at, stop_before_head
 from mechscope.engine.interventions.transform import (
     Expand,
     FeatureIn,
@@ -185,14 +186,14 @@ class Forward:
             at_layer = stop_at_layer is not None and stop_at_layer != lm.n_layers
             if at_layer:
                 lm.check_layer(stop_at_layer)
-                handles.append(_stop_at(lm, stop_at_layer, state))
+                handles.append(stop_at(lm, stop_at_layer, state))
                 logits = False
             wants_logits = logits is not False or any(s.name == "logits" for s in out.reads)
             causal_lm = lm.card.auto_class == "AutoModelForCausalLM"
             head = lm.card.unembed[-1]
             hooked = any(key.split(":")[0] == head for key in calls.counts)
             if not wants_logits and not at_layer and causal_lm and not hooked:
-                handles.append(_stop_before_head(lm, state))  # no row of the head is wanted
+                handles.append(stop_before_head(lm, state))  # no row of the head is wanted
             if wants_logits and not head_is_fp32(lm):  # logits from the fp32 readout
                 final = FinalHidden(lm)
                 handles.append(final.handle)
@@ -212,7 +213,7 @@ class Forward:
                 try:
                     result = lm.model(input_ids=input_ids, **kwargs)
                     model_logits = result.logits
-                except _Stop:  # at a layer, or before the head: every layer ran
+                except PassStopped:  # at a layer, or before the head: every layer ran
                     stopped, model_logits = at_layer, None
                 if final is not None and not stopped:  # [batch, kept, vocab] fp32
                     model_logits = self.unembed(final.kept(keep))
@@ -346,32 +347,6 @@ class Forward:
             for hook, w_dec in d.writes():
                 ops[hook_site(self.lm, hook, "output").key].append(FeatureOut(splice, w_dec))
         splice.items.append(iv)
-
-
-class _Stop(Exception):
-    """Raised at the input of the layer a pass stops at (``stop_at_layer``)."""
-
-
-def _stop_at(lm: LoadedModel, layer: int, owner: attention.PassState) -> RemovableHandle:
-    def stop(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
-        if attention.ACTIVE.get() is owner:  # this pass only, not another thread's
-            raise _Stop
-
-    # registered after every resid_pre hook of this layer, so their reads are taken first
-    return lm.layer_module(layer).register_forward_pre_hook(stop, with_kwargs=True)
-
-
-def _stop_before_head(lm: LoadedModel, owner: attention.PassState) -> RemovableHandle:
-    """Ends a pass that wants no logits where the head would run: its one kept row still
-    costs a product with the whole unembedding (``[d, vocab]``, read from memory). Only
-    this pass: the head module is shared, and another thread may be reading out logits
-    through it meanwhile."""
-
-    def stop(module: torch.nn.Module, args: tuple) -> None:
-        if attention.ACTIVE.get() is owner:
-            raise _Stop
-
-    return lm.unembed_modules()[-1].register_forward_pre_hook(stop)
 
 
 def _padding_mask(mask: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
