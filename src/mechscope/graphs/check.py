@@ -128,7 +128,7 @@ def check_nodes(lm: LoadedModel, tset: Any, ids: torch.Tensor, check: CheckConfi
         return
     tc = Transcoders(tset, lm.n_layers)
     with torch.no_grad():
-        state, _, _ = attribution_pass(Engine.of(lm), tc, ids, 1)
+        state, _, _ = attribution_pass(Engine.of(lm), tc, ids, 1, grad=False)
         for spec in check.nodes:
             for layer, pos, feat in parse_set(spec)[1]:
                 ok = layer < lm.n_layers and 0 < pos < ids.numel() and feat < tc.d_sae

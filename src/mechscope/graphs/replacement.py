@@ -133,7 +133,7 @@ def replacement_logits(
     """``[T, vocab]``: the logits of the replacement model (each MLP recomputed from its
     transcoder, plus the error node of the clean pass) on ``ids [T]``."""
     with torch.no_grad():
-        state, frozen, _ = attribution_pass(engine, tc, ids, 1)
+        state, frozen, _ = attribution_pass(engine, tc, ids, 1, grad=False)
         hold_errors(tc, state, frozen, zero_positions)
         edits = freeze_edits(engine.lm, tc, "replace", frozen, PassState())
         return engine.run(ids.reshape(1, -1), edits).logits[0]
