@@ -21,6 +21,7 @@ from mechscope.data.modal_prompt import (
     pad_media,
     render_prompt,
 )
+from mechscope.data.pairs import TokenizedPair
 from mechscope.data.tokens import answer_token_ids
 from mechscope.errors import InputError, UnsupportedInterventionError
 from mechscope.models.loaded import LoadedModel
@@ -132,11 +133,15 @@ def prepare_modal_pair(
 
 
 def prepare_any(lm: LoadedModel, pair: Any, direction: Direction, spec: PatchSpec) -> PreparedPair:
-    """:func:`prepare_modal_pair` for a :class:`ModalPair`, else the text preparation."""
+    """:func:`prepare_modal_pair` for a :class:`ModalPair`, the pair's own ids for a
+    :class:`TokenizedPair`, else the text preparation."""
     from mechscope.patching.prepare import prepare_pair
+    from mechscope.patching.token_pairs import prepare_token_pair
 
     if isinstance(pair, ModalPair):
         return prepare_modal_pair(lm, pair, direction, spec)
+    if isinstance(pair, TokenizedPair):
+        return prepare_token_pair(lm, pair, direction, spec)
     return prepare_pair(pair, lm.tokenizer, direction, spec)
 
 
@@ -145,4 +150,6 @@ def prompt_length(lm: LoadedModel, pair: Any, spec: PatchSpec) -> int:
     if isinstance(pair, ModalPair):
         base, source = encode_pair(lm, pair, spec)
         return max(len(base.ids), len(source.ids))
+    if isinstance(pair, TokenizedPair):
+        return max(len(pair.clean_ids), len(pair.corrupt_ids))
     return max(len(lm.tokenizer(t).input_ids) for t in (pair.clean, pair.corrupt))

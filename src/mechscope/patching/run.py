@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from mechscope.data.pairs import ContrastivePair
+from mechscope.data.pairs import ContrastivePair, TokenizedPair
 from mechscope.engine import Engine
 from mechscope.engine.interventions.prefix import can_resume
 from mechscope.errors import InputError
@@ -43,7 +43,7 @@ from mechscope.runs.shards import report_reuse
 from mechscope.runs.shared_work import claimed_loop
 
 #: A text pair, or a pair of multimodal samples (:mod:`mechscope.patching.modal`).
-AnyPair = ContrastivePair | ModalPair
+AnyPair = ContrastivePair | ModalPair | TokenizedPair
 PART = "patching"
 #: Pairs swept together: equal-length pairs share forwards, which pays for short prompts.
 GROUP_PAIRS = 16
@@ -154,12 +154,14 @@ def patch_pairs(
     :class:`~mechscope.patching.result.PatchingResult` (``to_frame()``, ``figure()``), with
     no run directory (``mechscope patch run`` / :func:`run_patching` write one).
 
-    Pairs are :class:`~mechscope.data.pairs.ContrastivePair` (text) or tokenized pairs;
-    every pair is checked before the first forward pass, so a bad one is refused in one line
-    naming it. Pairs go through in groups sized by the memory budget; ``keep_logits`` keeps
-    each patched run's readout logits. ``progress`` shows a bar counting patches (pairs ×
-    directions × layers × positions × heads, :func:`patch_count`): a tqdm bar on stderr (a
-    widget in a notebook); nothing is printed on stdout.
+    Pairs are :class:`~mechscope.data.pairs.ContrastivePair` (text),
+    :class:`~mechscope.data.pairs.TokenizedPair` (token ids, patched by position as they
+    are: :mod:`~mechscope.patching.token_pairs`) or media pairs; every pair is checked
+    before the first forward pass, so a bad one is refused in one line naming it. Pairs go
+    through in groups sized by the memory budget; ``keep_logits`` keeps each patched run's
+    readout logits. ``progress`` shows a bar counting patches (pairs × directions × layers ×
+    positions × heads, :func:`patch_count`): a tqdm bar on stderr (a widget in a notebook);
+    nothing is printed on stdout.
 
     ``dictionary``: the loaded dictionary of a ``site="feature"`` sweep (else the one in
     ``spec.dictionary``'s folder); its features are chosen before the first patch
