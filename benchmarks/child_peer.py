@@ -74,3 +74,18 @@ def vm_status(field: str) -> float:
             if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def fresh_peak() -> float:
+    """Hand freed heap back to the system (glibc ``malloc_trim``), reset the resident
+    high-water mark (``clear_refs``) and return ``VmRSS`` in MiB: ``VmHWM`` minus it after a
+    call is what the call needed beyond what the process held. Without the trim, memory a
+    larger earlier call freed but the allocator kept would be reused unseen."""
+    import contextlib
+    import ctypes
+
+    with contextlib.suppress(OSError):  # not glibc: the reset alone
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return vm_status("VmRSS")

@@ -9,14 +9,16 @@ written the way that library's documentation writes it:
 
 - ``cache``: every ``resid_post`` (and ``z`` where the library names it) of ``ids``;
 - ``patch``: the clean ``resid_pre`` of each layer patched into the corrupt run at one
-  position per forward, the logit difference correct − wrong at the last position per pair;
+  position per forward (every position, or the ``positions`` asked for), the logit
+  difference correct − wrong at the last position per pair;
 - ``steer``: greedy generation with ``alpha · vector`` added to ``resid_post`` of one layer
   at every position, generated ones included;
 - ``lens``: every layer's ``resid_post`` through the final norm and the unembedding, the NLL
   of each next token.
 
-Each reply carries the wall and CPU seconds of the call; what it returned is saved to
-``out`` after the clock stops. Everything the libraries print goes to stderr.
+Each reply carries the wall and CPU seconds of the call and its peak resident memory
+beyond what the process held before it (:func:`child_peer.fresh_peak`); what it returned is
+saved to ``out`` after the clock stops. Everything the libraries print goes to stderr.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from child_peer import ChildPeer
+from child_peer import ChildPeer, fresh_peak, vm_status
 
 LIBS = ("interp-engine", "nnterp")
 
@@ -64,14 +66,15 @@ class InterpEngine:
         }
 
     def patch(self, clean: torch.Tensor, corrupt: torch.Tensor, correct: torch.Tensor,
-              wrong: torch.Tensor, layers: list[int]) -> torch.Tensor:  # fmt: skip
-        rows = torch.arange(clean.shape[0])
+              wrong: torch.Tensor, layers: list[int],
+              positions: list[int] | None = None) -> torch.Tensor:  # fmt: skip
+        rows, at = torch.arange(clean.shape[0]), positions or range(clean.shape[1])
         cache = self.ie.run_with_cache(self.model, clean, [f"resid_pre.{l}" for l in layers])
-        grid = torch.empty(clean.shape[0], len(layers), clean.shape[1])  # [P, L, T]
+        grid = torch.empty(clean.shape[0], len(layers), len(at))  # [P, L, positions]
         for i, layer in enumerate(layers):
             module, side = self.model.resolve_point("resid_pre", layer)
             value = cache.get("resid_pre", layer)  # [P, T, d]
-            for pos in range(clean.shape[1]):
+            for j, pos in enumerate(at):
 
                 def write(h: torch.Tensor, pos: int = pos, value: Any = value) -> torch.Tensor:
                     h = h.clone()
@@ -81,7 +84,7 @@ class InterpEngine:
                 with self.ie.HookManager() as hm, torch.no_grad():
                     hm.write(module, write, point=side)
                     last = self.model.hf_model(corrupt).logits[:, -1]  # [P, V]
-                grid[:, i, pos] = last[rows, correct] - last[rows, wrong]
+                grid[:, i, j] = last[rows, correct] - last[rows, wrong]
         return grid
 
     def steer(self, ids: torch.Tensor, vector: torch.Tensor, layer: int, alpha: float, n: int):
@@ -117,18 +120,20 @@ class NNterp:
         return {"resid_post": torch.stack(list(saved))}
 
     def patch(self, clean: torch.Tensor, corrupt: torch.Tensor, correct: torch.Tensor,
-              wrong: torch.Tensor, layers: list[int]) -> torch.Tensor:  # fmt: skip
+              wrong: torch.Tensor, layers: list[int],
+              positions: list[int] | None = None) -> torch.Tensor:  # fmt: skip
         m, rows, cached = self.model, torch.arange(clean.shape[0]), []
+        at = positions or range(clean.shape[1])
         with torch.no_grad(), m.trace(clean):
             for layer in layers:
                 cached.append(m.layers_input[layer].save())
-        grid = torch.empty(clean.shape[0], len(layers), clean.shape[1])  # [P, L, T]
+        grid = torch.empty(clean.shape[0], len(layers), len(at))  # [P, L, positions]
         for i, layer in enumerate(layers):
-            for pos in range(clean.shape[1]):
+            for j, pos in enumerate(at):
                 with torch.no_grad(), m.trace(corrupt):
                     m.layers_input[layer][:, pos] = cached[i][:, pos]
                     out = m.logits[:, -1].save()
-                grid[:, i, pos] = out[rows, correct] - out[rows, wrong]
+                grid[:, i, j] = out[rows, correct] - out[rows, wrong]
         return grid
 
     def steer(self, ids: torch.Tensor, vector: torch.Tensor, layer: int, alpha: float, n: int):
@@ -172,10 +177,12 @@ def main() -> None:
         if req.get("quit"):
             break
         a = {k: torch.tensor(v) if k in TENSORS else v for k, v in req["args"].items()}
+        base = fresh_peak()
         c0, w0 = time.process_time(), time.perf_counter()
         with torch.no_grad():
             result = getattr(peer, req["op"])(**a)
         reply = {"wall": time.perf_counter() - w0, "cpu": time.process_time() - c0}
+        reply["peak_mb"] = vm_status("VmHWM") - base  # beyond what the process held before
         if req.get("out"):
             torch.save(result, req["out"])
         print(json.dumps(reply), file=out, flush=True)
