@@ -1,5 +1,6 @@
 """The two loss terms' gradients, logged apart by the trainer, against plain autograd: norms
-and cosine on the student's parameters, and the step itself unchanged by the logging."""
+and cosine on the student's parameters, the cosines of each term's step with the task's
+margin, and the step itself unchanged by the logging."""
 
 from __future__ import annotations
 
@@ -85,6 +86,7 @@ def test_logging_does_not_change_the_step(teacher, ioi_task, tiny_cfg):
     b = train(twin_obj.student, twin_obj, n, TrainSpec(steps=3, batch_size=4), seed=1)
     assert [r["loss"] for r in a.log] == [r["loss"] for r in b.log]
     assert all("grad_cos" in r for r in a.log) and not any("grad_cos" in r for r in b.log)
+    assert all(np.isfinite(r["margin_cos_method"]) for r in a.log)  # the margin's too
     for p, q in zip(student.model.parameters(), twin_obj.student.model.parameters(), strict=True):
         assert torch.equal(p, q)
 
@@ -163,3 +165,104 @@ def test_schedule_and_summary():
     out = train_summary(log)
     assert out["adam_cos_mean"] == 0.4  # the mean of one value
     assert out["adam_ratio_median"] == 3.0
+
+
+def _margin_reference(student, obj, idx):
+    """The task's margin on the training pairs ``idx`` built apart from the objective: the
+    student's own forward on the clean prompts alone (Hugging Face logits, not the engine's
+    stacked clean/corrupt pass), the mean logit difference at the answer position, and its
+    gradient by ``.backward()``: ``(margin, fp64 vector over the trainable parameters)``."""
+    b = obj.teacher.train.subset(idx)
+    params = [p for p in student.model.parameters() if p.requires_grad]
+    student.model.zero_grad(set_to_none=True)
+    logits = student.model(input_ids=b.clean, attention_mask=b.clean_mask).logits  # [b, s, V]
+    at = logits[torch.arange(len(idx)), b.answer[:, 0]]  # [b, V]
+    rows = torch.arange(len(idx))
+    margin = (at[rows, b.correct] - at[rows, b.wrong]).mean()
+    margin.backward()
+    grad = torch.cat(
+        [
+            (p.grad if p.grad is not None else torch.zeros_like(p)).double().reshape(-1)
+            for p in params
+        ]
+    )
+    student.model.zero_grad(set_to_none=True)
+    return float(margin.detach()), grad
+
+
+def _cos(a, b):
+    return float(a @ b / (a.norm() * b.norm()))
+
+
+def test_margin_cosines_match_a_separate_margin(teacher, ioi_task, tiny_cfg):
+    """The logged margin and the cosines of each term's step (−∇ term) with the margin's
+    gradient, against a margin built apart (its own forward, its own backward): the same
+    numbers up to the rounding of two different forward passes through the student."""
+    student, obj = _objective(teacher, ioi_task, tiny_cfg)
+    idx = batch_indices(len(ioi_task.train), 4, seed=0, step=0)
+    ref = _reference(student, obj, idx)
+    margin, up = _margin_reference(student, obj, idx)
+    spec = TrainSpec(steps=1, batch_size=4, grad_log_every=1, lr=1e-3)
+    row = train(student, obj, len(ioi_task.train), spec, seed=0).log[0]
+    depth = 2 * depth_of(student)  # forward and back
+    assert_rounding_close(row["margin"], margin, depth=depth_of(student), msg="margin")
+    for name in ("kl", "method"):
+        want = _cos(-ref[name], up)
+        assert_rounding_close(row[f"margin_cos_{name}"], want, depth=depth, scale=1.0, msg=name)
+        assert math.isnan(row[f"adam_margin_cos_{name}"])  # no second moment before step 1
+    # not a restatement of the terms' own cosine
+    assert row["margin_cos_method"] != row["grad_cos"]
+
+
+def test_adam_margin_cosines_against_the_saved_second_moment(teacher, ioi_task, tiny_cfg, tmp_path):
+    """Step 2's scaled cosines: each term's gradient at the weights after step 1, divided by
+    ``sqrt(v / (1 - beta2)) + eps`` from the optimizer state the checkpoint saved, negated,
+    against the margin's gradient (unscaled: the margin moves by ∇margin · Δθ)."""
+    student, obj = _objective(teacher, ioi_task, tiny_cfg)
+    n, ckpt = len(ioi_task.train), tmp_path / "last.pt"
+    spec = TrainSpec(steps=1, batch_size=4, grad_log_every=1, checkpoint_every=1)
+    train(student, obj, n, spec, seed=0, checkpoint=ckpt)
+    idx = batch_indices(n, 4, seed=0, step=1)
+    ref = _reference(student, obj, idx)
+    _, up = _margin_reference(student, obj, idx)
+    saved = torch.load(ckpt, weights_only=True)["optimizer"]
+    group = saved["param_groups"][0]
+    beta2, eps = group["betas"][1], group["eps"]
+    n_student = sum(p.requires_grad for p in student.model.parameters())
+    v = torch.cat([saved["state"][i]["exp_avg_sq"].double().reshape(-1) for i in range(n_student)])
+    d = (v / (1 - beta2)).sqrt() + eps  # one step taken: bias correction 1 - beta2^1
+    spec = spec.model_copy(update={"steps": 2})
+    row = train(student, obj, n, spec, seed=0, checkpoint=ckpt).log[-1]
+    depth = 2 * depth_of(student)
+    for name in ("kl", "method"):
+        want = _cos(-ref[name] / d, up)
+        got = row[f"adam_margin_cos_{name}"]
+        assert_rounding_close(got, want, depth=depth, scale=1.0, msg=f"Adam {name}")
+
+
+def test_margin_cosines_on_a_linear_model():
+    """Closed form: with margin ``w·z`` the margin's gradient is ``z``; each term's step is
+    minus its gradient, ``−a x`` and ``−b y``, and after one AdamW step with gradient ``g0``
+    that step divided by ``|g0| + eps``. A term that raises the margin has a positive cosine."""
+    w = torch.nn.Parameter(torch.zeros(3))
+    x, y, z = torch.tensor([1.0, 2.0, 0.0]), torch.tensor([0.0, 1.0, -1.0]), torch.ones(3)
+    terms = {"kl": -2 * (w @ x), "method": 3 * (w @ y)}
+    stats = term_gradients(terms, [w], 1, margin=w @ z + 0.5)
+    assert stats["margin"] == 0.5
+    assert_fp64_close(stats["margin_cos_kl"], 3 / math.sqrt(15), terms=3)  # cos(2x, z)
+    assert_fp64_close(stats["margin_cos_method"], 0.0, terms=3)  # cos(−3y, z): y ⊥ z
+    assert math.isnan(stats["adam_margin_cos_kl"])  # no optimizer: no scaled columns
+    opt = torch.optim.AdamW([w], lr=1e-3, eps=1e-8)
+    g0 = torch.tensor([0.5, -2.0, 4.0])
+    (w @ g0).backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    stats = term_gradients(terms, [w], 1, opt=opt, margin=w @ z)
+    d = g0.double().abs() + 1e-8
+    for name, step in (("kl", 2 * x.double() / d), ("method", -3 * y.double() / d)):
+        want = float(step @ z.double() / (step.norm() * z.double().norm()))
+        assert_rounding_close(stats[f"adam_margin_cos_{name}"], want, depth=3)
+    assert stats["adam_margin_cos_method"] < 0 < stats["margin_cos_kl"]
+    stats = term_gradients({"kl": w @ x, "method": torch.zeros(())}, [w], 1, margin=w @ z)
+    assert math.isnan(stats["margin_cos_method"])  # standard_kd: no method term
+    assert w.grad is None

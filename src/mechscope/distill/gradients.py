@@ -19,6 +19,19 @@ a rounding difference in a near-zero gradient into a step of ±lr). It returns
   above can hide a term that is small overall but large where the other term's gradient
   history is small: AdamW's step follows these scaled gradients, not the raw ones.
 
+With the task's ``margin`` (the student's mean clean logit difference on the training batch,
+:meth:`~mechscope.distill.objective.Objective.terms`), also whether each term's step raises
+it:
+
+- ``margin``: its value on the batch;
+- ``margin_cos_kl``, ``margin_cos_method``: the cosine between the step each weighted term
+  asks for, ``−∇ term``, and the margin's gradient ``∇ margin``. Negative: descending that
+  term lowers the margin to first order, the term works against the task;
+- ``adam_margin_cos_kl``, ``adam_margin_cos_method``: the same with the term's step after
+  AdamW's scaling, ``−∇ term / (sqrt(v̂) + eps)``, against the unscaled ``∇ margin``: the
+  margin moves by ``∇ margin · Δθ``, so it is the step that is scaled, not the margin's
+  gradient (NaN on the first step, as the other ``adam_*`` columns).
+
 The objective's own parameters (FitNets projections) are left out: only the KL-free
 method term moves them, so they say nothing about the two losses pulling one student.
 """
@@ -48,6 +61,7 @@ def term_gradients(
     n_shared: int,
     scale: float = 1.0,
     opt: torch.optim.Optimizer | None = None,
+    margin: torch.Tensor | None = None,
 ) -> dict[str, float]:
     """The norms and cosines of the module docstring for ``d(scale * term) / d params``, term
     by term; ``.grad`` is left alone and the graph kept for the sum's backward.
@@ -55,32 +69,43 @@ def term_gradients(
     ``terms``: ``{"kl": weighted KL, "method": weighted method loss}`` (scalars);
     ``params[:n_shared]`` are the student's trainable parameters, the rest the objective's.
     ``scale`` is the loss scaler's factor (the returned norms are unscaled); ``opt`` the
-    Adam-family optimizer whose second moments give the ``adam_*`` columns.
+    Adam-family optimizer whose second moments give the ``adam_*`` columns; ``margin`` (a
+    scalar of the same graph) adds the ``margin*`` columns.
     """
     names = list(terms)
     live = [n for n in names if terms[n].requires_grad]
-    grads = {
-        n: torch.autograd.grad(
-            terms[n] * scale, params[:n_shared], retain_graph=True, allow_unused=True
-        )
-        for n in live
-    }
-    flat = {n: _flat(grads[n], params[:n_shared]) / scale for n in live}
+    flat = {n: _gradient(terms[n], params[:n_shared], scale) for n in live}
     out = {f"grad_norm_{n}": float(flat[n].norm()) if n in flat else 0.0 for n in names}
-    out["grad_cos"] = _cosine(flat, live)
+    out["grad_cos"] = _cosine(*(flat[n] for n in live)) if len(live) == 2 else float("nan")
     precond = _adam_scale(opt, params[:n_shared]) if opt is not None else None
     nan = float("nan")
     adam = {n: flat[n] / precond for n in live} if precond is not None else {}
     out |= {f"adam_norm_{n}": float(adam[n].norm()) if n in adam else nan for n in names}
-    out["adam_cos"] = _cosine(adam, live) if adam else nan
+    out["adam_cos"] = _cosine(*(adam[n] for n in live)) if len(adam) == 2 else nan
+    if margin is None:
+        return out
+    out["margin"] = float(margin.detach())
+    up = _gradient(margin, params[:n_shared], scale) if margin.requires_grad else None
+    for n in names:
+        raw, scaled = flat.get(n), adam.get(n)
+        out[f"margin_cos_{n}"] = _cosine(-raw, up) if raw is not None and up is not None else nan
+        fits = scaled is not None and up is not None
+        out[f"adam_margin_cos_{n}"] = _cosine(-scaled, up) if fits else nan
     return out
 
 
-def _cosine(flat: Mapping[str, torch.Tensor], live: Sequence[str]) -> float:
-    """The cosine of the two terms' vectors; NaN unless both exist and are non-zero."""
-    if len(flat) != 2:
-        return float("nan")
-    a, b = (flat[n] for n in live)
+def _gradient(
+    value: torch.Tensor, params: Sequence[torch.nn.Parameter], scale: float
+) -> torch.Tensor:
+    """``d value / d params`` as one fp64 vector, ``[n_params]``: differentiated at the loss
+    scaler's ``scale`` (so an fp16 gradient does not underflow) and divided back, the graph
+    kept for the sum's own backward."""
+    grads = torch.autograd.grad(value * scale, params, retain_graph=True, allow_unused=True)
+    return _flat(grads, params) / scale
+
+
+def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The cosine of two vectors; NaN unless both are non-zero."""
     na, nb = a.norm(), b.norm()
     return float(torch.dot(a, b) / (na * nb)) if na > 0 and nb > 0 else float("nan")
 
