@@ -165,6 +165,16 @@ def test_schedule_and_summary():
     out = train_summary(log)
     assert out["adam_cos_mean"] == 0.4  # the mean of one value
     assert out["adam_ratio_median"] == 3.0
+    assert math.isnan(out["train_margin_end"]) and math.isnan(out["margin_cos_method_mean"])
+    log[0].update(margin=-1.5, margin_cos_kl=0.25, margin_cos_method=-0.75)
+    log[0].update(adam_margin_cos_kl=math.nan, adam_margin_cos_method=math.nan)  # step 1
+    log[10].update(margin=2.0, margin_cos_kl=0.5, margin_cos_method=-0.25)
+    log[10].update(adam_margin_cos_kl=0.125, adam_margin_cos_method=-0.5)
+    out = train_summary(log)
+    assert out["train_margin_end"] == 2.0  # the last logged step's, not a mean
+    assert out["margin_cos_kl_mean"] == 0.375 and out["margin_cos_method_mean"] == -0.5
+    assert out["adam_margin_cos_kl_mean"] == 0.125  # the NaN of step 1 left out
+    assert out["adam_margin_cos_method_mean"] == -0.5
 
 
 def _margin_reference(student, obj, idx):

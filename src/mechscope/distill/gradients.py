@@ -139,15 +139,24 @@ def _flat(
     )
 
 
+#: The cosines of each term's step with the task's margin (:func:`term_gradients`), whose
+#: means over the logged steps :func:`train_summary` returns as ``<column>_mean``.
+MARGIN_COSINES = ("margin_cos_kl", "margin_cos_method", "adam_margin_cos_kl",
+                  "adam_margin_cos_method")  # fmt: skip
+
+
 def train_summary(log: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """Per trial, from its training log: the mean KL and method loss over the last
     ``END_WINDOW`` of the steps (on training batches), and over the steps whose gradients
     were logged, the mean cosine and the median ratio of the method term's gradient norm to
-    the KL term's, raw and after AdamW's scaling (``adam_*``). NaN where the log has none
-    (``untrained``, no gradient logging, or a log from before the scaled columns)."""
+    the KL term's, raw and after AdamW's scaling (``adam_*``), the mean of each
+    :data:`MARGIN_COSINES` and the margin at the last logged step (``train_margin_end``:
+    the last step, :func:`~mechscope.distill.trainer.logs_gradients`). NaN where the log has
+    none (``untrained``, no gradient logging, or a log from before those columns)."""
     nan = float("nan")
     out = {"train_kl_end": nan, "train_method_end": nan, "grad_cos_mean": nan}
     out |= {"grad_ratio_median": nan, "adam_cos_mean": nan, "adam_ratio_median": nan}
+    out |= {"train_margin_end": nan} | {f"{c}_mean": nan for c in MARGIN_COSINES}
     if not log:
         return out
     tail = log[-max(1, math.ceil(END_WINDOW * len(log))) :]
@@ -166,13 +175,20 @@ def train_summary(log: Sequence[Mapping[str, Any]]) -> dict[str, float]:
         out["adam_ratio_median"] = float(
             np.median([r["adam_norm_method"] / r["adam_norm_kl"] for r in scaled])
         )
+    margins = [r["margin"] for r in logged if np.isfinite(r.get("margin", nan))]
+    if margins:
+        out["train_margin_end"] = float(margins[-1])
+    for c in MARGIN_COSINES:
+        x = [r[c] for r in logged if np.isfinite(r.get(c, nan))]
+        if x:
+            out[f"{c}_mean"] = float(np.mean(x))
     return out
 
 
 #: Columns of a train log that :func:`gradient_table` keeps.
 GRAD_COLUMNS = (
     "step", "kl", "method", "grad_norm", "grad_norm_kl", "grad_norm_method", "grad_cos",
-    "adam_norm_kl", "adam_norm_method", "adam_cos",
+    "adam_norm_kl", "adam_norm_method", "adam_cos", "margin", *MARGIN_COSINES,
 )  # fmt: skip
 
 
@@ -194,8 +210,9 @@ def gradient_table(study: Path) -> pd.DataFrame:
 
 def gradient_figures(table: pd.DataFrame) -> dict[str, Figure]:
     """Over training, per method (first student × task): the cosine between the KL term's
-    and the method term's gradients, log10 of their norm ratio and, where the log has it, the
-    same ratio after AdamW's per-parameter scaling; means over seeds with 95 % intervals."""
+    and the method term's gradients, log10 of their norm ratio and, where the log has them,
+    the same ratio after AdamW's per-parameter scaling and the cosine of the method term's
+    step with the margin's gradient, raw and scaled; means over seeds with 95 % intervals."""
     table = table[table["grad_norm_method"] > 0]
     if table.empty:
         return {}
@@ -210,6 +227,12 @@ def gradient_figures(table: pd.DataFrame) -> dict[str, Figure]:
         t["adam_log_ratio"] = np.log10(t["adam_norm_method"] / t["adam_norm_kl"])
         y_title = "log10 of that ratio after AdamW scaling"
         panels.append(("adam_log_ratio", "gradient-adam-ratio", y_title, 0.0))
+    for col, stem, y_title in (
+        ("margin_cos_method", "gradient-margin-cosine", "cos(−∇ λ_method·L_method, ∇ LD)"),
+        ("adam_margin_cos_method", "gradient-adam-margin-cosine", "the same after AdamW scaling"),
+    ):
+        if col in t and t[col].notna().any():
+            panels.append((col, stem, y_title, 0.0))
     steps = sorted(t["step"].unique())
     figs = {}
     for col, stem, y_title, hline in panels:
@@ -234,6 +257,8 @@ def gradient_figures(table: pd.DataFrame) -> dict[str, Figure]:
             "95 % intervals. A cosine below 0 means the method term pulls against the KL "
             "term; a norm ratio above 0 means the method term dominates the clipped step. "
             "After AdamW's scaling, each gradient is divided by the optimizer's √v̂, as AdamW "
-            "divides the step: the share of the step each term sets.",
+            "divides the step: the share of the step each term sets. Against the margin LD "
+            "(the student's mean logit difference on the batch), a cosine below 0 means the "
+            "method term's step lowers it: the term works against the task.",
         )
     return figs

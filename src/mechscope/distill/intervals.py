@@ -56,6 +56,11 @@ RANGES: dict[str, tuple[float, float]] = {
     "consistency_ceiling": (-1.0, 1.0),
     "ood_degradation": (-1.0, 1.0),  # a difference of two accuracies
     "perplexity": (1.0, float("inf")),
+    # cosines of a loss term's step with the task's margin (gradients.MARGIN_COSINES)
+    "margin_cos_kl_mean": (-1.0, 1.0),
+    "margin_cos_method_mean": (-1.0, 1.0),
+    "adam_margin_cos_kl_mean": (-1.0, 1.0),
+    "adam_margin_cos_method_mean": (-1.0, 1.0),
 }
 
 
