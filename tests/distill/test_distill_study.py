@@ -138,8 +138,8 @@ def test_cpu_parts_and_gpu_study_grids():
     from mechscope.distill.config import builtin_config_path
 
     sizes = {
-        "cpu_sweep": (30, 27),
-        "cpu_tasks": (15, 12),
+        "cpu_sweep": (42, 39),
+        "cpu_tasks": (18, 15),
         "cpu_gemma": (9, 6),
         "gpu_study": (63, 54),
     }
