@@ -14,6 +14,7 @@ from mechscope.distill.alignment import student_alignments
 from mechscope.distill.config import LossSpec, TrainSpec
 from mechscope.distill.gradients import term_gradients, train_summary
 from mechscope.distill.objective import Objective
+from mechscope.distill.plateau import plateau_step
 from mechscope.distill.students import build_student
 from mechscope.distill.trainer import batch_indices, logs_gradients, train
 from tolerance import assert_fp64_close, assert_rounding_close, depth_of
@@ -152,7 +153,7 @@ def test_schedule_and_summary():
     spec = TrainSpec(steps=10, grad_log_every=4)
     assert [s for s in range(10) if logs_gradients(spec, s)] == [0, 4, 8, 9]
     assert not any(logs_gradients(TrainSpec(steps=10), s) for s in range(10))
-    log = [{"kl": float(s), "method": 1.0} for s in range(20)]
+    log = [{"step": s + 1, "kl": float(s), "method": 1.0} for s in range(20)]
     log[0].update(grad_norm_kl=1.0, grad_norm_method=4.0, grad_cos=-0.5)
     log[10].update(grad_norm_kl=2.0, grad_norm_method=2.0, grad_cos=0.1)
     out = train_summary(log)
@@ -276,3 +277,50 @@ def test_margin_cosines_on_a_linear_model():
     stats = term_gradients({"kl": w @ x, "method": torch.zeros(())}, [w], 1, margin=w @ z)
     assert math.isnan(stats["margin_cos_method"])  # standard_kd: no method term
     assert w.grad is None
+
+
+def _plateau_by_loop(steps, values, tol):
+    """The definition, written out: trailing means over ``ceil(0.1 n)`` points, then the
+    first step from which every later mean is within ``tol`` of the largest departure."""
+    n = len(values)
+    w = max(1, math.ceil(0.1 * n))
+    means = [sum(values[max(0, i - w + 1) : i + 1]) / (i + 1 - max(0, i - w + 1)) for i in range(n)]
+    away = [abs(m - means[-1]) for m in means]
+    band = tol * max(away)
+    for i in range(n):
+        if all(a <= band for a in away[i:]):
+            return steps[i]
+    raise AssertionError("the last point is always inside")
+
+
+def test_plateau_step_against_its_definition():
+    """A step curve (0 until step 50, then 1, n = 100, window 10): the trailing mean is
+    within 0.1 of 1 from the mean of 9 ones, at index 58; and noisy curves against the
+    definition by loops."""
+    steps = list(range(1, 101))
+    assert plateau_step(steps, [0.0] * 50 + [1.0] * 50) == 59  # index 58 is step 59
+    assert plateau_step(steps, [2.0] * 100) == 1  # flat from the start
+    assert math.isnan(plateau_step([], []))
+    rng = np.random.default_rng(0)
+    for trial in range(20):
+        n = int(rng.integers(2, 60))
+        x = np.exp(-np.arange(n) / rng.uniform(1, 30)) + rng.normal(0, 0.05, n)
+        steps = list(range(10, 10 * n + 1, 10))
+        got = plateau_step(steps, list(x), tol=0.2)
+        assert got == _plateau_by_loop(steps, [float(v) for v in x], 0.2), trial
+    x = [1.0, math.nan, 0.0, 0.0]  # a non-finite point is left out, its step too
+    assert plateau_step([1, 2, 3, 4], x) == _plateau_by_loop([1, 3, 4], [1.0, 0.0, 0.0], 0.1)
+
+
+def test_train_summary_plateau_steps():
+    """The KL's plateau from every step's KL, the margin's from the logged steps only."""
+    log = [{"step": s + 1, "kl": 1.0 if s < 30 else 0.5, "method": 0.0} for s in range(40)]
+    for s in range(0, 40, 10):
+        log[s].update(grad_norm_kl=1.0, grad_norm_method=1.0, grad_cos=0.0)
+        log[s].update(margin=float(s < 20))
+    log[39].update(grad_norm_kl=1.0, grad_norm_method=1.0, grad_cos=0.0, margin=0.0)
+    out = train_summary(log)
+    steps = [r["step"] for r in log]
+    assert out["kl_plateau_step"] == plateau_step(steps, [r["kl"] for r in log]) == 34
+    # logged steps 1, 11, 21, 31, 40 with margins 1, 1, 0, 0, 0: window 1, flat from step 21
+    assert out["margin_plateau_step"] == 21

@@ -129,6 +129,7 @@ def test_shipped_configs_present():
         "cpu_sweep",
         "cpu_tasks",
         "cpu_gemma",
+        "cpu_long",
         "gpu_study",
     } <= stems
 
@@ -141,6 +142,7 @@ def test_cpu_parts_and_gpu_study_grids():
         "cpu_sweep": (42, 39),
         "cpu_tasks": (18, 15),
         "cpu_gemma": (9, 6),
+        "cpu_long": (6, 6),
         "gpu_study": (63, 54),
     }
     for name, (n, trained) in sizes.items():

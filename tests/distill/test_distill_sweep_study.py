@@ -98,7 +98,8 @@ def test_margins_summarised_over_seeds(sweep_study):
     for method in ("standard_kd", "rcid", "rcid-lm0.1"):
         rows = trials[trials["method"] == method]
         got = summary.set_index("method").loc[method]
-        for col in ("student_ld", "teacher_ld", "train_margin_end", "margin_cos_kl_mean"):
+        cols = ("student_ld", "teacher_ld", "train_margin_end", "margin_plateau_step")
+        for col in (*cols, "margin_cos_kl_mean"):
             assert got[f"{col}_mean"] == pytest.approx(rows[col].mean(), rel=1e-12, abs=0)
         for name in rows["trial"]:
             log = read_table(study.path / "trials" / name, "train_log")

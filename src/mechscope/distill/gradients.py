@@ -48,11 +48,9 @@ import pandas as pd
 import torch
 
 from mechscope.distill.intervals import mean_ci
+from mechscope.distill.plateau import END_WINDOW, plateau_step
 from mechscope.report import Figure, Series, curves
 from mechscope.runs import has_table, read_table
-
-#: The share of the last steps whose training losses :func:`train_summary` averages.
-END_WINDOW = 0.1
 
 
 def term_gradients(
@@ -151,16 +149,20 @@ def train_summary(log: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     were logged, the mean cosine and the median ratio of the method term's gradient norm to
     the KL term's, raw and after AdamW's scaling (``adam_*``), the mean of each
     :data:`MARGIN_COSINES` and the margin at the last logged step (``train_margin_end``:
-    the last step, :func:`~mechscope.distill.trainer.logs_gradients`). NaN where the log has
-    none (``untrained``, no gradient logging, or a log from before those columns)."""
+    the last step, :func:`~mechscope.distill.trainer.logs_gradients`); the steps until the
+    KL's and the margin's curves plateau (``kl_plateau_step``, ``margin_plateau_step``:
+    :func:`~mechscope.distill.plateau.plateau_step`). NaN where the log has none
+    (``untrained``, no gradient logging, or a log from before those columns)."""
     nan = float("nan")
     out = {"train_kl_end": nan, "train_method_end": nan, "grad_cos_mean": nan}
     out |= {"grad_ratio_median": nan, "adam_cos_mean": nan, "adam_ratio_median": nan}
     out |= {"train_margin_end": nan} | {f"{c}_mean": nan for c in MARGIN_COSINES}
+    out |= {"kl_plateau_step": nan, "margin_plateau_step": nan}
     if not log:
         return out
     tail = log[-max(1, math.ceil(END_WINDOW * len(log))) :]
     out["train_kl_end"] = float(np.mean([r["kl"] for r in tail]))
+    out["kl_plateau_step"] = plateau_step([r["step"] for r in log], [r["kl"] for r in log])
     out["train_method_end"] = float(np.mean([r["method"] for r in tail]))
     logged = [r for r in log if "grad_norm_kl" in r and np.isfinite(r["grad_norm_kl"])]
     cos = [r["grad_cos"] for r in logged if np.isfinite(r["grad_cos"])]
@@ -175,9 +177,11 @@ def train_summary(log: Sequence[Mapping[str, Any]]) -> dict[str, float]:
         out["adam_ratio_median"] = float(
             np.median([r["adam_norm_method"] / r["adam_norm_kl"] for r in scaled])
         )
-    margins = [r["margin"] for r in logged if np.isfinite(r.get("margin", nan))]
+    margins = [r for r in logged if np.isfinite(r.get("margin", nan))]
     if margins:
-        out["train_margin_end"] = float(margins[-1])
+        out["train_margin_end"] = float(margins[-1]["margin"])
+        steps, values = [r["step"] for r in margins], [r["margin"] for r in margins]
+        out["margin_plateau_step"] = plateau_step(steps, values)
     for c in MARGIN_COSINES:
         x = [r[c] for r in logged if np.isfinite(r.get(c, nan))]
         if x:

@@ -8,7 +8,10 @@ method:
 - the teacher's and the student's mean clean logit difference (correct − wrong answer) on
   the same test pairs (``teacher_ld``, ``student_ld``): the margins a reader compares, from
   one table;
-- the student's margin on its last training batch (``train_margin_end``);
+- the student's margin on its last training batch (``train_margin_end``) and the step
+  from which its logged curve stays near its end value (``margin_plateau_step``,
+  :mod:`mechscope.distill.plateau`): near the last step, still rising (slow); early, at a
+  margin near 0, stopped (never, in that many steps);
 - over the steps whose gradients were logged, the mean cosine of each weighted term's step
   (``−∇ term``) with the margin's gradient, raw and after AdamW's per-parameter scaling
   (:mod:`mechscope.distill.gradients`). Below 0: that term's step lowers the margin, it
@@ -27,6 +30,7 @@ from mechscope.distill.sweep import fmt_interval
 LD_CELLS = (
     ("student_ld", "student LD (test)"),
     ("train_margin_end", "student LD, last training batch"),
+    ("margin_plateau_step", "training LD plateaus at step"),
 )
 COS_CELLS = (
     ("margin_cos_kl_mean", "cos(−∇ KL, ∇ LD)"),
@@ -67,6 +71,15 @@ def _table(
         for col, _ in cells:
             mean = r.get(f"{col}_mean", np.nan)
             low, high = r.get(f"{col}_ci_low", np.nan), r.get(f"{col}_ci_high", np.nan)
-            row.append(fmt_interval(mean, low, high, signed=signed))
+            if col.endswith("_step"):  # a step number: no decimals
+                row.append(_steps(mean, low, high))
+            else:
+                row.append(fmt_interval(mean, low, high, signed=signed))
         lines.append("| " + " | ".join([*row, str(int(r["n_seeds"]))]) + " |")
     return "\n".join(lines)
+
+
+def _steps(mean: float, low: float, high: float) -> str:
+    if not np.isfinite(mean):
+        return "–"
+    return f"{mean:.0f}" if not np.isfinite(low) else f"{mean:.0f} [{low:.0f}, {high:.0f}]"

@@ -25,9 +25,11 @@ METRICS = ("accuracy", "consistency", "consistency_mean", "perplexity", "ood_deg
 REFERENCES = ("consistency_shuffled", "consistency_mean_shuffled", "consistency_ceiling")
 #: The task's margin and each loss term's step against it, summarised like the metrics
 #: (:mod:`mechscope.distill.margins`): the teacher's and the student's mean clean logit
-#: difference on the test pairs, the student's on its last training batch, and the mean
-#: cosines of :data:`~mechscope.distill.gradients.MARGIN_COSINES` over the logged steps.
-MARGINS = ("teacher_ld", "student_ld", "train_margin_end", *(f"{c}_mean" for c in MARGIN_COSINES))
+#: difference on the test pairs, the student's on its last training batch and the step its
+#: curve plateaus at (:mod:`mechscope.distill.plateau`), and the mean cosines of
+#: :data:`~mechscope.distill.gradients.MARGIN_COSINES` over the logged steps.
+MARGINS = ("teacher_ld", "student_ld", "train_margin_end", "margin_plateau_step",
+           *(f"{c}_mean" for c in MARGIN_COSINES))  # fmt: skip
 GROUP = ["student", "task", "method"]
 
 
