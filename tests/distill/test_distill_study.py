@@ -87,6 +87,25 @@ def test_report_section_blocks(tiny_study):
     assert kinds.count("FigureBlock") >= 1 and "TableBlock" in kinds
 
 
+def test_margins_without_gradient_logging(tiny_study):
+    """Without gradient logging the margins section has the test LDs only: the training
+    curve's columns and the cosine table are left out, not shown empty; the report's
+    summary disclosure has the same table."""
+    _, study, _ = tiny_study
+    summary, md = summarize_study(study.path)
+    section = md[md.index("### The task's margin") :]
+    assert "teacher LD (test)" in section and "student LD (test)" in section
+    assert "last training batch" not in section and "cos(" not in section
+    assert np.isfinite(summary["student_ld_mean"]).all()
+    texts = [
+        c.content
+        for b in distill_section(RunDir.open(study.path))
+        for c in getattr(b, "blocks", [])
+        if hasattr(c, "content")
+    ]
+    assert any("teacher LD (test)" in t for t in texts)
+
+
 def test_single_seed_has_no_interval():
     df = pd.DataFrame(
         {

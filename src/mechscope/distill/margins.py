@@ -48,13 +48,22 @@ def has_margins(summary: pd.DataFrame) -> bool:
 def format_margins(summary: pd.DataFrame) -> str:
     """Markdown: per student × task × method, the teacher's test LD (the same for every seed:
     the pairs are fixed) and the :data:`LD_CELLS`; then, where gradients were logged, the
-    :data:`COS_CELLS`; cells ``mean [95 % interval over seeds]``."""
-    lds = _table(summary, LD_CELLS, teacher=True, signed=False)
-    cos = [c for c, _ in COS_CELLS if f"{c}_mean" in summary]
-    if not cos or not summary[[f"{c}_mean" for c in cos]].notna().to_numpy().any():
+    :data:`COS_CELLS`; cells ``mean [95 % interval over seeds]``. A column no trial has (the
+    training curve's, without gradient logging) is left out."""
+    lds = _table(summary, _present(summary, LD_CELLS), teacher=True, signed=False)
+    cos = _present(summary, COS_CELLS)
+    if not cos:
         return lds
     lead = "Each loss term's step against the margin (mean over the logged steps):"
-    return "\n\n".join([lds, lead, _table(summary, COS_CELLS, teacher=False, signed=True)])
+    return "\n\n".join([lds, lead, _table(summary, cos, teacher=False, signed=True)])
+
+
+def _present(
+    summary: pd.DataFrame, cells: tuple[tuple[str, str], ...]
+) -> tuple[tuple[str, str], ...]:
+    return tuple(
+        (c, h) for c, h in cells if f"{c}_mean" in summary and summary[f"{c}_mean"].notna().any()
+    )
 
 
 def _table(
