@@ -118,3 +118,26 @@ def test_purity_labels_ioi(ioi_task):
     assert set(labels) == {"task", "control"} and len(labels["task"]) == len(orders)
     assert set(np.unique(labels["task"])) <= {0, 1}
     assert purity_labels("unknown", [])["task"].shape == (0,)
+
+
+def test_margins_of_evaluate_student_against_clean_passes(teacher, ioi_task, tiny_cfg):
+    """The trial's ``student_ld`` and ``teacher_ld`` are the mean clean logit difference on
+    the test pairs: recomputed by the plain clean pass of each model (the student's metric
+    comes from the patching pass, the teacher's from its cache)."""
+    from mechscope.distill.passes import clean_logit_diffs
+    from mechscope.distill.students import build_student
+    from mechscope.distill.trial import evaluate_student
+
+    cfg = tiny_cfg()
+    student = build_student(cfg.students[1], teacher, seed=0)
+    ckpt_map = {t: student.n_layers - 1 for t, _ in ioi_task.sites()}
+    metrics, *_ = evaluate_student(student, ioi_task, ckpt_map, batch_size=3)
+    for lm, key in ((student, "student_ld"), (teacher, "teacher_ld")):
+        ld = clean_logit_diffs(Engine.of(lm), ioi_task.test, batch_size=5).double()
+        assert_rounding_close(
+            metrics[key],
+            float(ld.mean()),
+            depth=depth_of(lm),
+            scale=float(ld.abs().max()),
+            msg=key,
+        )

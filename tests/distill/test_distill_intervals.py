@@ -10,6 +10,7 @@ from mechscope.distill.intervals import (
     RANGES,
     adjust_p_values,
     format_contrasts,
+    matched_weight_contrasts,
     mean_ci,
     method_contrasts,
     paired_difference,
@@ -87,3 +88,30 @@ def test_contrasts_cover_the_methods_present():
     assert "standard_kd − untrained" in format_contrasts(table)
     full = adjust_p_values(table.assign(boot_low=np.nan, boot_high=np.nan))
     assert "| p (Holm) | p (BH) |" in format_contrasts(full)
+
+
+def test_rcid_against_informed_fitnets_at_equal_weights():
+    """Each RCID variant is read against the Informed FitNets variant of the same two
+    weights (and only that one), beside the plan's default-weight step."""
+    methods = [  # (method, base, lambda_kl, lambda_method)
+        ("standard_kd", "standard_kd", 1.0, 1.0),
+        ("rcid", "rcid", 1.0, 1.0),
+        ("informed_fitnets", "informed_fitnets", 1.0, 1.0),
+        ("rcid-lm0.1", "rcid", 1.0, 0.1),
+        ("informed_fitnets-lm0.1", "informed_fitnets", 1.0, 0.1),
+        ("rcid-lm0.01", "rcid", 1.0, 0.01),  # no Informed FitNets at this weight
+        ("rcid-kl10", "rcid", 10.0, 1.0),  # the ratio of lm0.1, not its weights
+    ]
+    rows = [
+        {"student": "s", "task": "ioi", "method": m, "base_method": b, "lambda_kl": kl,
+         "lambda_method": lm, "seed": seed, "accuracy": 0.5 + 0.01 * i + 0.003 * seed**2}
+        for i, (m, b, kl, lm) in enumerate(methods)
+        for seed in range(3)
+    ]  # fmt: skip
+    trials = pd.DataFrame(rows)
+    pairs = set(matched_weight_contrasts(trials))
+    assert pairs == {("rcid", "informed_fitnets"), ("rcid-lm0.1", "informed_fitnets-lm0.1")}
+    table = method_contrasts(trials, metrics=("accuracy",))
+    got = table.set_index(["method", "reference"]).loc[("rcid-lm0.1", "informed_fitnets-lm0.1")]
+    assert_fp64_close(got.difference, -0.01, terms=3, scale=1.0, msg="matched difference")
+    assert len(table) == len(set(zip(table.method, table.reference, strict=True)))  # no repeat

@@ -87,6 +87,25 @@ def test_report_section_blocks(tiny_study):
     assert kinds.count("FigureBlock") >= 1 and "TableBlock" in kinds
 
 
+def test_margins_without_gradient_logging(tiny_study):
+    """Without gradient logging the margins section has the test LDs only: the training
+    curve's columns and the cosine table are left out, not shown empty; the report's
+    summary disclosure has the same table."""
+    _, study, _ = tiny_study
+    summary, md = summarize_study(study.path)
+    section = md[md.index("### The task's margin") :]
+    assert "teacher LD (test)" in section and "student LD (test)" in section
+    assert "last training batch" not in section and "cos(" not in section
+    assert np.isfinite(summary["student_ld_mean"]).all()
+    texts = [
+        c.content
+        for b in distill_section(RunDir.open(study.path))
+        for c in getattr(b, "blocks", [])
+        if hasattr(c, "content")
+    ]
+    assert any("teacher LD (test)" in t for t in texts)
+
+
 def test_single_seed_has_no_interval():
     df = pd.DataFrame(
         {
@@ -129,6 +148,7 @@ def test_shipped_configs_present():
         "cpu_sweep",
         "cpu_tasks",
         "cpu_gemma",
+        "cpu_long",
         "gpu_study",
     } <= stems
 
@@ -138,9 +158,10 @@ def test_cpu_parts_and_gpu_study_grids():
     from mechscope.distill.config import builtin_config_path
 
     sizes = {
-        "cpu_sweep": (30, 27),
-        "cpu_tasks": (15, 12),
+        "cpu_sweep": (42, 39),
+        "cpu_tasks": (18, 15),
         "cpu_gemma": (9, 6),
+        "cpu_long": (6, 6),
         "gpu_study": (63, 54),
     }
     for name, (n, trained) in sizes.items():

@@ -79,11 +79,41 @@ def test_summary_has_the_sweep_gradients_and_robustness(sweep_study):
     assert "mapping shuffled" in md and "p (Holm)" in md and "cluster bootstrap" in md
     assert "### Loss weights against KD" in md and "rcid-lm0.1" in md
     assert "Fisher" in md  # experiment 3's table
-    figures = ("lambda-sweep", "gradient-cosine", "gradient-ratio", "gradient-adam-ratio")
+    figures = ("lambda-sweep", "gradient-cosine", "gradient-ratio", "gradient-adam-ratio",
+               "gradient-margin-cosine", "gradient-adam-margin-cosine")  # fmt: skip
     for stem in (*figures, "consistency-vs-ood"):
         assert (run.figures_dir / f"distill-{stem}.png").is_file(), stem
     texts = " ".join(getattr(b, "content", "") for b in distill_section(run))
     assert "Loss weights" in texts and "Experiment 3" in texts
+
+
+def test_margins_summarised_over_seeds(sweep_study):
+    """The margin columns of the summary are the mean over seeds of the trials' own, which
+    are their training logs' (the means of the logged cosines, the last logged margin); the
+    teacher's test LD is one number for every method (the same pairs); the section shows
+    both margin tables."""
+    _, study = sweep_study
+    summary, md = summarize_study(study.path)
+    trials = study.trials
+    for method in ("standard_kd", "rcid", "rcid-lm0.1"):
+        rows = trials[trials["method"] == method]
+        got = summary.set_index("method").loc[method]
+        cols = ("student_ld", "teacher_ld", "train_margin_end", "margin_plateau_step")
+        for col in (*cols, "margin_cos_kl_mean"):
+            assert got[f"{col}_mean"] == pytest.approx(rows[col].mean(), rel=1e-12, abs=0)
+        for name in rows["trial"]:
+            log = read_table(study.path / "trials" / name, "train_log")
+            logged = log[log["grad_norm_kl"].notna()]
+            row = rows.set_index("trial").loc[name]
+            assert row["train_margin_end"] == logged["margin"].iloc[-1]
+            want = logged["margin_cos_kl"].mean()
+            assert row["margin_cos_kl_mean"] == pytest.approx(want, rel=1e-12, abs=0)
+    assert summary["teacher_ld_mean"].nunique() == 1 and summary["teacher_ld_mean"].iloc[0] > 0
+    kd = summary.set_index("method").loc["standard_kd"]
+    assert np.isnan(kd["margin_cos_method_mean_mean"])  # no method term
+    assert np.isfinite(summary.set_index("method").loc["rcid", "margin_cos_method_mean_mean"])
+    assert "### The task's margin" in md and "cos(−∇ method, ∇ LD)" in md
+    assert "teacher LD (test)" in md
 
 
 def test_docs_script_fills_the_study_block(sweep_study, tmp_path):

@@ -56,6 +56,11 @@ RANGES: dict[str, tuple[float, float]] = {
     "consistency_ceiling": (-1.0, 1.0),
     "ood_degradation": (-1.0, 1.0),  # a difference of two accuracies
     "perplexity": (1.0, float("inf")),
+    # cosines of a loss term's step with the task's margin (gradients.MARGIN_COSINES)
+    "margin_cos_kl_mean": (-1.0, 1.0),
+    "margin_cos_method_mean": (-1.0, 1.0),
+    "adam_margin_cos_kl_mean": (-1.0, 1.0),
+    "adam_margin_cos_method_mean": (-1.0, 1.0),
 }
 
 
@@ -115,14 +120,17 @@ def method_contrasts(
     """One row per student × task × metric × (method, reference) present in ``trials``:
     the seed-paired mean difference, its 95 % interval and the paired t-test p-value.
 
-    ``contrasts`` default: :data:`CONTRASTS`, and every weight variant of a method
-    (``rcid-lm0.1``, base method in ``base_method``) against ``standard_kd``.
+    ``contrasts`` default: :data:`CONTRASTS`, every weight variant of a method
+    (``rcid-lm0.1``, base method in ``base_method``) against ``standard_kd``, and each RCID
+    variant against the Informed FitNets variant of the same weights
+    (:func:`matched_weight_contrasts`).
     """
     if contrasts is None:
         contrasts = list(CONTRASTS)
         if "base_method" in trials:
             variants = trials.loc[trials["method"] != trials["base_method"], "method"]
             contrasts += [(v, "standard_kd") for v in dict.fromkeys(variants)]
+            contrasts += [c for c in matched_weight_contrasts(trials) if c not in contrasts]
     rows = []
     for (student, task), g in trials.groupby(["student", "task"], sort=True):
         by_method = {m: s.set_index("seed") for m, s in g.groupby("method")}
@@ -142,6 +150,23 @@ def method_contrasts(
                     }
                 )
     return pd.DataFrame(rows)
+
+
+def matched_weight_contrasts(trials: pd.DataFrame) -> list[tuple[str, str]]:
+    """``(rcid variant, informed_fitnets variant)`` for every pair of methods trained with
+    the same ``lambda_kl`` and ``lambda_method``: the plan's step Informed FitNets → RCID at
+    equal weight (contrast instead of state, nothing else changed)."""
+    if not {"base_method", "lambda_kl", "lambda_method"} <= set(trials):
+        return []
+    w = trials.drop_duplicates("method").set_index("method")
+    weights = ["lambda_kl", "lambda_method"]
+    informed = w[w["base_method"] == "informed_fitnets"]
+    return [
+        (m, ref)
+        for m, r in w[w["base_method"] == "rcid"].iterrows()
+        for ref, q in informed.iterrows()
+        if (q[weights] == r[weights]).all()
+    ]
 
 
 def adjust_p_values(

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from mechscope.distill.config import METHODS
+from mechscope.distill.gradients import MARGIN_COSINES
 from mechscope.distill.intervals import RANGES, mean_ci
 from mechscope.distill.sweep import with_loss_columns
 
@@ -22,6 +23,13 @@ METRICS = ("accuracy", "consistency", "consistency_mean", "perplexity", "ood_deg
 #: :func:`~mechscope.distill.consistency.split_half_ceiling`), summarised like the metrics:
 #: a consistency reads as "the mechanism kept" only above its shuffled-mapping baseline.
 REFERENCES = ("consistency_shuffled", "consistency_mean_shuffled", "consistency_ceiling")
+#: The task's margin and each loss term's step against it, summarised like the metrics
+#: (:mod:`mechscope.distill.margins`): the teacher's and the student's mean clean logit
+#: difference on the test pairs, the student's on its last training batch and the step its
+#: curve plateaus at (:mod:`mechscope.distill.plateau`), and the mean cosines of
+#: :data:`~mechscope.distill.gradients.MARGIN_COSINES` over the logged steps.
+MARGINS = ("teacher_ld", "student_ld", "train_margin_end", "margin_plateau_step",
+           *(f"{c}_mean" for c in MARGIN_COSINES))  # fmt: skip
 GROUP = ["student", "task", "method"]
 
 
@@ -52,7 +60,7 @@ def summary_table(trials: pd.DataFrame) -> pd.DataFrame:
     for key, g in trials.groupby(GROUP, sort=False):
         row = dict(zip(GROUP, key, strict=True))
         row.update({c: g[c].iloc[0] for c in ("base_method", "lambda_kl", "lambda_method")})
-        for m in (*METRICS, *REFERENCES):
+        for m in (*METRICS, *REFERENCES, *MARGINS):
             x = g[m].to_numpy(np.float64) if m in g else np.full(len(g), np.nan)
             low, high = mean_ci(x, bounds=RANGES.get(m))
             finite = x[np.isfinite(x)]

@@ -17,6 +17,7 @@ from mechscope.distill.losses import FitNetsLoss, InformedFitNetsLoss, RCIDLoss,
 from mechscope.distill.passes import answer_logits, gather_rows, read_both
 from mechscope.distill.teacher_cache import TeacherTask
 from mechscope.engine import Engine
+from mechscope.engine.core.unembed import logit_diff
 from mechscope.errors import InputError
 from mechscope.models import LoadedModel
 
@@ -75,11 +76,19 @@ class Objective(nn.Module):
             return sorted({self.last, *(self.ckpt_map[t] for t, _ in self.sites)})
         return [self.last]
 
-    def terms(self, idx: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    def terms(
+        self, idx: torch.Tensor, *, margin: bool = False
+    ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         """The loss's two weighted terms for the training pairs ``idx``:
         ``({"kl": lambda_kl * KD, "method": lambda_method * L_method}, unweighted values)``.
         The trainer adds them (:meth:`total`) and, on the steps that log them, also
-        differentiates them apart (:func:`mechscope.distill.gradients.term_gradients`)."""
+        differentiates them apart (:func:`mechscope.distill.gradients.term_gradients`).
+
+        With ``margin``, ``terms["margin"]`` is also the task's margin on these pairs, the
+        student's mean clean logit difference (correct − wrong at the answer position, as
+        evaluation reads it: :func:`~mechscope.distill.passes.clean_logit_diffs`), from the
+        same forward pass and graph; it is no part of the loss (:meth:`total` leaves it out).
+        """
         eng, t = self.engine, self.teacher
         b = t.train.subset(idx)
         device = self.student.device
@@ -95,7 +104,11 @@ class Objective(nn.Module):
         kl = kd_loss(s_logits, t_logits, self.spec.temperature)
         method = self._method_loss(b, idx, hc, hk)
         terms = {"kl": self.spec.lambda_kl * kl, "method": self.spec.lambda_method * method}
-        return terms, {"kl": float(kl.detach()), "method": float(method.detach())}
+        parts = {"kl": float(kl.detach()), "method": float(method.detach())}
+        if margin:
+            terms["margin"] = logit_diff(s_logits[: len(idx)], b.correct, b.wrong).mean()
+            parts["margin"] = float(terms["margin"].detach())
+        return terms, parts
 
     def forward(self, idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         terms, parts = self.terms(idx)

@@ -8,6 +8,7 @@ from mechscope.distill.experiments import format_purity
 from mechscope.distill.figures import summary_figures
 from mechscope.distill.gradients import gradient_figures
 from mechscope.distill.intervals import format_contrasts
+from mechscope.distill.margins import format_margins, has_margins
 from mechscope.distill.result import DistillResult
 from mechscope.distill.robustness import format_robustness
 from mechscope.distill.summarize import format_summary
@@ -45,6 +46,14 @@ CONTRASTS = (
     "over seeds and, within each, test pairs (the pairs' sampling included), and the "
     "p-values adjusted over the part's contrasts (Holm: family-wise error; BH: false "
     "discovery rate)."
+)
+MARGINS = (
+    "The task's margin: the mean clean logit difference (correct − wrong answer) of the "
+    "teacher and of each student on the same test pairs, and the student's on its last "
+    "training batch. Where the loss terms' gradients were logged: the cosine between each "
+    "weighted term's step (minus its gradient) and the margin's gradient on the training "
+    "batch, mean over the logged steps, raw and with the step after AdamW's per-parameter "
+    "scaling. Below 0, that term's step lowers the margin: it works against the task."
 )
 #: The figure the section leads with.
 KEY_FIGURE = "consistency-by-method"
@@ -174,8 +183,10 @@ def distill_section(run: RunDir) -> list:
             TextBlock(CONTRASTS),
             TextBlock(format_contrasts(read_table(run, "distill_contrasts"))),
         ]
+    if summary is not None and has_margins(summary):
+        tables += [TextBlock(MARGINS), TextBlock(format_margins(summary))]
     if tables:
-        blocks.append(DetailsBlock("Summary per method, and method differences", tables))
+        blocks.append(DetailsBlock("Summary per method, method differences and margins", tables))
     blocks += experiment_blocks(run)
     blocks.append(DetailsBlock("How this was computed", [TextBlock(INTRO)]))
     for name, caption in TABLE_CAPTIONS.items():

@@ -4,7 +4,8 @@ Reads the finished trials' tables (never a model) and writes, into a run directo
 
 - ``distill_trials`` (one row per trial);
 - ``distill_summary`` (one row per student × task × method: ``<metric>_mean``, ``_std``,
-  ``_ci_low``, ``_ci_high`` over seeds, ``n_seeds``);
+  ``_ci_low``, ``_ci_high`` over seeds, ``n_seeds``; with the task's margins and the loss
+  terms' steps against them, :mod:`mechscope.distill.margins`);
 - ``distill_teacher`` (the teacher's accuracy on all test candidates and its perplexity:
   what the students' numbers are read against);
 - ``distill_contrasts`` (seed-paired method differences, :mod:`mechscope.distill.intervals`,
@@ -26,6 +27,7 @@ import pandas as pd
 from mechscope.distill.experiments import experiment_tables
 from mechscope.distill.figures import summary_figures
 from mechscope.distill.intervals import adjust_p_values, format_contrasts, method_contrasts
+from mechscope.distill.margins import format_margins, has_margins
 from mechscope.distill.method_table import GROUP, METRICS, REFERENCES, method_order, summary_table
 from mechscope.distill.pair_effects import with_pair_intervals
 from mechscope.distill.result import DistillResult
@@ -188,6 +190,7 @@ def checkpoint_consistency(study: Path) -> pd.DataFrame:
 SECTIONS = {
     "summary": "Summary (mean over seeds [95 % interval])",
     "contrasts": "Method differences, paired by seed",
+    "margins": "The task's margin, and each loss term's step against it",
     "sweep": "Loss weights against KD",
     "robustness": "Consistency against OOD degradation (experiment 3)",
     "purity": "Information purity of the teacher's states (experiment 4)",
@@ -244,4 +247,6 @@ def summary_sections(
     sections = {"summary": format_summary(summary, teacher if not teacher.empty else None)}
     if not contrasts.empty:
         sections["contrasts"] = format_contrasts(contrasts)
+    if has_margins(summary):
+        sections["margins"] = format_margins(summary)
     return summary, {**sections, **more}

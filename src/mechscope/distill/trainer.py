@@ -151,7 +151,8 @@ def train(
     """Train ``student`` (and the objective's own parameters) for ``spec.steps`` steps.
 
     ``objective(idx) -> (loss, parts)``; with ``spec.grad_log_every``, on those steps
-    ``objective.terms(idx)`` and the gradients of its terms apart (:mod:`.gradients`). With
+    ``objective.terms(idx, margin=True)`` and the gradients of its terms and of the task's
+    margin apart (:mod:`.gradients`). With
     ``checkpoint``, state is saved there every
     ``spec.checkpoint_every`` steps and at the end, and a run finding a checkpoint resumes
     from it. ``on_step(step, parts)`` is called after each step (and its checkpoint).
@@ -185,11 +186,12 @@ def train(
             opt.zero_grad(set_to_none=True)
             if logs_gradients(spec, step) and hasattr(objective, "terms"):
                 with ctx:
-                    terms, parts = objective.terms(idx)
+                    terms, parts = objective.terms(idx, margin=True)
+                    margin = terms.pop("margin")
                     loss = objective.total(terms)
                 _check_finite(parts, step, description)
                 scale = float(scaler.get_scale()) if scaler.is_enabled() else 1.0
-                grads = term_gradients(terms, params, n_student, scale, opt)
+                grads = term_gradients(terms, params, n_student, scale, opt, margin)
                 parts = {"loss": float(loss.detach()), **parts, **grads}
             else:
                 with ctx:

@@ -103,8 +103,10 @@ def evaluate_student(
     perplexity_text: str | None = None,
 ) -> tuple[dict[str, float], pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Accuracy, causal consistency (per checkpoint and pooled) with its reference levels
-    (shuffled mapping, split-half ceiling), OOD and perplexity; the per-checkpoint table,
-    the OOD table and the per-pair effects (:func:`pair_table`)."""
+    (shuffled mapping, split-half ceiling), OOD and perplexity, and the task's margin on the
+    test pairs, the mean clean logit difference of the student (``student_ld``) and of the
+    teacher (``teacher_ld``, from its cache: the same pairs); the per-checkpoint table, the
+    OOD table and the per-pair effects (:func:`pair_table`)."""
     eng = Engine.of(student)
     sites = [(ckpt_map[t], p) for t, p in tt.sites()]
     delta_s, ld = causal_effects(eng, tt.test, sites, batch_size=batch_size)
@@ -125,6 +127,8 @@ def evaluate_student(
         "perplexity": perplexity(eng, load_passages(perplexity_text)),
         "mean_delta_student": float(delta_s.mean()),
         "mean_delta_teacher": float(tt.test_delta.mean()),
+        "student_ld": float(ld.double().mean()),
+        "teacher_ld": float(tt.test_ld.double().mean()),
     }
     cons = pd.DataFrame(
         [
