@@ -7,7 +7,8 @@ method differences, loss weights, experiments 3 and 4); the figures the page sho
 copied to ``docs/img/distill-<name>-<figure>.png``. A study with no finished trial keeps its block.
 
 Run: ``python scripts/distill_docs.py runs/cpu-sweep runs/cpu-tasks runs/cpu-gemma``
-(``--check`` exits 1 if the docs differ; ``--docs``/``--img`` write elsewhere).
+(``--check`` exits 1 if the docs differ; ``--docs``/``--img`` write elsewhere; ``--sections
+summary margins`` keeps only those sections, for a study run to answer one question).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ FIGURES = (
     "gradient-cosine",
     "gradient-ratio",
     "gradient-adam-ratio",
+    "gradient-margin-cosine",
+    "gradient-adam-margin-cosine",
     "consistency-vs-ood",
 )
 
@@ -52,10 +55,11 @@ def timing_line(study: Path) -> str:
     )
 
 
-def block(study: Path) -> str:
-    """The study's Markdown block."""
+def block(study: Path, only: list[str] | None = None) -> str:
+    """The study's Markdown block (``only``: just these of its summary sections)."""
     _, sections = summary_sections(study)
-    text = "\n\n".join(f"#### {SECTIONS[k]}\n\n{v}" for k, v in sections.items())
+    keep = {k: v for k, v in sections.items() if only is None or k in only}
+    text = "\n\n".join(f"#### {SECTIONS[k]}\n\n{v}" for k, v in keep.items())
     return f"{timing_line(study)}\n\n{text}"
 
 
@@ -86,13 +90,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="compare, do not write")
     parser.add_argument("--docs", type=Path, default=DOCS, help="the page to fill")
     parser.add_argument("--img", type=Path, default=IMG, help="where figures go")
+    parser.add_argument(
+        "--sections", nargs="+", choices=list(SECTIONS), default=None,
+        help="only these summary sections (default: every one the study has)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     text = args.docs.read_text(encoding="utf-8")
     new = text
     for study in args.studies:
         try:
-            body = block(study)
+            body = block(study, args.sections)
         except InputError as exc:  # no finished trial yet: keep the block
             print(f"{study.name}: {exc}", file=sys.stderr)
             continue

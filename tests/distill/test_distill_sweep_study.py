@@ -146,3 +146,27 @@ def test_docs_script_fills_the_study_block(sweep_study, tmp_path):
     assert docs_script.main([*args, "--check"]) == 0
     page.write_text("no block here\n")
     assert docs_script.main(args) == 2
+
+
+def test_docs_script_keeps_only_the_sections_asked_for(sweep_study, tmp_path):
+    """``--sections summary margins``: the block holds those two sections and no other."""
+    import importlib.util
+    from pathlib import Path
+
+    from mechscope.distill.summarize import SECTIONS
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "distill_docs.py"
+    spec = importlib.util.spec_from_file_location("distill_docs", path)
+    docs_script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(docs_script)
+    _, study = sweep_study
+    name = study.path.name
+    page = tmp_path / "page.md"
+    page.write_text(f"<!-- distill: {name}: begin -->\n<!-- distill: {name}: end -->\n")
+    args = [str(study.path), "--docs", str(page), "--img", str(tmp_path)]
+    assert docs_script.main([*args, "--sections", "summary", "margins"]) == 0
+    text = page.read_text()
+    assert f"#### {SECTIONS['summary']}" in text and f"#### {SECTIONS['margins']}" in text
+    assert all(
+        f"#### {SECTIONS[k]}" not in text for k in SECTIONS if k not in ("summary", "margins")
+    )
