@@ -31,7 +31,8 @@ def format_purity(purity: pd.DataFrame) -> str:
     """Markdown: per task, layer and unmodified position, task and control probe accuracy
     and selectivity of ``h`` and of ``d`` (95 % interval over pairs), ``d − h``; and where
     the table has it, a second table of the selectivity against Hewitt & Liang's control
-    task (two tables, so each fits a page's width)."""
+    task, with the key position whose tokens are its types (two tables, so each fits a
+    page's width)."""
     head = [
         "task", "layer", "position", "checkpoint", "h: task / control", "h: selectivity",
         "d: task / control", "d: selectivity", "selectivity d − h", "pairs",
@@ -40,7 +41,8 @@ def format_purity(purity: pd.DataFrame) -> str:
         return "(a purity table without intervals: rerun the study to recompute it)"
     hl = "hl_selectivity" in purity
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    hl_head = ["task", "layer", "position", "h: selectivity", "d: selectivity", "pairs"]
+    hl_head = ["task", "layer", "position", "types from", "h: selectivity", "d: selectivity",
+               "pairs"]  # fmt: skip
     hl_lines = ["| " + " | ".join(hl_head) + " |", "|" + "---|" * len(hl_head)]
     for (task, layer, pos), g in purity.groupby(["task", "layer", "position"], sort=False):
         h = g[g["representation"] == "h"].iloc[0]
@@ -61,11 +63,17 @@ def format_purity(purity: pd.DataFrame) -> str:
         lines.append("| " + " | ".join(cells) + " |")
         if hl:
             sel = [_ci(x.hl_selectivity, x.hl_ci_low, x.hl_ci_high, signed=True) for x in (h, d)]
-            hl_lines.append("| " + " | ".join([task, str(layer), pos, *sel, str(int(d.n))]) + " |")
+            by = h.get("hl_type_position")
+            typed_by = pos if pd.isna(by) else str(by)  # older tables: the position's own
+            cells = [task, str(layer), pos, typed_by, *sel, str(int(d.n))]
+            hl_lines.append("| " + " | ".join(cells) + " |")
     table = "\n".join(lines)
     if not hl:
         return table
-    lead = "Selectivity against the control task (one random label per token type):"
+    lead = (
+        "Selectivity against the control task (one random label per token type; the types "
+        "are the clean tokens at the position in 'types from'):"
+    )
     return "\n\n".join([table, lead, "\n".join(hl_lines)])
 
 

@@ -76,8 +76,10 @@ PURITY = (
     "Experiment 4: probe selectivity (task − control accuracy, 5-fold cross-validated) of the "
     "teacher's clean state h and contrastive difference d at unmodified positions of the "
     "checkpoint layers; intervals are 95 % Student-t over pairs, d − h paired by pair. "
-    "The control-task columns use Hewitt & Liang's control: each token type at the position "
-    "gets one fixed random label."
+    "The control-task columns use Hewitt & Liang's control: each token type gets one fixed "
+    "random label; the types are the clean tokens at the position or, where that token is "
+    "the same in nearly every pair, at the first key position whose token varies ('types "
+    "from')."
 )
 
 #: The teacher-side and per-checkpoint tables, in report order, with how to read them.
@@ -105,7 +107,11 @@ TABLE_CAPTIONS = {
 
 #: Columns a table keeps in its file but not on the page (shown in a table above, and the
 #: page's width is a section's).
-IN_FILE_ONLY = {"distill_purity": ("hl_control_acc", "hl_selectivity", "hl_ci_low", "hl_ci_high")}
+IN_FILE_ONLY = {
+    "distill_purity": (
+        "hl_control_acc", "hl_selectivity", "hl_ci_low", "hl_ci_high", "hl_type_position",
+    )
+}  # fmt: skip
 
 
 def experiment_blocks(run: RunDir) -> list:
