@@ -1,7 +1,8 @@
 """The study's reviewer-facing statistics against independent computations: Holm and BH by
 explicit loops, two-level bootstrap spreads against their closed form, the cluster bootstrap
 against scipy's bootstrap where clusters are single students, the reference levels of
-consistency against brute-force enumerations, and the Hewitt–Liang control task."""
+consistency against brute-force enumerations (the Hewitt–Liang control task is in
+test_distill_control_task.py)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,6 @@ from mechscope.distill.pair_effects import (
     pair_table,
     with_pair_intervals,
 )
-from mechscope.distill.purity import information_purity, probe_accuracy, type_control_labels
 from mechscope.distill.resample import (
     cluster_pearson_interval,
     percentile_interval,
@@ -240,53 +240,3 @@ def test_with_pair_intervals_matches_a_direct_seed_pair_bootstrap():
     want = seed_pair_interval(per_seed, [n] * 3)
     assert_exact(np.array([got.boot_low, got.boot_high]), np.array(want))  # same draws
     assert got.boot_low > 0  # a clear difference stays clear with the pairs resampled
-
-
-def test_type_control_labels_fixed_per_type_and_balanced():
-    types = np.array([5, 3, 5, 9, 3, 5])
-    labels = type_control_labels(types, seed=1)
-    for v in np.unique(types):
-        assert len(set(labels[types == v])) == 1  # one label per type
-    perm = np.random.default_rng(0).permutation(types.size)
-    assert_exact(type_control_labels(types[perm], seed=1), labels[perm])  # order-free
-    many = type_control_labels(np.arange(4000), share=0.3, seed=2)
-    assert_sampling_close(many.mean(), 0.3, se=np.sqrt(0.3 * 0.7 / 4000))
-
-
-def test_information_purity_reports_the_control_task():
-    """A representation that is the token's one-hot can fit any labelling of types, so its
-    control-task accuracy is high and its selectivity against the control task low."""
-    g = np.random.default_rng(12)
-    n, n_types = 120, 6
-    types = g.integers(n_types, size=n)
-    task = (types % 2).astype(np.int64)  # the task is a property of the type
-    onehot = np.eye(n_types)[types] + 0.01 * g.normal(size=(n, n_types))
-    h_clean = onehot[:, None, None, :]
-    h_corrupt = np.zeros_like(h_clean)
-    labels = {"task": task, "control": g.integers(0, 2, size=n)}
-    df = information_purity(h_clean, h_corrupt, labels, [0], ["end"], types=types[:, None])
-    row = df[df.representation == "h"].iloc[0]
-    control = type_control_labels(types, share=float(task.mean()), seed=0)
-    assert row.hl_control_acc == probe_accuracy(onehot, control)  # the same probe, same folds
-    assert row.hl_selectivity == row.task_acc - row.hl_control_acc
-    assert len(set(control.tolist())) == 2  # six types, both labels drawn (fixed seed)
-    assert row.hl_control_acc > 0.9 and abs(row.hl_selectivity) < 0.1
-
-
-def test_teacher_purity_labels_the_clean_token_at_each_position(ioi_task):
-    """The types are the clean tokens at the key positions (by a loop over pairs), and the
-    teacher's purity table carries the control task's columns."""
-    from mechscope.distill.pairset import key_tokens
-    from mechscope.distill.teacher_cache import _purity
-
-    data = ioi_task.train
-    cols = list(range(len(data.names)))
-    loop = [[int(data.clean[i, data.positions[i, p, 0]]) for p in cols] for i in range(len(data))]
-    assert_exact(key_tokens(data, cols), np.array(loop))  # token ids: integers
-    modified = [ioi_task.info["modified"][n] for n in ioi_task.names]
-    df = _purity(ioi_task, modified)
-    if df is not None:
-        assert {"hl_control_acc", "hl_selectivity", "hl_ci_low", "hl_ci_high"} <= set(df)
-        fin = df["hl_selectivity"].notna()
-        got = df.loc[fin, "hl_selectivity"].to_numpy()
-        assert_exact(got, (df["task_acc"] - df["hl_control_acc"])[fin].to_numpy())

@@ -12,10 +12,14 @@ subject (facts), or of the pair id (otherwise).
 
 That control is a real attribute of the pair, which the representation may well carry, so
 it says little about the probe's own capacity. Hewitt & Liang's **control task** does:
-each word type (the clean token at the probed position) gets one fixed random label
-(:func:`type_control_labels`), a labelling only a probe that memorises types can fit;
-``hl_selectivity`` = task accuracy − control-task accuracy. Where every pair has the same
-token at a position the control task has one class and is undefined (NaN).
+each word type gets one fixed random label (:func:`type_control_labels`), a labelling only
+a probe that memorises types can fit; ``hl_selectivity`` = task accuracy − control-task
+accuracy. The type of a sample is the clean token at the probed position, except where
+that token is the same in (nearly) every pair (IOI's ``end``): there it is the clean token
+of the first key position whose token varies (IOI's ``IO``, a name), the word the state at
+the probed position must carry to do the task (:func:`control_types`; the row's
+``hl_type_position`` names it). Where no key position varies the control task has one
+class and is undefined (NaN).
 """
 
 from __future__ import annotations
@@ -37,6 +41,10 @@ from mechscope.errors import InputError
 
 #: Cross-validation folds of every probe: each sample is held out once.
 FOLDS = 5
+
+#: A key position whose most frequent clean token is held by at least this share of the
+#: pairs counts as constant: the control task on its types has (nearly) one class.
+CONSTANT_SHARE = 0.9
 
 
 def _hash_bit(text: str) -> int:
@@ -83,6 +91,35 @@ def type_control_labels(
     draw = np.random.default_rng(seed).random(len(distinct)) < share
     label = dict(zip(distinct, draw.astype(np.int64).tolist(), strict=True))
     return np.array([label[v] for v in values.tolist()], dtype=np.int64)
+
+
+def varies(tokens: np.ndarray, *, max_share: float = CONSTANT_SHARE) -> bool:
+    """Whether ``tokens`` ``[N]`` hold more than one type, the most frequent on fewer than
+    ``max_share`` of the samples."""
+    values = np.asarray(tokens)
+    if values.size == 0:
+        return False
+    _, counts = np.unique(values, return_counts=True)
+    return counts.size > 1 and counts.max() < max_share * values.size
+
+
+def control_types(key_types: np.ndarray, probed: Sequence[int]) -> tuple[np.ndarray, list[int]]:
+    """The types the control task labels at each probed position: ``[N, P']``, and for each
+    probed position the key position whose tokens they are.
+
+    ``key_types``: ``[N, K]`` the clean token at every key position; ``probed``: the key
+    positions (columns) probed. A probed position whose token :func:`varies` is typed by
+    its own tokens, as in Hewitt & Liang. One whose token is (nearly) constant (IOI's
+    ``end``) would give the control task a single class, so it is typed by the first key
+    position whose token varies: the word (IOI's ``IO`` name) the state there must carry
+    from earlier in the prompt, whose memorisation is what the control task measures.
+    Where no key position varies the probed position keeps its own constant tokens (the
+    control task stays undefined).
+    """
+    key_types = np.asarray(key_types)
+    first = next((k for k in range(key_types.shape[1]) if varies(key_types[:, k])), None)
+    source = [p if varies(key_types[:, p]) or first is None else first for p in probed]
+    return key_types[:, source], source
 
 
 def probe_correct(x: np.ndarray, y: np.ndarray, *, seed: int = 0) -> np.ndarray | None:
@@ -139,13 +176,16 @@ def information_purity(
     positions: Sequence[str],
     *,
     types: np.ndarray | None = None,
+    type_positions: Sequence[str] | None = None,
     seed: int = 0,
 ) -> pd.DataFrame:
     """Probe ``h`` and ``d`` at each (layer, position).
 
-    ``types``: ``[N, P]`` the clean token at each position; given, each row also holds the
-    control-task accuracy (:func:`type_control_labels`, one labelling per position),
-    ``hl_selectivity`` = task − control task and its interval (``hl_ci_low``/``_high``).
+    ``types``: ``[N, P]`` the word type of each sample at each position (see
+    :func:`control_types`); given, each row also holds the control-task accuracy
+    (:func:`type_control_labels`, one labelling per position), ``hl_selectivity`` = task −
+    control task and its interval (``hl_ci_low``/``_high``), and ``hl_type_position``, the
+    key position whose tokens are the types (``type_positions``, default the position).
 
     ``h_clean``/``h_corrupt``: ``[N, L, P, d]`` for the chosen ``layers`` and ``positions``
     (in that order). One row per (layer, position, representation); the ``d`` row also
@@ -153,6 +193,7 @@ def information_purity(
     samples (the plan's expectation is that it is positive).
     """
     rows = []
+    typed_by = list(positions if type_positions is None else type_positions)
     for li, layer in enumerate(layers):
         for pi, pos in enumerate(positions):
             h = h_clean[:, li, pi]  # [N, d]
@@ -172,6 +213,7 @@ def information_purity(
                         hl_selectivity=ctl["selectivity"],
                         hl_ci_low=ctl["ci_low"],
                         hl_ci_high=ctl["ci_high"],
+                        hl_type_position=typed_by[pi],
                     )
                 row["n"] = int(x.shape[0])
                 rows.append(row)

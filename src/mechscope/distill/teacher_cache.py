@@ -35,7 +35,7 @@ from mechscope.distill.consistency import causal_effects
 from mechscope.distill.evaluate import accuracy, perplexity
 from mechscope.distill.heldout import load_passages
 from mechscope.distill.pairset import PairSet, key_tokens
-from mechscope.distill.purity import information_purity
+from mechscope.distill.purity import control_types, information_purity
 from mechscope.distill.samples import build_task
 from mechscope.distill.screen import EffectScreen
 from mechscope.distill.teacher_reads import filter_by_teacher, train_reads
@@ -195,17 +195,21 @@ def _purity(task: TeacherTask, modified: list[bool]) -> pd.DataFrame | None:
     hc = task.key_clean[:, layers][:, :, pos].numpy()
     hk = task.key_corrupt[:, layers][:, :, pos].numpy()
     names = [task.names[i] for i in pos]
-    types = key_tokens(task.train, pos)  # [N, P']
-    df = information_purity(hc, hk, task.train.labels, layers, names, types=types)
+    every = key_tokens(task.train, range(len(task.names)))  # [N, K]
+    types, typed_by = control_types(every, pos)  # [N, P']
+    by = [task.names[k] for k in typed_by]
+    df = information_purity(
+        hc, hk, task.train.labels, layers, names, types=types, type_positions=by
+    )
     sites = {(c.layer, c.position) for c in task.checkpoints}
     df["checkpoint"] = [(r.layer, r.position) in sites for r in df.itertuples()]
     return df
 
 
 def _stale_purity(task: TeacherTask) -> bool:
-    """A purity table of an older version (a single 80/20 split, no intervals, or no
-    control task)."""
-    return task.purity is None or "hl_selectivity" not in task.purity
+    """A purity table of an older version (a single 80/20 split, no intervals, no control
+    task, or a control task typed only by the probed position's own tokens)."""
+    return task.purity is None or "hl_type_position" not in task.purity
 
 
 def save_teacher_task(task: TeacherTask, folder: Path) -> None:
