@@ -116,16 +116,22 @@ def test_margins_summarised_over_seeds(sweep_study):
     assert "teacher LD (test)" in md
 
 
-def test_docs_script_fills_the_study_block(sweep_study, tmp_path):
-    """scripts/distill_docs.py replaces only its study's block, copies the figures the page
-    shows (only those), and --check then reports no difference."""
+def load_docs_script():
+    """``scripts/distill_docs.py`` as a module (the scripts folder is not a package)."""
     import importlib.util
     from pathlib import Path
 
     path = Path(__file__).resolve().parents[2] / "scripts" / "distill_docs.py"
     spec = importlib.util.spec_from_file_location("distill_docs", path)
-    docs_script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(docs_script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_docs_script_fills_the_study_block(sweep_study, tmp_path):
+    """scripts/distill_docs.py replaces only its study's block, copies the figures the page
+    shows (only those), and --check then reports no difference."""
+    docs_script = load_docs_script()
     _, study = sweep_study
     name = study.path.name
     page = tmp_path / "page.md"
@@ -150,15 +156,9 @@ def test_docs_script_fills_the_study_block(sweep_study, tmp_path):
 
 def test_docs_script_keeps_only_the_sections_asked_for(sweep_study, tmp_path):
     """``--sections summary margins``: the block holds those two sections and no other."""
-    import importlib.util
-    from pathlib import Path
-
     from mechscope.distill.summarize import SECTIONS
 
-    path = Path(__file__).resolve().parents[2] / "scripts" / "distill_docs.py"
-    spec = importlib.util.spec_from_file_location("distill_docs", path)
-    docs_script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(docs_script)
+    docs_script = load_docs_script()
     _, study = sweep_study
     name = study.path.name
     page = tmp_path / "page.md"
