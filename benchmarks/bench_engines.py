@@ -237,20 +237,20 @@ def run_case(job: str, lm: Any, peers: dict, size: dict, reps: int, work: Path) 
     return rows
 
 
+def start_peer(name: str, folder: Path, threads: int, log: Path) -> Peer | str:
+    """Peer ``name``'s child on the model ``folder``, or the reason it could not start."""
+    python = peer_python(name)
+    if not python.exists():
+        return f"no {name} interpreter at {python} (make bench-{name}, or {PEERS[name][0]})"
+    try:
+        return Peer(name, python, folder, threads, log)
+    except RuntimeError as exc:  # it would not import or load offline: its last words
+        return f"{name} did not start: {str(exc).strip().splitlines()[-1]}"[:300]
+
+
 def start_peers(folder: Path, threads: int, work: Path) -> dict[str, Any]:
     """Each peer's child, or the reason it could not start (a string)."""
-    peers: dict[str, Any] = {}
-    for name, (var, _, _) in PEERS.items():
-        python = peer_python(name)
-        if not python.exists():
-            peers[name] = f"no {name} interpreter at {python} (make bench-{name}, or {var})"
-            continue
-        try:
-            peers[name] = Peer(name, python, folder, threads, work / f"{name}.log")
-        except RuntimeError as exc:  # it would not import or load offline: its last words
-            last = str(exc).strip().splitlines()[-1]
-            peers[name] = f"{name} did not start: {last}"[:300]
-    return peers
+    return {name: start_peer(name, folder, threads, work / f"{name}.log") for name in PEERS}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -42,8 +42,9 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_engines
 import harness
-from bench_engines import PEERS, cache_job, lens_job, peer_python
+from bench_engines import PEERS, cache_job, lens_job
 from child_peer import fresh_peak, vm_status
 from engines_peer import Peer
 
@@ -183,13 +184,7 @@ def deep_models(folder: Path, depths: tuple[int, ...], source: Path) -> dict[int
 
 
 def start_peer(folder: Path, threads: int, work: Path) -> Peer | str:
-    python = peer_python(PEER)
-    if not python.exists():
-        return f"no {PEER} interpreter at {python} (make bench-{PEER}, or {PEERS[PEER][0]})"
-    try:
-        return Peer(PEER, python, folder, threads, work / f"{PEER}-{folder.name}.log")
-    except RuntimeError as exc:
-        return f"{PEER} did not start: {str(exc).strip().splitlines()[-1]}"[:300]
+    return bench_engines.start_peer(PEER, folder, threads, work / f"{PEER}-{folder.name}.log")
 
 
 def sequence_axis(lm: Any, peer: Peer | str, sizes: tuple, reps: int, work: Path) -> list:
