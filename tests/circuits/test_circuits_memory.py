@@ -22,6 +22,7 @@ from mechscope.circuits.memory import (
     EdgeDims,
     chunk_bytes,
     edit_saved_bytes,
+    fit_copies,
     held_bytes,
     outputs_bytes,
 )
@@ -134,14 +135,16 @@ def test_what_attribution_holds_through_its_gradient_passes(llama, method, steps
         held = [*f["rc"].outputs, *f["rc"].written.values()]
         held += [*f["r0"].outputs, *f["r0"].written.values()]
         held += [f["gsum"], f["total"], f["l0"], f["lc"]]
-        held += [t for _, swap in f["plans"] for t in swap.values()]
+        held += [t for _, swap, _ in f["plans"] for t in swap.values()]
         seen.append(_storages(held))
         return gradients(*args, **kwargs)
 
     monkeypatch.setattr(ATTRIBUTE, "_gradients", inspect)
     attribute(eng, [batch], method=method, steps=steps, wiring=wiring)
     want = held_bytes(EdgeDims.of(wiring), 3, 6, method, steps)
-    assert len(seen) == (steps if method == "EAP-IG-inputs" else (1 + 2 * lm.n_layers) * steps)
+    copies = fit_copies(wiring, 3, 6, method, steps)  # steps stacked per pass, memory allowing
+    passes = -(-steps // copies) if method == "EAP-IG-inputs" else (1 + 2 * lm.n_layers) * steps
+    assert len(seen) == passes
     assert set(seen) == {want}
 
 
@@ -190,3 +193,27 @@ def test_a_small_budget_splits_a_batch_and_keeps_its_scores(llama, monkeypatch):
             scale=scale_of(clean_logits, corrupt_logits),
             msg=name,
         )
+
+
+def test_a_budget_stacks_as_many_steps_as_fit(llama, monkeypatch):
+    """EAP-IG on inputs stacks steps as copies of the chunk into one pass only as far as
+    the budget allows: a budget of exactly two copies runs five steps as passes of 2, 2
+    and 1 copies, records that chunk's prediction, and keeps the chunk's rows."""
+    lm, eng, wiring = llama
+    batch = random_batch(3, 6, seed=2)
+    e = EdgeDims.of(wiring)
+    budget = chunk_bytes(e, 3, 6, "EAP-IG-inputs", 5, copies=2)
+    assert chunk_bytes(e, 3, 6, "EAP-IG-inputs", 5, copies=3) > budget
+    monkeypatch.setattr(lm, "memory_budget", budget)
+    rows = []
+    gradients = ATTRIBUTE._gradients
+
+    def count(*args, **kwargs):
+        rows.append(args[3].shape[0])  # the pass's token ids [copies·b, p]
+        return gradients(*args, **kwargs)
+
+    monkeypatch.setattr(ATTRIBUTE, "_gradients", count)
+    with recorded() as predictions:
+        attribute(eng, [batch], method="EAP-IG-inputs", steps=5, wiring=wiring)
+    assert rows == [6, 6, 3]
+    assert [p.bytes for p in predictions] == [budget]

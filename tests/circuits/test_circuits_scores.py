@@ -3,6 +3,8 @@ patching as its steps grow (tiny seeded Llama with grouped-query attention)."""
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -128,3 +130,35 @@ def test_eap_ig_inputs_completeness_gap_falls_as_one_over_n(setup, batch):
     assert abs(lead) > 0 and r32 <= r8 / 2, (gaps, lead)
     # and so N·gap is within a few per cent of its limit at N = 32 (the remainder's size here)
     assert_within(32 * gaps[32], lead, 0.05 * abs(lead), msg=f"N·gap at 32 steps, {gaps}")
+
+
+def test_eap_ig_inputs_one_stacked_pass_is_its_steps_one_by_one(setup, batch):
+    """EAP-IG on inputs runs its steps as one pass of ``steps`` copies of the batch: the
+    scores are those of one pass per step (the gradients summed step by step), to the
+    rounding of the forward and backward through every layer."""
+    A = importlib.import_module("mechscope.circuits.attribute")
+
+    lm, eng, wiring, _, _ = setup
+    steps, g = 4, wiring.graph
+    got = attribute(eng, [batch], method="EAP-IG-inputs", steps=steps, wiring=wiring)
+    fn = A.resolve("logit_diff")[1]
+    with torch.no_grad():
+        rc, r0 = EdgePass(wiring), EdgePass(wiring)
+        A.run_pass(eng, batch.corrupt, batch.mask, rc)
+        l0 = A.run_pass(eng, batch.clean, batch.mask, r0)
+    a, b = rc.written[("input", 0)], r0.written[("input", 0)]
+    grads = [
+        A._gradients(eng, wiring, batch, batch.clean, {("input", 0): a + (k / steps) * (b - a)},
+                     l0, fn)[0]
+        for k in range(steps)
+    ]  # fmt: skip
+    gsum = torch.stack(grads).sum(0) / steps  # [R, b, p, d]
+    real = batch.mask[:, :, None, None].float()
+    want, _ = A._edge_products(g, rc.outputs, r0.outputs, real, gsum)
+    want = want / len(batch) * g.real
+    magnitude, _ = A._edge_products(
+        g, [o.abs() for o in rc.outputs], [-o.abs() for o in r0.outputs], real, gsum.abs()
+    )
+    assert_rounding_close(
+        got.scores, want, scale=float(magnitude.max()) / len(batch), depth=2 * depth_of(lm)
+    )

@@ -8,7 +8,8 @@ prompt. The methods differ only in those passes, as EAP-IG's ``attribute.py`` ru
 
 - ``EAP`` (Syed et al. 2023): one pass, the clean run;
 - ``EAP-IG-inputs`` (Hanna et al. 2024): ``steps`` passes whose input embeddings are
-  ``corrupt + k/steps · (clean − corrupt)``, ``k = 0 … steps−1``;
+  ``corrupt + k/steps · (clean − corrupt)``, ``k = 0 … steps−1``, several steps stacked
+  as copies of the batch in one pass where memory allows;
 - ``EAP-IG-activations``: for each sender group in turn (the input, each layer's attention,
   each MLP) ``steps`` passes with that group's output at ``α · clean + (1 − α) · corrupt``,
   ``α = k/steps``, ``k = 1 … steps``; the gradients of all ``groups × steps`` passes are
@@ -32,7 +33,7 @@ import torch
 from mechscope.circuits.data import EdgeBatch
 from mechscope.circuits.edge_pass import EdgePass, Group, Probe, Wiring, groups, run_pass
 from mechscope.circuits.graph import EdgeGraph
-from mechscope.circuits.memory import fit_chunk, note_chunk
+from mechscope.circuits.memory import fit_chunk, fit_copies, note_chunk
 from mechscope.circuits.metrics import Metric, resolve
 from mechscope.engine import Engine
 from mechscope.engine.core.frozen import frozen_parameters
@@ -69,22 +70,36 @@ class Scores:
 
 
 def _plans(
-    method: str, steps: int, batch: EdgeBatch, clean: EdgePass, corrupt: EdgePass, graph: EdgeGraph
-) -> list[tuple[torch.Tensor, dict[Group, torch.Tensor]]]:
-    """The passes of ``method``: token ids and the group outputs they replace."""
+    method: str,
+    steps: int,
+    batch: EdgeBatch,
+    clean: EdgePass,
+    corrupt: EdgePass,
+    graph: EdgeGraph,
+    copies: int = 1,
+) -> list[tuple[torch.Tensor, dict[Group, torch.Tensor], int]]:
+    """The passes of ``method``: token ids, the group outputs they replace, and how many
+    copies of the batch the pass stacks. ``EAP-IG-inputs`` runs its ``steps`` in passes of
+    ``copies`` steps each (:func:`~mechscope.circuits.memory.fit_copies`)."""
     if method == "EAP":
-        return [(batch.clean, {})]
+        return [(batch.clean, {}, 1)]
     if method == "clean-corrupted":
-        return [(batch.clean, {}), (batch.corrupt, {})]
+        return [(batch.clean, {}, 1), (batch.corrupt, {}, 1)]
     if method == "EAP-IG-inputs":
         a, b = corrupt.written[("input", 0)], clean.written[("input", 0)]
-        return [(batch.clean, {("input", 0): a + (k / steps) * (b - a)}) for k in range(steps)]
+        plans = []
+        for first in range(0, steps, copies):
+            ks = range(first, min(first + copies, steps))
+            path = torch.cat([a + (k / steps) * (b - a) for k in ks])  # [len(ks)·b, p, d]
+            ids = batch.clean.repeat(len(ks), 1) if len(ks) > 1 else batch.clean
+            plans.append((ids, {("input", 0): path}, len(ks)))
+        return plans
     plans = []
     for group, _ in groups(graph):
         a, b = corrupt.written[group], clean.written[group]
         for k in range(1, steps + 1):
             alpha = k / steps
-            plans.append((batch.clean, {group: alpha * b + (1 - alpha) * a}))
+            plans.append((batch.clean, {group: alpha * b + (1 - alpha) * a}, 1))
     return plans
 
 
@@ -96,18 +111,23 @@ def _gradients(
     replace: dict[Group, torch.Tensor],
     clean_logits: torch.Tensor | None,
     metric: Metric,
+    copies: int = 1,
 ) -> tuple[torch.Tensor, EdgePass, torch.Tensor]:
-    """``∂ Σ metric / ∂x_r`` ``[receivers, b, p, d]`` fp32 of one pass, the pass (what its
-    senders wrote) and its logits ``[b, vocab]``. ``clean_logits`` None: the pass is the
-    clean run itself, and its own logits (detached) are the metric's reference."""
+    """``∂ Σ metric / ∂x_r`` ``[receivers, b, p, d]`` fp32 of one pass, summed over its
+    ``copies`` of the batch (``ids [copies·b, p]``), the pass (what its senders wrote) and
+    its logits ``[copies·b, vocab]``. ``clean_logits`` None: the pass is the clean run
+    itself, and its own logits (detached) are the metric's reference."""
     g, lm = wiring.graph, wiring.lm
     probe = Probe.zeros(g, *ids.shape, lm.device)
     p = EdgePass(wiring, probe=probe, replace=replace)
+    mask = batch.mask.repeat(copies, 1) if copies > 1 else batch.mask  # [copies·b, p]
     with torch.enable_grad(), frozen_parameters(lm.model):
-        logits = run_pass(eng, ids, batch.mask, p, grad=True)  # [b, vocab]
+        logits = run_pass(eng, ids, mask, p, grad=True)  # [copies·b, vocab]
         ref = logits.detach() if clean_logits is None else clean_logits
-        values = metric(logits, ref, batch.labels)  # [b]
-        grad = probe.grad(values.sum())  # [receivers, b, p, d]
+        values = [metric(part, ref, batch.labels) for part in logits.split(len(batch))]
+        grad = probe.grad(torch.cat(values).sum())  # [receivers, copies·b, p, d]
+    if copies > 1:
+        grad = grad.view(grad.shape[0], copies, len(batch), *grad.shape[2:]).sum(1)
     return grad, p, logits.detach()
 
 
@@ -174,7 +194,8 @@ def attribute(
     total = torch.zeros(g.n_senders, g.n_receivers, device=device)
     cleans, corrupts, inputs = [], [], []
     for batch in chunks(wiring, data, method, steps):
-        note_chunk(wiring, len(batch), batch.clean.shape[1], method, steps)
+        copies = fit_copies(wiring, len(batch), batch.clean.shape[1], method, steps)
+        note_chunk(wiring, len(batch), batch.clean.shape[1], method, steps, copies)
         with torch.no_grad():
             rc = EdgePass(wiring)
             lc = run_pass(eng, batch.corrupt, batch.mask, rc)
@@ -184,11 +205,11 @@ def attribute(
             with torch.no_grad():
                 r0 = EdgePass(wiring)
                 l0 = run_pass(eng, batch.clean, batch.mask, r0)
-            plans = _plans(method, steps, batch, r0, rc, g)
+            plans = _plans(method, steps, batch, r0, rc, g, copies)
             gsum = torch.zeros(g.n_receivers, *batch.clean.shape, g.d_model, device=device)
-            for ids, replace in plans:
-                gsum += _gradients(eng, wiring, batch, ids, replace, l0, fn)[0]
-            gsum /= len(plans)
+            for ids, replace, n in plans:
+                gsum += _gradients(eng, wiring, batch, ids, replace, l0, fn, n)[0]
+            gsum /= steps if method == "EAP-IG-inputs" else len(plans)
         real = batch.mask.to(device)[:, :, None, None].float()  # [b, p, 1, 1]
         products, input_totals = _edge_products(g, rc.outputs, r0.outputs, real, gsum)
         total += products

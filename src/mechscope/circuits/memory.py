@@ -17,15 +17,18 @@ width ``d``; edge tensors are fp32 (``F = 4`` bytes) whatever the model's dtype:
   (``T·d·F`` per pass, all made up front: ``steps`` on inputs, ``(1 + 2L)·steps`` on
   activations), the per-edge accumulator (``S·R·F``) and the runs' logits
   (``rows·vocab·F`` each);
-- **a gradient pass when its backward starts**: the probe leaves (``T·R·d·F``), the pass's
-  own sender outputs, the model's saved activations, logits and metric
-  (:func:`~mechscope.engine.analysis.memory_model.pass_bytes` with frozen weights, and
-  :data:`METRIC_ROWS` fp32 ``[rows, vocab]`` temporaries), and what autograd keeps of the
-  receivers' probes (:func:`edit_saved_bytes`: once per layer the receivers' weight rows in
-  fp32, ``L·A·h·d·F``, and in a model not in fp32 an fp32 copy of the layer input per
-  projection);
+- **a gradient pass when its backward starts** (on inputs, a pass may stack ``copies``
+  of the chunk, one per step, as far as the budget allows: ``T`` and ``rows`` below are
+  then ``copies`` times the chunk's, :func:`fit_copies`): the probe
+  leaves (``T·R·d·F``), the pass's own sender outputs, the model's saved activations,
+  logits and metric (:func:`~mechscope.engine.analysis.memory_model.pass_bytes` with
+  frozen weights, and :data:`METRIC_ROWS` fp32 ``[rows, vocab]`` temporaries), and what
+  autograd keeps of the receivers' probes (:func:`edit_saved_bytes`: once per layer the
+  receivers' weight rows in fp32, ``L·A·h·d·F``, and in a model not in fp32 an fp32
+  copy of the layer input per projection);
 - **when the backward ends** (:meth:`Probe.grad`): in place of the saved activations, the
-  leaves' gradients and their concatenation, ``2·T·R·d·F``.
+  leaves' gradients and their concatenation, ``2·T·R·d·F``, and with stacked copies
+  their sum over the copies (the chunk's ``T·R·d·F``).
 
 The peak is what is held plus the pass's leaves and outputs plus the larger of the last two
 (the scoring after the passes makes one sender group's difference at a time beside both
@@ -69,13 +72,17 @@ class EdgeDims:
         return self.graph.n_heads + 2 * self.graph.n_kv_heads
 
 
-def gradient_passes(method: str, steps: int, n_groups: int) -> int:
-    """Forward+backward passes a method runs per chunk (``attribute._plans``)."""
-    if method == "EAP":
-        return 1
-    if method == "clean-corrupted":
-        return 2
+def swapped_outputs(method: str, steps: int, n_groups: int) -> int:
+    """Group outputs EAP-IG swaps in per chunk, ``T·d`` each (``attribute._plans``)."""
+    if not method.startswith("EAP-IG"):
+        return 0
     return steps if method == "EAP-IG-inputs" else n_groups * steps
+
+
+def pass_rows(method: str, rows: int, copies: int) -> int:
+    """Rows of one gradient pass: ``EAP-IG-inputs`` stacks ``copies`` of its steps' copies
+    of the chunk into one pass; every other method runs the chunk's rows."""
+    return rows * copies if method == "EAP-IG-inputs" else rows
 
 
 def outputs_bytes(e: EdgeDims, tokens: int) -> int:
@@ -101,7 +108,7 @@ def held_bytes(e: EdgeDims, rows: int, seq: int, method: str, steps: int) -> int
     """What a chunk holds through its gradient passes (module docstring)."""
     g, tokens = e.graph, rows * seq
     n_groups = 1 + 2 * g.n_layers
-    swapped = gradient_passes(method, steps, n_groups) if method.startswith("EAP-IG") else 0
+    swapped = swapped_outputs(method, steps, n_groups)
     runs = 1 if method == "EAP" else 2  # EAP's clean run is its gradient pass
     out = runs * outputs_bytes(e, tokens)
     gsum = 0 if method == "EAP" else g.n_receivers
@@ -109,15 +116,19 @@ def held_bytes(e: EdgeDims, rows: int, seq: int, method: str, steps: int) -> int
     return out + g.n_senders * g.n_receivers * FP32 + runs * rows * e.dims.vocab * FP32
 
 
-def chunk_bytes(e: EdgeDims, rows: int, seq: int, method: str, steps: int) -> int:
-    """Peak bytes beyond the weights of one chunk of ``rows`` pairs of ``seq`` tokens."""
-    tokens = rows * seq
+def chunk_bytes(e: EdgeDims, rows: int, seq: int, method: str, steps: int, copies: int = 1) -> int:
+    """Peak bytes beyond the weights of one chunk of ``rows`` pairs of ``seq`` tokens whose
+    gradient passes stack ``copies`` steps each (EAP-IG on inputs)."""
+    stacked = pass_rows(method, rows, copies)  # rows of each gradient pass
+    tokens = stacked * seq
     receivers = tokens * e.graph.n_receivers * e.graph.d_model * FP32  # [b, p, R, d] fp32
     own = receivers + outputs_bytes(e, tokens)  # the probe leaves, the pass's outputs
-    model = pass_bytes(e.dims, Pass(rows=rows, tokens=seq, logits=1, grad=True))
-    model += METRIC_ROWS * rows * e.dims.vocab * FP32
+    model = pass_bytes(e.dims, Pass(rows=stacked, tokens=seq, logits=1, grad=True))
+    model += METRIC_ROWS * stacked * e.dims.vocab * FP32
     forward = model + edit_saved_bytes(e, tokens)
     backward_end = 2 * receivers
+    if stacked > rows:  # the copies' gradients summed into one chunk's
+        backward_end += rows * seq * e.graph.n_receivers * e.graph.d_model * FP32
     return held_bytes(e, rows, seq, method, steps) + own + max(forward, backward_end)
 
 
@@ -131,7 +142,26 @@ def fit_chunk(wiring: Wiring, rows: int, seq: int, method: str, steps: int) -> F
     return fit_rows(nbytes, wiring.lm.memory_budget, min(rows, MAX_ROWS))
 
 
-def note_chunk(wiring: Wiring, rows: int, seq: int, method: str, steps: int) -> None:
+def fit_copies(wiring: Wiring, rows: int, seq: int, method: str, steps: int) -> int:
+    """Steps of EAP-IG on inputs stacked into one gradient pass of a chunk of ``rows``:
+    as many as the budget leaves room for beside the chunk (1 for every other method).
+    Each pass reads every weight once, the whole ``[d, vocab]`` unembedding for a few rows
+    too, so on a small model one pass of five copies costs much less than five passes; the
+    chunk's rows are sized first, so stacking never makes a chunk smaller."""
+    if method != "EAP-IG-inputs" or steps == 1:
+        return 1
+    e = EdgeDims.of(wiring)
+
+    def nbytes(n: int) -> int:
+        return chunk_bytes(e, rows, seq, method, steps, n)
+
+    return fit_rows(nbytes, wiring.lm.memory_budget, steps).rows
+
+
+def note_chunk(
+    wiring: Wiring, rows: int, seq: int, method: str, steps: int, copies: int = 1
+) -> None:
     """Record the predicted peak of a chunk as it runs (its own rows: a batch's last
     chunk, or a batch smaller than the budget allows, has fewer)."""
-    note("circuits attribution chunk", chunk_bytes(EdgeDims.of(wiring), rows, seq, method, steps))
+    e = EdgeDims.of(wiring)
+    note("circuits attribution chunk", chunk_bytes(e, rows, seq, method, steps, copies))

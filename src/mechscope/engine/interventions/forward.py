@@ -26,6 +26,7 @@ from mechscope.engine.core.unembed import FinalHidden, head_is_fp32, unembed
 from mechscope.engine.interventions.checks import check_padding, check_pass, engine_refusals
 from mechscope.engine.interventions.edits import select
 from mechscope.engine.interventions.function import PassValues
+from mechscope.engine.interventions.head_rows import contiguous_head_input
 from mechscope.engine.interventions.prefix import (
     KVCache,
     Resume,
@@ -210,6 +211,8 @@ class Forward:
                 keep = _logits_to_keep(logits) if causal_lm else 0
                 if causal_lm:  # with the fp32 readout, the model's own head needs one row
                     kwargs["logits_to_keep"] = 1 if final is not None else keep
+                    if wants_logits:  # kept positions are a strided slice of the states
+                        handles.append(contiguous_head_input(lm, state))
                 try:
                     result = lm.model(input_ids=input_ids, **kwargs)
                     model_logits = result.logits
