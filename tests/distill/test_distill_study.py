@@ -149,6 +149,7 @@ def test_shipped_configs_present():
         "cpu_tasks",
         "cpu_gemma",
         "cpu_long",
+        "cpu_seeds",
         "gpu_study",
     } <= stems
 
@@ -162,12 +163,28 @@ def test_cpu_parts_and_gpu_study_grids():
         "cpu_tasks": (18, 15),
         "cpu_gemma": (9, 6),
         "cpu_long": (6, 6),
+        "cpu_seeds": (18, 12),
         "gpu_study": (63, 54),
     }
     for name, (n, trained) in sizes.items():
         trials = expand_trials(load_study_config(builtin_config_path(name)))
         assert len(trials) == n, name
         assert sum(t.kind != "untrained" for t in trials) == trained, name
+
+
+def test_cpu_seeds_shares_its_first_seeds_with_cpu_sweep():
+    """cpu_seeds' trials of seeds 0-2 are cpu_sweep's, setting for setting, so they can be
+    copied from a cpu_sweep study folder and a resumed cpu_seeds run trains seeds 3-5 only."""
+    from mechscope.distill.config import builtin_config_path
+    from mechscope.distill.trial import trial_config
+
+    sweep = load_study_config(builtin_config_path("cpu_sweep"))
+    seeds = load_study_config(builtin_config_path("cpu_seeds"))
+    swept = {t.name: trial_config(sweep, t) for t in expand_trials(sweep)}
+    shared = [t for t in expand_trials(seeds) if t.seed < 3]
+    assert len(shared) == 9
+    for t in shared:
+        assert trial_config(seeds, t) == swept[t.name], t.name
 
 
 def test_cli_check_reports_one_line_error(tmp_path, capsys):
