@@ -217,3 +217,19 @@ def test_a_budget_stacks_as_many_steps_as_fit(llama, monkeypatch):
         attribute(eng, [batch], method="EAP-IG-inputs", steps=5, wiring=wiring)
     assert rows == [6, 6, 3]
     assert [p.bytes for p in predictions] == [budget]
+
+
+def test_on_a_cpu_steps_stack_only_while_the_pass_is_small(llama, monkeypatch):
+    """On a CPU a stacked pass stays under ``CPU_STACK_MACS`` multiply-adds: a large pass
+    keeps a core busy already, and stacking would only add memory."""
+    import mechscope.circuits.memory as memory
+
+    _, _, wiring = llama
+    e = EdgeDims.of(wiring)
+    one = memory.pass_macs(e, 3, 6)
+    assert fit_copies(wiring, 3, 6, "EAP-IG-inputs", 5) == 5  # a tiny pass: all five
+    monkeypatch.setattr(memory, "CPU_STACK_MACS", 2 * one + 1)
+    assert fit_copies(wiring, 3, 6, "EAP-IG-inputs", 5) == 2
+    monkeypatch.setattr(memory, "CPU_STACK_MACS", one // 2)
+    assert fit_copies(wiring, 3, 6, "EAP-IG-inputs", 5) == 1
+    assert fit_copies(wiring, 3, 6, "EAP", 5) == 1
