@@ -9,7 +9,7 @@ prompt. The methods differ only in those passes, as EAP-IG's ``attribute.py`` ru
 - ``EAP`` (Syed et al. 2023): one pass, the clean run;
 - ``EAP-IG-inputs`` (Hanna et al. 2024): ``steps`` passes whose input embeddings are
   ``corrupt + k/steps · (clean − corrupt)``, ``k = 0 … steps−1``, several steps stacked
-  as copies of the batch in one pass where memory allows;
+  as copies of the batch in one pass where that pays (``circuits.memory.fit_copies``);
 - ``EAP-IG-activations``: for each sender group in turn (the input, each layer's attention,
   each MLP) ``steps`` passes with that group's output at ``α · clean + (1 − α) · corrupt``,
   ``α = k/steps``, ``k = 1 … steps``; the gradients of all ``groups × steps`` passes are
