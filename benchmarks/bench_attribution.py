@@ -42,10 +42,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("MECHSCOPE_PROGRESS", "0")
 
 import torch
-from captum.attr import IntegratedGradients
 
+from mechscope.engine.core.frozen import frozen_parameters
 from mechscope.heads import GateFunction, joint_ig, nll_objective, per_layer_ig
-from mechscope.heads.gatefn import frozen_parameters
 from mechscope.models import DEFAULT_MODEL, load_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -64,7 +63,7 @@ def floor_fn(f: GateFunction, rows: int, batch: int) -> Callable[[], None]:
     embed = lm.embed_module()
 
     def run() -> None:
-        with frozen_parameters(lm):
+        with frozen_parameters(lm.model):
             for start in range(0, rows, batch):
                 n = min(batch, rows - start)
                 x = embed(obj.input_ids.repeat(n, 1)).detach().requires_grad_(True)
@@ -87,6 +86,8 @@ def captum_fn(
     """captum's IG on the same gate function (or on ``gate_fn``, the same function written
     another way); ``delta`` adds its convergence delta (two extra forwards, the same work as
     our completeness check)."""
+    from captum.attr import IntegratedGradients  # the peer venv's: imported where it runs
+
     ig = IntegratedGradients(gate_fn or (lambda a: f(a)))
     ones = torch.ones((1, *f.shape))
 
@@ -130,6 +131,8 @@ def tl_gate_fn(f: GateFunction) -> Callable[[torch.Tensor], torch.Tensor]:
 def captum_per_layer_fn(f: GateFunction, steps: int, batch: int) -> Callable[[], torch.Tensor]:
     """captum's IG over the per-layer paths: one input per layer, its baseline that layer off;
     the per-path attributions summed (each is zero outside its own layer)."""
+    from captum.attr import IntegratedGradients
+
     ig = IntegratedGradients(lambda a: f(a))
     layers = f.shape[0]
     inputs = torch.ones((layers, *f.shape))  # [P, L, H]

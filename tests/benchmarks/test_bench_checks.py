@@ -186,3 +186,23 @@ def test_features_checks(tiny, tmp_path) -> None:
     assert bench_features.training_agreement(ours, peer).ok
     assert not bench_features.training_agreement(ours, {"fvu_init": 1.2, "fvu": 1.3}).ok
     assert not bench_features.training_agreement({"fvu_init": 0.9, "fvu": 0.9}, peer).ok
+
+
+def test_attribution_floor_runs_and_restores_parameters(tiny) -> None:
+    """bench_attribution's floor (plain forward + backward rows, parameters frozen) runs on
+    the model's own modules and leaves every parameter's ``requires_grad`` as it found it:
+    the floor once passed the loaded model where the modules were wanted, and the script
+    stopped before timing anything."""
+    import bench_attribution
+
+    from mechscope.heads import GateFunction, nll_objective
+
+    obj = nll_objective(tiny.tokenizer, "one two three four", " five", sample_id="floor")
+    f = GateFunction(tiny, obj)
+    params = list(tiny.model.parameters())
+    before = [p.requires_grad for p in params]
+    params[0].requires_grad_(not before[0])  # a mixed state must come back as it was
+    flags = [p.requires_grad for p in params]
+    bench_attribution.floor_fn(f, rows=3, batch=2)()
+    assert [p.requires_grad for p in params] == flags
+    params[0].requires_grad_(before[0])
