@@ -202,7 +202,9 @@ def test_attribution_floor_runs_and_restores_parameters(tiny) -> None:
     params = list(tiny.model.parameters())
     before = [p.requires_grad for p in params]
     params[0].requires_grad_(not before[0])  # a mixed state must come back as it was
-    flags = [p.requires_grad for p in params]
-    bench_attribution.floor_fn(f, rows=3, batch=2)()
-    assert [p.requires_grad for p in params] == flags
-    params[0].requires_grad_(before[0])
+    try:
+        flags = [p.requires_grad for p in params]
+        bench_attribution.floor_fn(f, rows=3, batch=2)()
+        assert [p.requires_grad for p in params] == flags
+    finally:  # the module's shared model as the other tests expect it
+        params[0].requires_grad_(before[0])
