@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from mechscope.engine import Engine, Patch, Read, Site, SuppressAttention
+from mechscope.engine.interventions.join import Join
 from mechscope.engine.interventions.prefix import Resume, can_resume
 from mechscope.errors import SiteError
 from mechscope.models import all_cards, load_model
@@ -147,3 +148,66 @@ def test_gathered_rows_of_two_prompts_equal_their_own_passes(model):
         ref = eng.run(ids[index[r] : index[r] + 1], [one], logits=keep).logits
         assert_rounding_close(gathered[r : r + 1], ref, depth=depth_of(lm), msg=f"gathered {r}")
         assert_rounding_close(resumed[r : r + 1], ref, depth=depth_of(lm), msg=f"resumed {r}")
+
+
+def test_rows_joining_higher_up_equal_their_own_passes(model):
+    """``join``: rows that begin at a higher layer's ``resid_pre`` with the unedited run's
+    residual there compute what their own full pass computes; the batch grows layer by
+    layer (expanded rows first, then each join's rows), with and without a prefix cache."""
+    lm, eng = model
+    ids = torch.cat([_ids(lm), _ids(lm).flip(1)])  # two prompts [2, seq]
+    top, start = lm.n_layers - 1, 5
+    layers = sorted({0, top // 2 if top > 1 else 0, top})  # expansion, then joins
+    sites = [Site("resid_pre", layer) for layer in layers]
+    plain = eng.run(ids, [Read(s) for s in sites], logits=False)
+    # rows per layer: the expansion at layers[0] gathers [0, 1]; each higher layer adds [1, 0]
+    row_layer = [layers[0]] * 2 + [layer for layer in layers[1:] for _ in (0, 1)]
+    row_input = torch.tensor([0, 1] + [1, 0] * (len(layers) - 1))
+    positions = [start + (r % (SEQ - start)) for r in range(len(row_layer))]
+    gen = torch.Generator().manual_seed(5)
+    patches, joins, refs = [], [], []
+    for layer, site in zip(layers, sites, strict=True):
+        present = sum(1 for l in row_layer if l <= layer)  # the first rows of the batch
+        value = plain[site][row_input[:present]] + torch.randn(
+            (present, SEQ, lm.d_model), generator=gen
+        )  # fmt: skip
+        mask = torch.zeros(present, SEQ, dtype=torch.bool)
+        mine = [r for r in range(present) if row_layer[r] == layer]
+        mask[mine, [positions[r] for r in mine]] = True
+        patches.append(Patch(site, value, mask=mask))
+        if layer != layers[0]:
+            joins.append(Join(layer, plain[site][row_input[mine]], row_input[mine]))
+        for r in mine:
+            one = Patch(site, value[r : r + 1], mask=mask[r : r + 1])
+            refs.append((r, eng.run(ids[row_input[r] : row_input[r] + 1], [one]).logits))
+    keep = torch.arange(start, SEQ)
+    expand = (layers[0], row_input[:2])
+    joined = eng.run(ids, patches, expand=expand, join=joins[::-1], logits=keep).logits
+    base = eng.run(ids, cache=True, logits=False)
+    resumed = eng.run(
+        ids, patches, expand=expand, join=joins, logits=keep, resume=Resume(base.cache, start)
+    ).logits
+    assert joined.shape[0] == len(row_layer)
+    for r, ref in refs:
+        want = ref[:, start:]
+        assert_rounding_close(joined[r : r + 1], want, depth=depth_of(lm), msg=f"joined {r}")
+        assert_rounding_close(resumed[r : r + 1], want, depth=depth_of(lm), msg=f"resumed {r}")
+    # the patches matter: a joined row is not its prompt's unpatched pass
+    unpatched = eng.run(ids, logits=keep).logits[row_input]
+    assert_beyond_rounding(joined, unpatched, depth=depth_of(lm), scale=scale_of(unpatched))
+
+
+def test_joins_are_checked_before_the_pass(stories_path):
+    lm = load_model(str(stories_path))
+    eng = Engine.of(lm)
+    ids = _ids(lm)
+    values = torch.zeros(1, SEQ, lm.d_model)
+    one = torch.tensor([0])
+    with pytest.raises(ValueError, match="expand"):
+        eng.run(ids, join=[Join(1, values, one)])
+    with pytest.raises(ValueError, match="at or above"):
+        eng.run(ids, expand=(2, one), join=[Join(1, values, one)])
+    with pytest.raises(ValueError, match="whole sequence"):
+        eng.run(ids, expand=(0, one), join=[Join(1, values[:, 1:], one)])
+    with pytest.raises(ValueError, match="as many input rows"):
+        Join(1, values, torch.tensor([0, 0]))

@@ -99,7 +99,8 @@ class PassState:
     cache: dict[Any, Any] = field(default_factory=dict)
     """Masks shared by every layer of the pass (built at the first layer that needs them)."""
     rows: torch.Tensor | None = None
-    """``expand=(layer, index)``: the input row each expanded row continues."""
+    """``expand=(layer, index)``: the input row each expanded row continues (rows that join
+    higher up follow, so a layer of ``b`` rows holds the first ``b``)."""
     reached: set[int] = field(default_factory=set)
     """Layers whose attention called :func:`mechscope_attention` in this pass."""
 
@@ -107,7 +108,7 @@ class PassState:
         """A per-input-row mask ``[B, ...]`` for the ``batch`` rows of a gathered layer."""
         if mask is None or mask.shape[0] in (1, batch) or self.rows is None:
             return mask
-        return mask.index_select(0, self.rows.to(mask.device))
+        return mask.index_select(0, self.rows[:batch].to(mask.device))
 
     def unreached(self) -> list[int]:
         """Layers with attention work that never reached the attention function."""

@@ -27,6 +27,7 @@ from mechscope.engine.interventions.checks import check_padding, check_pass, eng
 from mechscope.engine.interventions.edits import select
 from mechscope.engine.interventions.function import PassValues
 from mechscope.engine.interventions.head_rows import contiguous_head_input
+from mechscope.engine.interventions.join import Join, RowLayout, row_layout
 from mechscope.engine.interventions.prefix import (
     KVCache,
     Resume,
@@ -43,6 +44,7 @@ from mechscope.engine.interventions.transform import (
     Splice,
     make_transform,
 )
+from mechscope.engine.interventions.trim import can_trim, kept_positions, trim_last_mlp
 from mechscope.engine.interventions.values import (
     Ablate,
     Edit,
@@ -106,6 +108,7 @@ class Forward:
         position_ids: torch.Tensor | None = None,  # [batch, seq]
         logits: bool | int | torch.Tensor = True,
         expand: tuple[int, int | torch.Tensor] | None = None,
+        join: Sequence[Join] = (),
         grad: bool = False,
         cache: bool = False,
         resume: Resume | None = None,
@@ -129,7 +132,10 @@ class Forward:
         at ``resid_pre[layer]`` it is repeated to ``n`` rows, so layers below ``layer`` are
         computed once for a batch of variants that differ only from ``layer`` on.
         ``expand=(layer, index)`` with a 1-D tensor: row ``r`` from ``layer`` on continues
-        input row ``index[r]`` (variants of several prompts in one pass).
+        input row ``index[r]`` (variants of several prompts in one pass). ``join``: rows
+        that begin higher up with the residual stream given for them there (with ``expand``,
+        at or above its layer: :mod:`mechscope.engine.interventions.join`); a layer's batch is
+        the first rows of the final one, and a masked ``Patch`` there covers those rows.
         ``cache=True`` keeps the pass's keys and values (``RunOutput.cache``);
         ``resume=Resume(cache, start)`` computes only positions ``start …`` on top of an
         unedited pass's cache (:mod:`mechscope.engine.interventions.prefix`: nothing may edit
@@ -160,12 +166,17 @@ class Forward:
                 "prefix reuse (resume) cannot split a multimodal input at a position: "
                 "run the whole prompt"
             )
+        joins = sorted(join, key=lambda j: j.layer)
+        layout = _layout(lm, expand, joins, int(input_ids.shape[1])) if joins else None
+        if layout is not None:
+            expand = (layout.expand_layer, layout.index[: layout.steps[0][1]])
         kv, plan = None, None
         if resume is not None:
             plan = tail_plan(lm, resume, input_ids, interventions, logits, position_ids)
             input_ids, interventions = plan.input_ids, plan.interventions
             logits, position_ids = plan.logits, plan.position_ids
-            kv = dynamic_cache(lm, resume, input_ids.shape[0], expand)
+            kv = dynamic_cache(lm, resume, input_ids.shape[0], expand, layout)
+            joins = [j.tail(resume.start) for j in joins]
         elif past is not None:
             kv = past
         elif cache:
@@ -176,14 +187,16 @@ class Forward:
         state = attention.PassState(
             work=work,
             padding_mask=_padding_mask(attention_mask, device),
-            rows=expand[1] if expand is not None and isinstance(expand[1], torch.Tensor) else None,
+            rows=_state_rows(expand, layout),
         )
         token = attention.ACTIVE.set(state)
         final: FinalHidden | None = None
         calls = module_sites.ModuleCalls()
         stopped = False
         try:
-            self._install(interventions, out, handles, work, expand, int(input_ids.shape[1]), calls)
+            self._install(
+                interventions, out, handles, work, expand, joins, int(input_ids.shape[1]), calls
+            )
             at_layer = stop_at_layer is not None and stop_at_layer != lm.n_layers
             if at_layer:
                 lm.check_layer(stop_at_layer)
@@ -195,6 +208,9 @@ class Forward:
             hooked = any(key.split(":")[0] == head for key in calls.counts)
             if not wants_logits and not at_layer and causal_lm and not hooked:
                 handles.append(stop_before_head(lm, state))  # no row of the head is wanted
+            keep_mlp = kept_positions(logits, int(input_ids.shape[1]))
+            if keep_mlp is not None and past is None and can_trim(lm, interventions):
+                handles.extend(trim_last_mlp(lm, keep_mlp, state))  # the rest is never read
             if wants_logits and not head_is_fp32(lm):  # logits from the fp32 readout
                 final = FinalHidden(lm)
                 handles.append(final.handle)
@@ -267,6 +283,7 @@ class Forward:
         handles: list[RemovableHandle],
         work: dict[int, attention.AttentionWork],
         expand: tuple[int, int | torch.Tensor] | None,
+        joins: Sequence[Join],
         seq: int,
         calls: module_sites.ModuleCalls,
     ) -> None:
@@ -312,6 +329,8 @@ class Forward:
                 work[site.layer].reducers.append(_pattern_reader(site, values.peeks))  # type: ignore[index]
             else:
                 ops[site.key].append(Peek(site, values.peeks))  # type: ignore[index]
+        for j in reversed(joins):  # in layer order after an expansion at the same layer
+            ops[("resid_pre", j.layer)].insert(0, j)
         if expand is not None:
             ops.setdefault(("resid_pre", expand[0]), []).insert(0, Expand(expand[1]))
         # resid_mid last: its hooks must see the layer input and attn_out after their edits
@@ -350,6 +369,37 @@ class Forward:
             for hook, w_dec in d.writes():
                 ops[hook_site(self.lm, hook, "output").key].append(FeatureOut(splice, w_dec))
         splice.items.append(iv)
+
+
+def _layout(
+    lm: LoadedModel, expand: tuple[int, int | torch.Tensor] | None, joins: list[Join], seq: int
+) -> RowLayout:
+    """The rows of a pass with ``joins``: ``expand`` (needed: the rows below the first
+    join come from somewhere) gathers the lowest rows, the joins add theirs."""
+    if expand is None:
+        raise ValueError("join needs expand=(layer, rows): the rows the batch starts from")
+    for j in joins:
+        if tuple(j.values.shape[1:]) != (seq, lm.d_model):
+            raise ValueError(
+                f"a Join at layer {j.layer} takes values [rows, {seq}, {lm.d_model}] (the "
+                f"whole sequence), got {list(j.values.shape)}"
+            )
+    lm.check_layer(expand[0])
+    index = expand[1]
+    if not isinstance(index, torch.Tensor):
+        index = torch.zeros(int(index), dtype=torch.long)
+    return row_layout(expand[0], index, joins, lm.n_layers)
+
+
+def _state_rows(
+    expand: tuple[int, int | torch.Tensor] | None, layout: RowLayout | None
+) -> torch.Tensor | None:
+    """The input row of every row of the final batch (None: a repeated single row)."""
+    if layout is not None:
+        return layout.index
+    if expand is not None and isinstance(expand[1], torch.Tensor):
+        return expand[1]
+    return None
 
 
 def _padding_mask(mask: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:

@@ -28,6 +28,7 @@ from transformers import DynamicCache
 
 from mechscope.engine.core.sites import Site
 from mechscope.engine.core.spans import attention_span
+from mechscope.engine.interventions.join import RowLayout
 from mechscope.engine.interventions.values import (
     Ablate,
     Edit,
@@ -115,9 +116,11 @@ def dynamic_cache(
     resume: Resume,
     batch: int,
     expand: tuple[int, int | torch.Tensor] | None,
+    layout: RowLayout | None = None,
 ) -> DynamicCache:
     """A fresh cache holding the prefix ``[0, start)`` with each layer's rows: the input's
-    ``batch`` rows below an ``expand`` layer, the expanded (or gathered) rows from it on."""
+    ``batch`` rows below an ``expand`` layer, the expanded (or gathered) rows from it on,
+    and with ``layout`` (rows joining higher up) the rows present at each layer."""
     cache, start = resume.cache, resume.start
     if cache.batch not in (1, batch):
         raise ValueError(f"cache of {cache.batch} rows cannot continue a {batch}-row input")
@@ -126,7 +129,11 @@ def dynamic_cache(
         k, v = k[:, :, :start], v[:, :, :start]  # [1|b, kv, start, d_head]
         if k.shape[0] != batch:
             k, v = k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1)
-        if expand is not None and layer >= expand[0]:
+        if layout is not None:
+            index = layout.rows_at(layer)
+            if index is not None:
+                k, v = k.index_select(0, index.to(k.device)), v.index_select(0, index.to(v.device))
+        elif expand is not None and layer >= expand[0]:
             rows = expand[1]
             if isinstance(rows, torch.Tensor):
                 k, v = k.index_select(0, rows.to(k.device)), v.index_select(0, rows.to(v.device))

@@ -23,6 +23,7 @@ from mechscope.engine.interventions.edits import (
     select,
 )
 from mechscope.engine.interventions.function import Edit, EditContext, PassValues, real_tokens
+from mechscope.engine.interventions.join import Join
 from mechscope.engine.interventions.values import Ablate, Gate, Patch, Read, Steer
 
 
@@ -118,7 +119,7 @@ def make_transform(
     def transform(act: torch.Tensor) -> torch.Tensor:
         kept = False  # a read of this very tensor was kept: an Edit gets a copy
         for item in items:
-            if isinstance(item, Expand):
+            if isinstance(item, Expand | Join):
                 act = item.apply(act)
             elif isinstance(item, Read):
                 value = select(act, item.site)
