@@ -80,14 +80,14 @@ def test_plan_chunks_is_an_optimal_partition(seed):
     assert _cost(chunks, layers, 5, 2.0) == best  # sums of whole numbers: exact
 
 
-def _cost2(chunks, layers, starts, n_layers, seq, overhead):
+def _cost2(chunks, layers, starts, n_layers, seq, overhead, joins=False):
     return sum(
-        chunk_cost([layers[i] for i in c], [starts[i] for i in c], n_layers, seq, overhead)
+        chunk_cost([layers[i] for i in c], [starts[i] for i in c], n_layers, seq, overhead, joins)
         for c in chunks
     )
 
 
-def _best_contiguous(order, layers, starts, n_layers, seq, max_rows, overhead):
+def _best_contiguous(order, layers, starts, n_layers, seq, max_rows, overhead, joins=False):
     best = float("inf")
     for cuts in itertools.product([0, 1], repeat=len(order) - 1):
         parts, cur = [], [order[0]]
@@ -98,26 +98,44 @@ def _best_contiguous(order, layers, starts, n_layers, seq, max_rows, overhead):
             cur.append(i)
         parts.append(cur)
         if all(len(p) <= max_rows for p in parts):
-            best = min(best, _cost2(parts, layers, starts, n_layers, seq, overhead))
+            best = min(best, _cost2(parts, layers, starts, n_layers, seq, overhead, joins))
     return best
 
 
+@pytest.mark.parametrize("joins", [False, True])
 @pytest.mark.parametrize("seed", range(5))
-def test_plan_chunks_with_prefix_reuse_is_the_best_of_both_orders(seed):
+def test_plan_chunks_with_prefix_reuse_is_the_best_of_both_orders(seed, joins):
+    """The planner's partition costs what the best contiguous partition of either order
+    costs (brute force), with rows that begin at the chunk's lowest layer or (``joins``)
+    at their own."""
     rng = np.random.default_rng(seed)
     n, n_layers, seq = 7, 5, 9
     layers = rng.integers(0, n_layers, size=n).tolist()
     starts = rng.integers(0, seq, size=n).tolist()
     max_rows = int(rng.integers(2, 5))
-    chunks = plan_chunks(layers, n_layers, max_rows, row_starts=starts, seq=seq, overhead_rows=1.0)
+    chunks = plan_chunks(
+        layers, n_layers, max_rows, row_starts=starts, seq=seq, overhead_rows=1.0, joins=joins
+    )
     assert sorted(i for c in chunks for i in c) == list(range(n))
     assert all(len(c) <= max_rows for c in chunks)
     orders = [
         sorted(range(n), key=lambda i: (layers[i], starts[i], i)),
         sorted(range(n), key=lambda i: (starts[i], layers[i], i)),
     ]
-    best = min(_best_contiguous(o, layers, starts, n_layers, seq, max_rows, 1.0) for o in orders)
-    assert _cost2(chunks, layers, starts, n_layers, seq, 1.0) == best  # whole numbers: exact
+    best = min(
+        _best_contiguous(o, layers, starts, n_layers, seq, max_rows, 1.0, joins) for o in orders
+    )
+    assert _cost2(chunks, layers, starts, n_layers, seq, 1.0, joins) == best  # whole numbers
     # reusing prefixes never costs more than ignoring them
-    plain = plan_chunks(layers, n_layers, max_rows, seq=seq, overhead_rows=1.0)
-    assert best <= _cost2(plain, layers, starts, n_layers, seq, 1.0) + 1e-9
+    plain = plan_chunks(layers, n_layers, max_rows, seq=seq, overhead_rows=1.0, joins=joins)
+    assert best <= _cost2(plain, layers, starts, n_layers, seq, 1.0, joins) + 1e-9
+
+
+def test_joined_rows_pay_for_their_own_layers_only():
+    """A chunk of rows at layers 0 and 3 of 5: without joins both pay 5 layers; joined, the
+    layer-3 row pays 2 (and the chunk's fixed cost is the same)."""
+    plain = chunk_cost([0, 3], [0, 0], 5, 4, 1.0)
+    joined = chunk_cost([0, 3], [0, 0], 5, 4, 1.0, joins=True)
+    fixed = 5 * 1.0 * 4
+    assert plain - fixed == 4 * (0 + 5 * 2)
+    assert joined - fixed == 4 * (0 + 5 + 2)

@@ -24,6 +24,7 @@ from mechscope.data.modal_prompt import stack_inputs
 from mechscope.engine import Engine, Patch
 from mechscope.engine.analysis.finite import refuse_nonfinite
 from mechscope.engine.core.unembed import logit_diff
+from mechscope.engine.interventions.join import Join
 from mechscope.engine.interventions.prefix import KVCache, Resume
 from mechscope.errors import SiteError
 from mechscope.patching.cache import RunCache
@@ -297,25 +298,44 @@ def _sweep_same_length(
     row_pairs = [j for j, *_ in variants]
     kept = any(g.kept is not None for g in grids)
     readout = torch.tensor([seq - 1])
+    joins = can_join(spec, grids)
     chunks = plan_sweep(
-        eng.lm, spec, seq, row_layers, row_pairs, row_starts, held=held, keep_logits=kept
+        eng.lm,
+        spec,
+        seq,
+        row_layers,
+        row_pairs,
+        row_starts,
+        held=held,
+        keep_logits=kept,
+        joins=joins,
     )
     for chunk in chunks:
+        chunk = sorted(chunk, key=lambda i: row_layers[i])  # joined rows follow, layer by layer
         rows = [variants[i] for i in chunk]
         pairs = sorted({j for j, *_ in rows})
         slot = {j: k for k, j in enumerate(pairs)}
         ids = torch.tensor([grids[j].p.base_ids for j in pairs], dtype=torch.long)  # [B, seq]
         index = torch.tensor([slot[j] for j, *_ in rows])  # [rows]: each row's input row
         low = min(row_layers[i] for i in chunk)
+        expand, join = (low, index), []
+        if joins:
+            expand, join = _joined_rows(rows, grids, slot, low)
         resume = None
         if reuse:
             first = min(grids[j].starts[u] for j, _, u, _ in rows)
             resume = Resume(KVCache.stack([grids[j].base.kv for j in pairs]), first)
-        patches = _chunk_patches(spec, rows, grids, seq)
+        patches = _chunk_patches(spec, rows, grids, seq, joined=joins)
         media = [grids[j].p.base_inputs for j in pairs]  # multimodal: each input row's own
         extra = stack_inputs(media) if all(media) else None  # type: ignore[arg-type]
         out = eng.run(
-            ids, patches, logits=readout, expand=(low, index), resume=resume, model_inputs=extra
+            ids,
+            patches,
+            logits=readout,
+            expand=expand,
+            join=join,
+            resume=resume,
+            model_inputs=extra,
         )
         logits = out.logits[:, 0].float()  # [rows, vocab]
         keep = any(grids[j].kept is not None for j in pairs)
@@ -340,6 +360,38 @@ def _sweep_same_length(
             advance(len(rows))
 
 
+def can_join(spec: PatchSpec, grids: list[_PairGrid]) -> bool:
+    """Whether a chunk's rows can begin at their own layers (:class:`Join`): the sweep
+    patches ``resid_pre``, so the base run's read values are each row's residual stream
+    where it begins, and no pair has further model inputs (an image's features enter below
+    the first layer)."""
+    return spec.site == "resid_pre" and not any(g.p.base_inputs for g in grids)
+
+
+def _joined_rows(
+    rows: list[tuple[int, int, int, int]],
+    grids: list[_PairGrid],
+    slot: dict[int, int],
+    low: int,
+) -> tuple[tuple[int, torch.Tensor], list[Join]]:
+    """``expand`` for the rows of the chunk's lowest layer and one :class:`Join` per higher
+    layer, whose rows begin there with their pair's base ``resid_pre`` (rows in layer
+    order)."""
+    by_layer: dict[int, list[int]] = {}
+    for j, li, _, _ in rows:
+        by_layer.setdefault(grids[j].res.layers[li], []).append(j)
+    joins = [
+        Join(
+            layer,
+            torch.cat([grids[j].base.acts[layer] for j in members]),  # [rows, seq, d]
+            torch.tensor([slot[j] for j in members]),
+        )
+        for layer, members in sorted(by_layer.items())
+        if layer != low
+    ]
+    return (low, torch.tensor([slot[j] for j in by_layer[low]])), joins
+
+
 #: The metrics read off a patched pass's logits: all but ``normalized_effect``, which is
 #: computed from them and the baselines afterwards.
 _METRIC_KEYS = tuple(m for m in METRICS if m != "normalized_effect")
@@ -352,7 +404,12 @@ def _metric_values(logits: torch.Tensor, ref: Reference) -> list[torch.Tensor]:
 
 
 def _chunk_patches(
-    spec: PatchSpec, rows: list[tuple[int, int, int, int]], grids: list[_PairGrid], seq: int
+    spec: PatchSpec,
+    rows: list[tuple[int, int, int, int]],
+    grids: list[_PairGrid],
+    seq: int,
+    *,
+    joined: bool = False,
 ) -> list[Patch]:
     """One masked ``Patch`` per layer present in the chunk; row ``r`` takes its own pair's
     (and, for spans, its own unit's) value.
@@ -360,13 +417,15 @@ def _chunk_patches(
     A layer's value is one gather on the values' device (``[rows, seq, ...]``, every row
     from its pair's ``[1|U, seq, ...]`` values); the mask is built on the host from the
     rows' positions and heads. Rows of other layers take any value: their mask is False.
+    ``joined``: rows begin at their own layers (in layer order), so a layer's patch covers
+    the rows present there only.
     """
-    n = len(rows)
     by_layer: dict[int, list[int]] = {}
     for r, (j, li, _, _) in enumerate(rows):
         by_layer.setdefault(grids[j].res.layers[li], []).append(r)
     patches = []
     for layer, members in by_layer.items():
+        n = max(members) + 1 if joined else len(rows)
         offset: dict[int, int] = {}  # pair -> its first row in the concatenated values
         bank: list[torch.Tensor] = []  # [1|U, seq, ...] per pair
         for j in sorted({rows[r][0] for r in members}):

@@ -153,6 +153,7 @@ def plan_sweep(
     *,
     held: int,
     keep_logits: bool = False,
+    joins: bool = False,
 ) -> list[list[int]]:
     """Chunks of variant indices (:func:`~mechscope.patching.plan.plan_chunks`), with as
     many rows as the worst chunk allows; records the largest planned chunk's bytes."""
@@ -168,7 +169,9 @@ def plan_sweep(
         return chunk_bytes(lm, c, **opts)
 
     fit = fit_rows(worst, budget, MAX_ROWS)
-    chunks = plan_chunks(row_layers, lm.n_layers, fit.rows, row_starts=row_starts, seq=seq)
+    chunks = plan_chunks(
+        row_layers, lm.n_layers, fit.rows, row_starts=row_starts, seq=seq, joins=joins
+    )
     peak, previous, previous_layers = 0, 0, 0
     for chunk in chunks:
         start = min(row_starts[i] for i in chunk) if row_starts else 0

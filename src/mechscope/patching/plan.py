@@ -9,13 +9,18 @@ layers ``< a`` once on a single row and layers ``>= a`` on all ``n`` rows
 
     cost(chunk) = n_layers * overhead * seq + (seq - f) * (a + (n_layers - a) * n)
 
-where ``overhead`` is the fixed per-layer cost of one forward expressed in rows. Mixing a
-low layer or an early position into a chunk makes every row pay for it; splitting too
-finely pays the fixed cost many times. The planner minimises the total over contiguous
-groupings of the variants in two orders — layer-major and position-major — and keeps the
-cheaper plan. Exact dynamic programming over each order, vectorised over the last chunk's
-start, takes milliseconds for thousands of variants. Without prefix reuse every start is 0
-and the cost reduces to grouping by layer alone.
+where ``overhead`` is the fixed per-layer cost of one forward expressed in rows. When rows
+can begin at their own layers (``joins``: :mod:`mechscope.engine.interventions.join`),
+a row of layer ``l`` pays ``n_layers - l`` layers instead of ``n_layers - a``::
+
+    cost(chunk) = n_layers * overhead * seq + (seq - f) * (a + sum over rows of (n_layers - l))
+
+Mixing an early position into a chunk makes every row pay for it (and, without joins, a
+low layer too); splitting too finely pays the fixed cost many times. The planner minimises
+the total over contiguous groupings of the variants in two orders — layer-major and
+position-major — and keeps the cheaper plan. Exact dynamic programming over each order,
+vectorised over the last chunk's start, takes milliseconds for thousands of variants.
+Without prefix reuse every start is 0 and the cost reduces to grouping by layer alone.
 """
 
 from __future__ import annotations
@@ -30,11 +35,17 @@ OVERHEAD_ROWS = 4.0
 
 
 def chunk_cost(
-    layers: Sequence[int], starts: Sequence[int], n_layers: int, seq: int, overhead_rows: float
+    layers: Sequence[int],
+    starts: Sequence[int],
+    n_layers: int,
+    seq: int,
+    overhead_rows: float,
+    joins: bool = False,
 ) -> float:
     """Token-layers of one forward over the rows with these layers and first positions."""
     a, f = min(layers), min(starts)
-    return n_layers * overhead_rows * seq + (seq - f) * (a + (n_layers - a) * len(layers))
+    rows = sum(n_layers - l for l in layers) if joins else (n_layers - a) * len(layers)
+    return n_layers * overhead_rows * seq + (seq - f) * (a + rows)
 
 
 def plan_chunks(
@@ -45,11 +56,13 @@ def plan_chunks(
     row_starts: Sequence[int] | None = None,
     seq: int = 1,
     overhead_rows: float = OVERHEAD_ROWS,
+    joins: bool = False,
 ) -> list[list[int]]:
     """Partition variant indices into chunks (each a list of indices into ``row_layers``).
 
     ``row_starts``: each variant's earliest patched position (None: all 0, no prefix
     reuse); ``seq``: the sequence length. Chunks hold at most ``max_rows`` variants.
+    ``joins``: rows begin at their own layers (the cost above).
     """
     if max_rows < 1:
         raise ValueError(f"max_rows must be >= 1, got {max_rows}")
@@ -62,7 +75,8 @@ def plan_chunks(
     if any(starts):
         orders.append(sorted(idx, key=lambda i: (starts[i], row_layers[i], i)))
     plans = [
-        _best_split(o, row_layers, starts, n_layers, seq, max_rows, overhead_rows) for o in orders
+        _best_split(o, row_layers, starts, n_layers, seq, max_rows, overhead_rows, joins)
+        for o in orders
     ]
     return min(plans, key=lambda plan: plan[0])[1]
 
@@ -75,11 +89,13 @@ def _best_split(
     seq: int,
     max_rows: int,
     overhead_rows: float,
+    joins: bool,
 ) -> tuple[float, list[list[int]]]:
     """Cheapest contiguous partition of ``order``: ``(cost, chunks)``."""
     a = np.asarray([row_layers[i] for i in order], dtype=np.float64)  # [rows]
     f = np.asarray([starts[i] for i in order], dtype=np.float64)  # [rows]
     n = len(order)
+    own = np.concatenate([[0.0], np.cumsum(n_layers - a)])  # [rows + 1]: Σ own layers
     best = np.full(n + 1, np.inf)  # best[j]: cost of the first j rows
     best[0] = 0.0
     cut = np.zeros(n + 1, dtype=np.int64)
@@ -89,7 +105,8 @@ def _best_split(
         i = np.arange(lo, j)
         low = np.minimum.accumulate(a[lo:j][::-1])[::-1]  # min layer over i..j-1
         first = np.minimum.accumulate(f[lo:j][::-1])[::-1]  # min start over i..j-1
-        cost = best[lo:j] + fixed + (seq - first) * (low + (n_layers - low) * (j - i))
+        rows = own[j] - own[i] if joins else (n_layers - low) * (j - i)
+        cost = best[lo:j] + fixed + (seq - first) * (low + rows)
         k = int(np.argmin(cost))
         best[j], cut[j] = cost[k], lo + k
     chunks: list[list[int]] = []
