@@ -154,6 +154,18 @@ def check(ours: np.ndarray, loop: np.ndarray, bound: np.ndarray) -> harness.Agre
     return check
 
 
+def compare(lm, tokens, ours, loop, kl, top) -> tuple[harness.Agreement, np.ndarray, float]:
+    """The two matrices (tensors or arrays) checked cell by cell (:func:`check`), the mask
+    of cells both define and the Pearson r over them."""
+    from mechscope.tolerance import pass_depth
+
+    ours, loop = (torch.as_tensor(m).double().numpy() for m in (ours, loop))  # [n, n]
+    bound = matrix_bound(kl, top, pass_depth(lm.n_layers), tokens.ranges)
+    agree = check(ours, loop, bound)
+    ok = ~np.isnan(loop) & ~np.isnan(ours)
+    return agree, ok, float(np.corrcoef(loop[ok], ours[ok])[0, 1])
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="8 sentences, 2 repetitions")
@@ -171,7 +183,6 @@ def main(argv: list[str] | None = None) -> dict:
     from mechscope.anchors.attention.trace_tokens import tokenize_trace
     from mechscope.engine import Engine
     from mechscope.models import DEFAULT_MODEL, load_model
-    from mechscope.tolerance import pass_depth
 
     lm = load_model(DEFAULT_MODEL)
     eng = Engine.of(lm)
@@ -188,10 +199,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     t = harness.interleaved(variants, reps=reps, warmup=0)
     m_ms, (m_loop, kl, top) = t.last["ours"], t.last["loop"]
-    bound = matrix_bound(kl, top, pass_depth(lm.n_layers), tokens.ranges)
-    agree = check(m_ms, m_loop, bound)
-    ok = ~np.isnan(m_loop) & ~np.isnan(m_ms)
-    r = float(np.corrcoef(m_loop[ok], m_ms[ok])[0, 1])
+    agree, ok, r = compare(lm, tokens, m_ms, m_loop, kl, top)
     case = harness.case_from_check(
         t,
         "ours",

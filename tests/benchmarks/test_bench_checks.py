@@ -208,3 +208,23 @@ def test_attribution_floor_runs_and_restores_parameters(tiny) -> None:
         assert [p.requires_grad for p in params] == flags
     finally:  # the module's shared model as the other tests expect it
         params[0].requires_grad_(before[0])
+
+
+def test_anchors_check_runs_on_both_sides_results(tiny) -> None:
+    """bench_anchors' comparison takes the matrices as both sides return them (ours a
+    tensor): the script once stopped there after timing, with no row written. It agrees on
+    the real computation and fails when one cell moves."""
+    import bench_anchors
+
+    from mechscope.anchors.attention.trace_tokens import tokenize_trace
+
+    tokens = tokenize_trace(tiny.tokenizer, bench_anchors.forty_sentence_trace(4))
+    eng = Engine.of(tiny)
+    ours = bench_anchors.run_mechscope(eng, tokens, None)[2]
+    loop, kl, top = bench_anchors.run_loop(tiny, tokens)[2:]
+    agree, ok, r = bench_anchors.compare(tiny, tokens, ours, loop, kl, top)
+    assert agree.ok and ok.any() and r > 0.99
+    moved = torch.as_tensor(ours).double().clone()
+    i, j = np.argwhere(ok)[0]
+    moved[i, j] += 1.0
+    assert not bench_anchors.compare(tiny, tokens, moved, loop, kl, top)[0].ok
