@@ -102,3 +102,35 @@ def test_kept_positions():
     assert kept_positions(2, 5).tolist() == [3, 4]
     assert kept_positions(torch.tensor([-1, 1, 4]), 5).tolist() == [1, 4]
     assert kept_positions(torch.arange(5), 5) is None
+
+
+@pytest.mark.parametrize("spec", ["tiny:phi3", "tiny:falcon", "tiny:gptj"])
+def test_derived_families_trim_exactly(spec):
+    """Families the cards do not list (a fused gate/up MLP, parallel attention and MLP
+    blocks) trim too, with the same kept logits as the whole pass."""
+    lm = load_model(spec)
+    eng = Engine.of(lm)
+    ids = _ids(lm)
+    keep = torch.tensor([3, SEQ - 1])
+    seen, handle = _last_mlp_positions(lm)
+    try:
+        trimmed = eng.run(ids, logits=keep).logits
+        whole = eng.run(ids).logits[:, keep]
+    finally:
+        handle.remove()
+    assert seen == [2, SEQ]
+    assert_rounding_close(trimmed, whole, depth=depth_of(lm), msg=spec)
+
+
+def test_mixture_of_experts_is_not_trimmed():
+    """An experts layer's router sees every position (capacity, load statistics): the last
+    MLP stays whole."""
+    lm = load_model("tiny:mixtral")
+    assert not can_trim(lm, [])
+    eng = Engine.of(lm)  # a derived card: its probe runs passes of its own
+    seen, handle = _last_mlp_positions(lm)
+    try:
+        eng.run(_ids(lm), logits=1)
+    finally:
+        handle.remove()
+    assert seen == [SEQ]
