@@ -2,7 +2,8 @@
 
 Every variant (layer, unit, head) is one batch row. Rows are grouped by
 :func:`~mechscope.patching.plan.plan_chunks`; a chunk is one ``Engine.run`` on the base
-prompt with ``expand=(lowest layer, rows)``, one ``Patch`` per layer with a per-row mask
+prompt with ``expand=(lowest layer, rows)`` (rows of higher layers joining at their own:
+:mod:`~mechscope.patching.chunk_rows`), one ``Patch`` per layer with a per-row mask
 (a row's mask is True only at its own layer, positions and head), logits requested at the
 readout position only, and — in a causal model — only the positions from the chunk's
 earliest patched one on, on top of the base run's key/value cache
@@ -15,21 +16,20 @@ causal model, those that patch only positions after the readout.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from mechscope.data.modal_prompt import stack_inputs
-from mechscope.engine import Engine, Patch
+from mechscope.engine import Engine
 from mechscope.engine.analysis.finite import refuse_nonfinite
 from mechscope.engine.core.unembed import logit_diff
-from mechscope.engine.interventions.join import Join
 from mechscope.engine.interventions.prefix import KVCache, Resume
 from mechscope.errors import SiteError
 from mechscope.patching.cache import RunCache
+from mechscope.patching.chunk_rows import PairGrid, can_join, chunk_patches, joined_rows
 from mechscope.patching.config import METRICS, PatchSpec
-from mechscope.patching.features import check_features, feature_layer, patch_site, sweep_dictionary
+from mechscope.patching.features import check_features, feature_layer, sweep_dictionary
 from mechscope.patching.memory import held_bytes, plan_sweep
 from mechscope.patching.metrics import Reference, normalized_effect, readout_metrics
 from mechscope.patching.prepare import PreparedPair, units
@@ -193,25 +193,9 @@ def _identical(
     return torch.stack(same).cpu().numpy()  # [layers, U, heads]
 
 
-@dataclass
-class _PairGrid:
-    """One pair's sweep while it is being filled: its grid, values and skipped variants."""
-
-    p: PreparedPair
-    res: PairResult
-    ref: Reference
-    base: RunCache
-    values: dict[int, torch.Tensor]  # layer -> [1|units, seq, ...] in base coordinates
-    base_pos: list[list[int]]
-    starts: list[int]  # per unit: its earliest patched position
-    skip: np.ndarray  # [layers, units, heads]
-    metrics: dict[str, np.ndarray]
-    kept: np.ndarray | None
-
-
 def _grid(
     eng: Engine, spec: PatchSpec, p: PreparedPair, base: RunCache, source: RunCache, keep: bool
-) -> _PairGrid:
+) -> PairGrid:
     res = new_result(eng, p, spec, base, source)
     ref = reference(p, base)
     n_l, n_u, n_h = res.shape
@@ -231,7 +215,7 @@ def _grid(
     if keep:
         row = base.logits.float().cpu().numpy()  # [vocab]
         kept = np.broadcast_to(row, (n_l, n_u, n_h, row.size)).copy()
-    return _PairGrid(p, res, ref, base, values, base_pos, starts, skip, metrics, kept)
+    return PairGrid(p, res, ref, base, values, base_pos, starts, skip, metrics, kept)
 
 
 def sweep_pairs(
@@ -268,7 +252,7 @@ def sweep_pairs(
     return out
 
 
-def _held(eng: Engine, spec: PatchSpec, grids: list[_PairGrid]) -> int:
+def _held(eng: Engine, spec: PatchSpec, grids: list[PairGrid]) -> int:
     """Bytes the group's read caches and kept logits hold while the sweep runs."""
     prompts = {tuple(ids) for g in grids for ids in (g.p.base_ids, g.p.source_ids)}
     seqs = [len(ids) for ids in prompts]
@@ -280,7 +264,7 @@ def _held(eng: Engine, spec: PatchSpec, grids: list[_PairGrid]) -> int:
 def _sweep_same_length(
     eng: Engine,
     spec: PatchSpec,
-    grids: list[_PairGrid],
+    grids: list[PairGrid],
     seq: int,
     held: int,
     advance: Callable[[int], None] | None = None,
@@ -320,12 +304,12 @@ def _sweep_same_length(
         low = min(row_layers[i] for i in chunk)
         expand, join = (low, index), []
         if joins:
-            expand, join = _joined_rows(rows, grids, slot, low)
+            expand, join = joined_rows(rows, grids, slot, low)
         resume = None
         if reuse:
             first = min(grids[j].starts[u] for j, _, u, _ in rows)
             resume = Resume(KVCache.stack([grids[j].base.kv for j in pairs]), first)
-        patches = _chunk_patches(spec, rows, grids, seq, joined=joins)
+        patches = chunk_patches(spec, rows, grids, seq, joined=joins)
         media = [grids[j].p.base_inputs for j in pairs]  # multimodal: each input row's own
         extra = stack_inputs(media) if all(media) else None  # type: ignore[arg-type]
         out = eng.run(
@@ -360,38 +344,6 @@ def _sweep_same_length(
             advance(len(rows))
 
 
-def can_join(spec: PatchSpec, grids: list[_PairGrid]) -> bool:
-    """Whether a chunk's rows can begin at their own layers (:class:`Join`): the sweep
-    patches ``resid_pre``, so the base run's read values are each row's residual stream
-    where it begins, and no pair has further model inputs (an image's features enter below
-    the first layer)."""
-    return spec.site == "resid_pre" and not any(g.p.base_inputs for g in grids)
-
-
-def _joined_rows(
-    rows: list[tuple[int, int, int, int]],
-    grids: list[_PairGrid],
-    slot: dict[int, int],
-    low: int,
-) -> tuple[tuple[int, torch.Tensor], list[Join]]:
-    """``expand`` for the rows of the chunk's lowest layer and one :class:`Join` per higher
-    layer, whose rows begin there with their pair's base ``resid_pre`` (rows in layer
-    order)."""
-    by_layer: dict[int, list[int]] = {}
-    for j, li, _, _ in rows:
-        by_layer.setdefault(grids[j].res.layers[li], []).append(j)
-    joins = [
-        Join(
-            layer,
-            torch.cat([grids[j].base.acts[layer] for j in members]),  # [rows, seq, d]
-            torch.tensor([slot[j] for j in members]),
-        )
-        for layer, members in sorted(by_layer.items())
-        if layer != low
-    ]
-    return (low, torch.tensor([slot[j] for j in by_layer[low]])), joins
-
-
 #: The metrics read off a patched pass's logits: all but ``normalized_effect``, which is
 #: computed from them and the baselines afterwards.
 _METRIC_KEYS = tuple(m for m in METRICS if m != "normalized_effect")
@@ -401,55 +353,3 @@ def _metric_values(logits: torch.Tensor, ref: Reference) -> list[torch.Tensor]:
     """:func:`readout_metrics` of ``logits [rows, vocab]`` in :data:`_METRIC_KEYS` order."""
     got = readout_metrics(logits, ref)
     return [got[k].float() for k in _METRIC_KEYS]
-
-
-def _chunk_patches(
-    spec: PatchSpec,
-    rows: list[tuple[int, int, int, int]],
-    grids: list[_PairGrid],
-    seq: int,
-    *,
-    joined: bool = False,
-) -> list[Patch]:
-    """One masked ``Patch`` per layer present in the chunk; row ``r`` takes its own pair's
-    (and, for spans, its own unit's) value.
-
-    A layer's value is one gather on the values' device (``[rows, seq, ...]``, every row
-    from its pair's ``[1|U, seq, ...]`` values); the mask is built on the host from the
-    rows' positions and heads. Rows of other layers take any value: their mask is False.
-    ``joined``: rows begin at their own layers (in layer order), so a layer's patch covers
-    the rows present there only.
-    """
-    by_layer: dict[int, list[int]] = {}
-    for r, (j, li, _, _) in enumerate(rows):
-        by_layer.setdefault(grids[j].res.layers[li], []).append(r)
-    patches = []
-    for layer, members in by_layer.items():
-        n = max(members) + 1 if joined else len(rows)
-        offset: dict[int, int] = {}  # pair -> its first row in the concatenated values
-        bank: list[torch.Tensor] = []  # [1|U, seq, ...] per pair
-        for j in sorted({rows[r][0] for r in members}):
-            offset[j] = sum(v.shape[0] for v in bank)
-            bank.append(grids[j].values[layer])
-        source = [0] * n  # per row: its row of the concatenated values
-        mask_rows: list[int] = []
-        mask_pos: list[int] = []
-        mask_heads: list[int] = []
-        for r in members:
-            j, _, ui, hi = rows[r]
-            g = grids[j]
-            source[r] = offset[j] + (ui if g.values[layer].shape[0] > 1 else 0)
-            mask_rows += [r] * len(g.base_pos[ui])
-            mask_pos += list(g.base_pos[ui])
-            mask_heads += [g.res.heads[hi]] * len(g.base_pos[ui])
-        values = bank[0] if len(bank) == 1 else torch.cat(bank)  # [ΣU, seq, ...]
-        value = values[torch.tensor(source, device=values.device)]  # [rows, seq, ...]
-        sample = bank[0]
-        shape = (n, seq, sample.shape[2]) if spec.per_head else (n, seq)
-        mask = torch.zeros(shape, dtype=torch.bool)
-        if spec.per_head:
-            mask[mask_rows, mask_pos, mask_heads] = True
-        else:
-            mask[mask_rows, mask_pos] = True
-        patches.append(Patch(patch_site(spec, layer), value, mask=mask))
-    return patches

@@ -27,7 +27,7 @@ from mechscope.engine.interventions.checks import check_padding, check_pass, eng
 from mechscope.engine.interventions.edits import select
 from mechscope.engine.interventions.function import PassValues
 from mechscope.engine.interventions.head_rows import contiguous_head_input
-from mechscope.engine.interventions.join import Join, RowLayout, row_layout
+from mechscope.engine.interventions.join import Join, join_layout, state_rows
 from mechscope.engine.interventions.prefix import (
     KVCache,
     Resume,
@@ -167,7 +167,7 @@ class Forward:
                 "run the whole prompt"
             )
         joins = sorted(join, key=lambda j: j.layer)
-        layout = _layout(lm, expand, joins, int(input_ids.shape[1])) if joins else None
+        layout = join_layout(lm, expand, joins, int(input_ids.shape[1])) if joins else None
         if layout is not None:
             expand = (layout.expand_layer, layout.index[: layout.steps[0][1]])
         kv, plan = None, None
@@ -187,7 +187,7 @@ class Forward:
         state = attention.PassState(
             work=work,
             padding_mask=_padding_mask(attention_mask, device),
-            rows=_state_rows(expand, layout),
+            rows=state_rows(expand, layout),
         )
         token = attention.ACTIVE.set(state)
         final: FinalHidden | None = None
@@ -369,37 +369,6 @@ class Forward:
             for hook, w_dec in d.writes():
                 ops[hook_site(self.lm, hook, "output").key].append(FeatureOut(splice, w_dec))
         splice.items.append(iv)
-
-
-def _layout(
-    lm: LoadedModel, expand: tuple[int, int | torch.Tensor] | None, joins: list[Join], seq: int
-) -> RowLayout:
-    """The rows of a pass with ``joins``: ``expand`` (needed: the rows below the first
-    join come from somewhere) gathers the lowest rows, the joins add theirs."""
-    if expand is None:
-        raise ValueError("join needs expand=(layer, rows): the rows the batch starts from")
-    for j in joins:
-        if tuple(j.values.shape[1:]) != (seq, lm.d_model):
-            raise ValueError(
-                f"a Join at layer {j.layer} takes values [rows, {seq}, {lm.d_model}] (the "
-                f"whole sequence), got {list(j.values.shape)}"
-            )
-    lm.check_layer(expand[0])
-    index = expand[1]
-    if not isinstance(index, torch.Tensor):
-        index = torch.zeros(int(index), dtype=torch.long)
-    return row_layout(expand[0], index, joins, lm.n_layers)
-
-
-def _state_rows(
-    expand: tuple[int, int | torch.Tensor] | None, layout: RowLayout | None
-) -> torch.Tensor | None:
-    """The input row of every row of the final batch (None: a repeated single row)."""
-    if layout is not None:
-        return layout.index
-    if expand is not None and isinstance(expand[1], torch.Tensor):
-        return expand[1]
-    return None
 
 
 def _padding_mask(mask: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:

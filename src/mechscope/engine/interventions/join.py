@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mechscope.models.loaded import LoadedModel
 from mechscope.runs.summary import SummaryRepr
 
 
@@ -99,3 +100,34 @@ def row_layout(
         else:
             steps.append((join.layer, total))
     return RowLayout(expand_layer, torch.cat(parts), tuple(steps))
+
+
+def join_layout(
+    lm: LoadedModel, expand: tuple[int, int | torch.Tensor] | None, joins: list[Join], seq: int
+) -> RowLayout:
+    """The rows of a pass with ``joins``: ``expand`` (needed: the rows below the first
+    join come from somewhere) gathers the lowest rows, the joins add theirs."""
+    if expand is None:
+        raise ValueError("join needs expand=(layer, rows): the rows the batch starts from")
+    for j in joins:
+        if tuple(j.values.shape[1:]) != (seq, lm.d_model):
+            raise ValueError(
+                f"a Join at layer {j.layer} takes values [rows, {seq}, {lm.d_model}] (the "
+                f"whole sequence), got {list(j.values.shape)}"
+            )
+    lm.check_layer(expand[0])
+    index = expand[1]
+    if not isinstance(index, torch.Tensor):
+        index = torch.zeros(int(index), dtype=torch.long)
+    return row_layout(expand[0], index, joins, lm.n_layers)
+
+
+def state_rows(
+    expand: tuple[int, int | torch.Tensor] | None, layout: RowLayout | None
+) -> torch.Tensor | None:
+    """The input row of every row of the final batch (None: a repeated single row)."""
+    if layout is not None:
+        return layout.index
+    if expand is not None and isinstance(expand[1], torch.Tensor):
+        return expand[1]
+    return None
