@@ -31,6 +31,8 @@ def kl_from_logp(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
     is non-negative and a negative value would be read as meaningful downstream.
     """
     lp, lq = _pair(logp, logq)  # [..., vocab]
+    if _finite(lp, lq):  # no p = 0 by definition: underflowed terms are 0·finite = 0
+        return (lp.exp() * (lp - lq)).sum(dim=-1).clamp_min(0.0)  # [...]
     return _kl_terms(lp, lq).sum(dim=-1).clamp_min(0.0)  # [...]
 
 
@@ -43,6 +45,10 @@ def js_from_logp(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
     layer curve spike. The result is clamped to ``[0, ln 2]`` against rounding.
     """
     lp, lq = _pair(logp, logq)  # [..., vocab]
+    if _finite(lp, lq):  # the guards below only matter where a log-probability is -inf
+        logm = torch.logaddexp(lp, lq) - LN2  # [..., vocab]
+        halves = (lp.exp() * (lp - logm)).sum(dim=-1) + (lq.exp() * (lq - logm)).sum(dim=-1)
+        return (0.5 * halves).clamp(0.0, LN2)  # [...]
     both_zero = torch.isneginf(lp) & torch.isneginf(lq)
     # Where p = q = 0 the mixture is 0 too; a finite stand-in avoids NaN gradients from
     # logaddexp(-inf, -inf) (those entries contribute 0 either way).
@@ -92,6 +98,13 @@ def nll_of_targets(
     if ignored is not None:
         nll = nll.masked_fill(ignored, float("nan"))
     return nll
+
+
+def _finite(lp: torch.Tensor, lq: torch.Tensor) -> bool:
+    """Whether every entry of both is finite: their sums are (an inf or NaN anywhere makes
+    a sum inf or NaN; log-probabilities cannot sum past fp32's range). One reduction each,
+    where ``isfinite(x).all()`` costs several times more."""
+    return bool(torch.isfinite(lp.sum() + lq.sum()))
 
 
 def _kl_terms(lp: torch.Tensor, lq: torch.Tensor) -> torch.Tensor:
