@@ -38,6 +38,7 @@ from mechscope.errors import UnsupportedInterventionError
 
 ATTN_NAME = "mechscope"
 Transform = Callable[[torch.Tensor], torch.Tensor]
+FillKeys = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 #: Keyword arguments SDPA either implements or that do not change the math here (masks
 #: already carry sliding windows; packed-sequence arguments are unused by the engine).
@@ -103,6 +104,9 @@ class PassState:
     higher up follow, so a layer of ``b`` rows holds the first ``b``)."""
     reached: set[int] = field(default_factory=set)
     """Layers whose attention called :func:`mechscope_attention` in this pass."""
+    fill_keys: FillKeys | None = None
+    """``(layer, keys, values) -> (keys, values)``: rows resumed at their own positions put
+    the cached keys and values at the positions they do not compute (``LiveRows.fill``)."""
 
     def fit_rows(self, mask: torch.Tensor | None, batch: int) -> torch.Tensor | None:
         """A per-input-row mask ``[B, ...]`` for the ``batch`` rows of a gathered layer."""
@@ -143,6 +147,8 @@ def mechscope_attention(
         state.reached.add(layer)
     if work is not None and work.qkv:
         query, key, value = _edit_qkv(work.qkv, query, key, value)
+    if state is not None and state.fill_keys is not None and layer is not None:
+        key, value = state.fill_keys(layer, key, value)
     bidirectional = getattr(module, "_mechscope_bidirectional", False)
     if bidirectional:
         attention_mask = _padding_only_mask(state, query)

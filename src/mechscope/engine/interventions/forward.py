@@ -28,6 +28,7 @@ from mechscope.engine.interventions.edits import select
 from mechscope.engine.interventions.function import PassValues
 from mechscope.engine.interventions.head_rows import contiguous_head_input
 from mechscope.engine.interventions.join import Join, join_layout, state_rows
+from mechscope.engine.interventions.live import check_reached, install_live, live_rows
 from mechscope.engine.interventions.prefix import (
     KVCache,
     Resume,
@@ -139,9 +140,10 @@ class Forward:
         ``cache=True`` keeps the pass's keys and values (``RunOutput.cache``);
         ``resume=Resume(cache, start)`` computes only positions ``start …`` on top of an
         unedited pass's cache (:mod:`mechscope.engine.interventions.prefix`: nothing may edit
-        the prefix; reads and logits cover the tail). ``past``: a live cache the pass extends
-        in place (generation, :mod:`mechscope.engine.generation.generate`: positions and
-        masks are the caller's).
+        the prefix; reads and logits cover the tail); with ``row_starts`` each row computes
+        its own positions only (:mod:`mechscope.engine.interventions.live`). ``past``: a
+        live cache the pass extends in place (generation,
+        :mod:`mechscope.engine.generation.generate`: positions and masks are the caller's).
         ``model_inputs``: further tensors the model's forward takes beside ``input_ids``, one
         entry per input row where they are batched (a processor's ``input_features`` /
         ``pixel_values`` …: :mod:`mechscope.models.modal`); they cannot be split at a
@@ -170,8 +172,12 @@ class Forward:
         layout = join_layout(lm, expand, joins, int(input_ids.shape[1])) if joins else None
         if layout is not None:
             expand = (layout.expand_layer, layout.index[: layout.steps[0][1]])
-        kv, plan = None, None
+        kv, plan, live = None, None, None
         if resume is not None:
+            live = live_rows(
+                resume, int(input_ids.shape[1]), int(input_ids.shape[0]), expand,
+                state_rows(expand, layout), interventions, logits, cache,
+            )  # fmt: skip
             plan = tail_plan(lm, resume, input_ids, interventions, logits, position_ids)
             input_ids, interventions = plan.input_ids, plan.interventions
             logits, position_ids = plan.logits, plan.position_ids
@@ -188,6 +194,7 @@ class Forward:
             work=work,
             padding_mask=_padding_mask(attention_mask, device),
             rows=state_rows(expand, layout),
+            fill_keys=live.fill if live is not None else None,
         )
         token = attention.ACTIVE.set(state)
         final: FinalHidden | None = None
@@ -209,8 +216,11 @@ class Forward:
             if not wants_logits and not at_layer and causal_lm and not hooked:
                 handles.append(stop_before_head(lm, state))  # no row of the head is wanted
             keep_mlp = kept_positions(logits, int(input_ids.shape[1]))
-            if keep_mlp is not None and past is None and can_trim(lm, interventions):
+            trim = keep_mlp is not None and past is None and can_trim(lm, interventions)
+            if trim:
                 handles.extend(trim_last_mlp(lm, keep_mlp, state))  # the rest is never read
+            if live is not None:  # each row's products at its own positions only
+                handles.extend(install_live(lm, live, state, skip_last_mlp=trim))
             if wants_logits and not head_is_fp32(lm):  # logits from the fp32 readout
                 final = FinalHidden(lm)
                 handles.append(final.handle)
@@ -237,6 +247,8 @@ class Forward:
                 if final is not None and not stopped:  # [batch, kept, vocab] fp32
                     model_logits = self.unembed(final.kept(keep))
             calls.check(stopped)
+            if live is not None:
+                check_reached(lm, live, state.reached, stop_at_layer if stopped else None)
             missing = [l for l in state.unreached() if not stopped or l < stop_at_layer]
             if missing:
                 attn = type(lm.layer_part("attn", missing[0])).__name__

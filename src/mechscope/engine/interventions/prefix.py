@@ -79,10 +79,15 @@ class KVCache(SummaryRepr):
 
 @dataclass(frozen=True)
 class Resume(SummaryRepr):
-    """Continue from ``cache`` (an unedited pass over the same tokens) at position ``start``."""
+    """Continue from ``cache`` (an unedited pass over the same tokens) at position ``start``.
+
+    ``row_starts [rows]``: each row of the final batch edits nothing before its own start
+    (``>= start``), so its positions before it are the cache's: they are not computed
+    (:mod:`mechscope.engine.interventions.live`)."""
 
     cache: KVCache
     start: int
+    row_starts: torch.Tensor | None = None
 
 
 @functools.cache

@@ -103,4 +103,4 @@ def trim_last_mlp(
 def _place(out: torch.Tensor, keep: torch.Tensor, seq: int) -> torch.Tensor:
     """``out [b, len(keep), ...]`` at positions ``keep`` of ``[b, seq, ...]`` zeros."""
     full = out.new_zeros(out.shape[0], seq, *out.shape[2:])
-    return full.index_copy(1, keep.to(out.device), out)
+    return full.index_copy_(1, keep.to(out.device), out)
