@@ -80,14 +80,18 @@ def test_plan_chunks_is_an_optimal_partition(seed):
     assert _cost(chunks, layers, 5, 2.0) == best  # sums of whole numbers: exact
 
 
-def _cost2(chunks, layers, starts, n_layers, seq, overhead, joins=False):
+def _cost2(chunks, layers, starts, n_layers, seq, overhead, joins=False, dead=1.0):
     return sum(
-        chunk_cost([layers[i] for i in c], [starts[i] for i in c], n_layers, seq, overhead, joins)
+        chunk_cost(
+            [layers[i] for i in c], [starts[i] for i in c], n_layers, seq, overhead, joins, dead
+        )
         for c in chunks
     )
 
 
-def _best_contiguous(order, layers, starts, n_layers, seq, max_rows, overhead, joins=False):
+def _best_contiguous(
+    order, layers, starts, n_layers, seq, max_rows, overhead, joins=False, dead=1.0
+):
     best = float("inf")
     for cuts in itertools.product([0, 1], repeat=len(order) - 1):
         parts, cur = [], [order[0]]
@@ -98,23 +102,32 @@ def _best_contiguous(order, layers, starts, n_layers, seq, max_rows, overhead, j
             cur.append(i)
         parts.append(cur)
         if all(len(p) <= max_rows for p in parts):
-            best = min(best, _cost2(parts, layers, starts, n_layers, seq, overhead, joins))
+            best = min(best, _cost2(parts, layers, starts, n_layers, seq, overhead, joins, dead))
     return best
 
 
+@pytest.mark.parametrize("dead", [1.0, 0.25])
 @pytest.mark.parametrize("joins", [False, True])
 @pytest.mark.parametrize("seed", range(5))
-def test_plan_chunks_with_prefix_reuse_is_the_best_of_both_orders(seed, joins):
+def test_plan_chunks_with_prefix_reuse_is_the_best_of_both_orders(seed, joins, dead):
     """The planner's partition costs what the best contiguous partition of either order
     costs (brute force), with rows that begin at the chunk's lowest layer or (``joins``)
-    at their own."""
+    at their own, and positions before a row's own start computed (``dead`` 1) or not
+    (a quarter of the cost: every cost is a sum of quarters, exact in floating point)."""
     rng = np.random.default_rng(seed)
     n, n_layers, seq = 7, 5, 9
     layers = rng.integers(0, n_layers, size=n).tolist()
     starts = rng.integers(0, seq, size=n).tolist()
     max_rows = int(rng.integers(2, 5))
     chunks = plan_chunks(
-        layers, n_layers, max_rows, row_starts=starts, seq=seq, overhead_rows=1.0, joins=joins
+        layers,
+        n_layers,
+        max_rows,
+        row_starts=starts,
+        seq=seq,
+        overhead_rows=1.0,
+        joins=joins,
+        dead=dead,
     )
     assert sorted(i for c in chunks for i in c) == list(range(n))
     assert all(len(c) <= max_rows for c in chunks)
@@ -123,12 +136,14 @@ def test_plan_chunks_with_prefix_reuse_is_the_best_of_both_orders(seed, joins):
         sorted(range(n), key=lambda i: (starts[i], layers[i], i)),
     ]
     best = min(
-        _best_contiguous(o, layers, starts, n_layers, seq, max_rows, 1.0, joins) for o in orders
+        _best_contiguous(o, layers, starts, n_layers, seq, max_rows, 1.0, joins, dead)
+        for o in orders
     )
-    assert _cost2(chunks, layers, starts, n_layers, seq, 1.0, joins) == best  # whole numbers
-    # reusing prefixes never costs more than ignoring them
-    plain = plan_chunks(layers, n_layers, max_rows, seq=seq, overhead_rows=1.0, joins=joins)
-    assert best <= _cost2(plain, layers, starts, n_layers, seq, 1.0, joins) + 1e-9
+    assert _cost2(chunks, layers, starts, n_layers, seq, 1.0, joins, dead) == best
+    if dead == 1.0:  # reusing prefixes never costs more than ignoring them (with dead
+        # positions cheaper, a partition of another order can win: the planner searches two)
+        plain = plan_chunks(layers, n_layers, max_rows, seq=seq, overhead_rows=1.0, joins=joins)
+        assert best <= _cost2(plain, layers, starts, n_layers, seq, 1.0, joins) + 1e-9
 
 
 def test_joined_rows_pay_for_their_own_layers_only():
@@ -139,3 +154,14 @@ def test_joined_rows_pay_for_their_own_layers_only():
     fixed = 5 * 1.0 * 4
     assert plain - fixed == 4 * (0 + 5 * 2)
     assert joined - fixed == 4 * (0 + 5 + 2)
+
+
+def test_positions_before_a_rows_own_start_cost_the_dead_fraction():
+    """Rows from positions 0 and 3 of 5 in one chunk (lowest layer 0 of 5): computed in
+    full, both pay 5 positions a layer; resumed at their own starts the second pays its 2
+    and a quarter of the 3 before them."""
+    fixed = 5 * 1.0 * 5
+    full = chunk_cost([0, 0], [0, 3], 5, 5, 1.0)
+    live = chunk_cost([0, 0], [0, 3], 5, 5, 1.0, dead=0.25)
+    assert full - fixed == 5 * (5 + 5)
+    assert live - fixed == 5 * (5 + 2 + 0.25 * 3)

@@ -308,7 +308,8 @@ def _sweep_same_length(
         resume = None
         if reuse:
             first = min(grids[j].starts[u] for j, _, u, _ in rows)
-            resume = Resume(KVCache.stack([grids[j].base.kv for j in pairs]), first)
+            own = torch.tensor([grids[j].starts[u] for j, _, u, _ in rows])  # [rows]
+            resume = Resume(KVCache.stack([grids[j].base.kv for j in pairs]), first, own)
         patches = chunk_patches(spec, rows, grids, seq, joined=joins)
         media = [grids[j].p.base_inputs for j in pairs]  # multimodal: each input row's own
         extra = stack_inputs(media) if all(media) else None  # type: ignore[arg-type]

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from mechscope.engine.analysis.memory_model import FP32, Dims, Fit, Pass, fit_rows, note, pass_bytes
 from mechscope.models.loaded import LoadedModel
 from mechscope.patching.config import PatchSpec
-from mechscope.patching.plan import plan_chunks
+from mechscope.patching.plan import DEAD_COST, plan_chunks
 
 #: fp32 ``[rows, vocab]`` tensors :func:`~mechscope.patching.metrics.readout_metrics` holds
 #: at once beyond its input, at its peak inside ``js_from_logp``: the log-softmax, the two
@@ -169,8 +169,14 @@ def plan_sweep(
         return chunk_bytes(lm, c, **opts)
 
     fit = fit_rows(worst, budget, MAX_ROWS)
-    chunks = plan_chunks(
-        row_layers, lm.n_layers, fit.rows, row_starts=row_starts, seq=seq, joins=joins
+    chunks = plan_chunks(  # resumed rows compute their own positions only (exact.py)
+        row_layers,
+        lm.n_layers,
+        fit.rows,
+        row_starts=row_starts,
+        seq=seq,
+        joins=joins,
+        dead=DEAD_COST if reuse else 1.0,
     )
     peak, previous, previous_layers = 0, 0, 0
     for chunk in chunks:
