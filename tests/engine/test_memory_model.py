@@ -52,6 +52,15 @@ def test_cache_counts_every_layer_and_the_rows_below_an_expand_once():
     assert cache_bytes(DIMS, Pass(rows=8, tokens=4)) == 0
 
 
+def test_rows_joining_higher_up_hold_cache_for_their_own_layers_only():
+    """8 rows from layer 10: half join at layer 20 (``Join``), so the cache holds 4 rows ×
+    20 layers + 4 rows × 10 layers above the shared layers, not 8 × 20."""
+    kv = 2 * 3 * 64
+    own = 4 * 20 + 4 * 10
+    p = Pass(rows=8, tokens=4, keys=16, cache=True, expand_layer=10, input_rows=1, row_layers=own)
+    assert cache_bytes(DIMS, p) == (10 * 1 + own) * 16 * kv * 4
+
+
 def test_logits_are_fp32_whatever_the_dtype():
     half = Dims(**{**DIMS.__dict__, "itemsize": 2})
     p = Pass(rows=3, tokens=5, logits=5)

@@ -31,9 +31,11 @@ from mechscope.patching.config import PatchSpec
 from mechscope.patching.plan import DEAD_COST, plan_chunks
 
 #: fp32 ``[rows, vocab]`` tensors :func:`~mechscope.patching.metrics.readout_metrics` holds
-#: at once beyond its input, at its peak inside ``js_from_logp``: the log-softmax, the two
-#: finite stand-ins and their zero fills, the log-mixture and its shift (7), and three bool
-#: masks (a quarter each). Measured: 9.5 on ``[64 | 256, 49152]`` logits.
+#: at once beyond its input, at its peak inside ``js_from_logp`` where a log-probability is
+#: ``-inf`` (its guarded path): the log-softmax, the two finite stand-ins and their zero
+#: fills, the log-mixture and its shift (7), and three bool masks (a quarter each).
+#: Measured: 9.5 on ``[64 | 256, 49152]`` logits; the finite path (every model's logits)
+#: holds 5.0, so this over-counts there.
 METRIC_ROWS = 9.5
 #: Most rows of one sweep forward.
 MAX_ROWS = 512
@@ -102,6 +104,8 @@ class SweepChunk:
     pair_rows: int  # most rows of one pair (its logits are copied and scored together)
     previous: int = 0  # rows of the chunk before, whose logits and patches are still held
     previous_layers: int = 0  # its distinct patched layers
+    row_layers: int = 0  # Σ over rows of their own layers where rows join (0: every row from
+    # the lowest layer on)
 
 
 def chunk_bytes(
@@ -131,6 +135,7 @@ def chunk_bytes(
         expand_layer=c.low,
         input_rows=c.pairs,
         gathered=True,
+        row_layers=c.row_layers,
     )
     patched = c.rows * c.tail * site_width(lm, spec.site, spec) * e  # torch.where at a layer
     run = previous + stacked + values + pass_bytes(dims, p) + patched
@@ -190,6 +195,7 @@ def plan_sweep(
             pair_rows=max(Counter(row_pairs[i] for i in chunk).values()),
             previous=previous,
             previous_layers=previous_layers,
+            row_layers=sum(lm.n_layers - row_layers[i] for i in chunk) if joins else 0,
         )
         peak = max(peak, chunk_bytes(lm, c, **opts))
         previous, previous_layers = c.rows, c.layers

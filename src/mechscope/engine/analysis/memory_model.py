@@ -103,6 +103,8 @@ class Pass:
     expand_layer: int = 0  # layers below it run on input_rows rows
     input_rows: int = 1  # rows below the expand layer
     gathered: bool = False  # expanded by an index (rows gathered from several inputs)
+    row_layers: int = 0  # Σ over rows of the layers each runs from the expand layer on, for
+    # rows that join higher up (``Join``); 0: every row runs every layer from the expansion
 
     @property
     def n_keys(self) -> int:
@@ -128,8 +130,13 @@ def cache_bytes(dims: Dims, p: Pass) -> int:
     if not p.cache:
         return 0
     low = min(p.expand_layer, dims.layers)
-    row_layers = low * p.input_rows + (dims.layers - low) * p.rows
+    row_layers = low * p.input_rows + _expanded_row_layers(dims, p)
     return row_layers * p.n_keys * dims.kv_width * dims.itemsize
+
+
+def _expanded_row_layers(dims: Dims, p: Pass) -> int:
+    """Rows × layers from the expand layer on: each row's own layers where rows join."""
+    return p.row_layers or (dims.layers - min(p.expand_layer, dims.layers)) * p.rows
 
 
 def resume_setup_bytes(dims: Dims, p: Pass) -> int:
@@ -140,7 +147,7 @@ def resume_setup_bytes(dims: Dims, p: Pass) -> int:
         return 0
     low = min(p.expand_layer, dims.layers)
     copies = 2 if p.gathered and low < dims.layers else 1
-    row_layers = low * p.input_rows + (dims.layers - low) * p.rows * copies
+    row_layers = low * p.input_rows + _expanded_row_layers(dims, p) * copies
     return row_layers * prefix * dims.kv_width * dims.itemsize
 
 
