@@ -15,22 +15,12 @@ import torch
 from mechscope.engine import Engine, Patch, Read, Site
 from mechscope.engine.interventions.join import Join
 from mechscope.engine.interventions.live import check_reached, live_rows
-from mechscope.engine.interventions.prefix import Resume, can_resume
+from mechscope.engine.interventions.prefix import Resume
 from mechscope.errors import SiteError, UnsupportedInterventionError
-from mechscope.models import all_cards, load_model
+from mechscope.models import load_model
 from tolerance import assert_beyond_rounding, assert_rounding_close, depth_of, scale_of
 
-CAUSAL = sorted(f for f, card in all_cards().items() if card.causal)
-SEQ = 12
-
-
-@pytest.fixture(scope="module", params=[*(f"tiny:{f}" for f in CAUSAL), "stories"])
-def model(request, stories_path):
-    spec = str(stories_path) if request.param == "stories" else request.param
-    lm = load_model(spec)
-    if not can_resume(lm, SEQ):
-        pytest.skip("a sliding window or chunk shorter than the test sequence")
-    return lm, Engine.of(lm)
+SEQ = 12  # conftest.RESUME_SEQ: every model of resumable_model resumes at it
 
 
 def _prompts(lm) -> torch.Tensor:
@@ -53,8 +43,8 @@ def _mlp_widths(lm, layer: int) -> tuple[list[int], object]:
 
 
 @pytest.mark.parametrize("name", ["resid_pre", "attn_out", "mlp_out", "z"])
-def test_rows_from_their_own_starts_equal_their_own_passes(model, name):
-    lm, eng = model
+def test_rows_from_their_own_starts_equal_their_own_passes(resumable_model, name):
+    lm, eng = resumable_model
     ids = _prompts(lm)
     index = torch.tensor([0, 1, 1, 0])  # each row's input row
     starts = torch.tensor([4, 6, 9, 11])  # each row's first (and only) patched position
@@ -93,9 +83,9 @@ def test_rows_from_their_own_starts_equal_their_own_passes(model, name):
     assert_beyond_rounding(torch.cat(refs), plain, depth=depth, scale=scale_of(plain), msg=name)
 
 
-def test_joined_rows_from_their_own_starts_equal_their_own_passes(model):
+def test_joined_rows_from_their_own_starts_equal_their_own_passes(resumable_model):
     """Rows joining higher up (a patching sweep's layout) with their own starts."""
-    lm, eng = model
+    lm, eng = resumable_model
     ids = _prompts(lm)
     top = lm.n_layers - 1
     layers = sorted({0, top})

@@ -13,27 +13,17 @@ import torch
 
 from mechscope.engine import Engine, Patch, Read, Site, SuppressAttention
 from mechscope.engine.interventions.join import Join
-from mechscope.engine.interventions.prefix import Resume, can_resume
+from mechscope.engine.interventions.prefix import Resume
 from mechscope.errors import SiteError
-from mechscope.models import all_cards, load_model
+from mechscope.models import load_model
 from tolerance import assert_beyond_rounding, assert_rounding_close, depth_of, scale_of
 
-CAUSAL = sorted(f for f, card in all_cards().items() if card.causal)
-SEQ = 12
+SEQ = 12  # conftest.RESUME_SEQ: every model of resumable_model resumes at it
 
 
 def _ids(lm, batch: int = 1) -> torch.Tensor:
     gen = torch.Generator().manual_seed(0)
     return torch.randint(10, min(lm.vocab_size, 300), (batch, SEQ), generator=gen)
-
-
-@pytest.fixture(scope="module", params=[*(f"tiny:{f}" for f in CAUSAL), "stories"])
-def model(request, stories_path):
-    spec = str(stories_path) if request.param == "stories" else request.param
-    lm = load_model(spec)
-    if not can_resume(lm, SEQ):
-        pytest.skip("a sliding window or chunk shorter than the test sequence")
-    return lm, Engine.of(lm)
 
 
 def _row_patches(lm, eng, ids, start: int, layer: int, name: str = "resid_pre"):
@@ -48,8 +38,8 @@ def _row_patches(lm, eng, ids, start: int, layer: int, name: str = "resid_pre"):
 
 
 @pytest.mark.parametrize("name", ["resid_pre", "attn_out", "mlp_out", "z"])
-def test_resumed_patch_rows_equal_full_pass(model, name):
-    lm, eng = model
+def test_resumed_patch_rows_equal_full_pass(resumable_model, name):
+    lm, eng = resumable_model
     ids = _ids(lm)
     start, layer = 5, lm.n_layers // 2
     patch, n = _row_patches(lm, eng, ids, start, layer, name)
@@ -64,8 +54,8 @@ def test_resumed_patch_rows_equal_full_pass(model, name):
     assert_beyond_rounding(full, plain, depth=depth, scale=scale_of(plain), msg=name)
 
 
-def test_resumed_reads_and_repeated_rows(model):
-    lm, eng = model
+def test_resumed_reads_and_repeated_rows(resumable_model):
+    lm, eng = resumable_model
     ids = _ids(lm)
     start = 4
     base = eng.run(ids, cache=True, logits=False)
@@ -79,8 +69,8 @@ def test_resumed_reads_and_repeated_rows(model):
     assert_rounding_close(tail[site], full[site], depth=depth_of(lm, 2), msg="resid_post 1")
 
 
-def test_cache_of_a_batched_pass_gives_rows(model):
-    lm, eng = model
+def test_cache_of_a_batched_pass_gives_rows(resumable_model):
+    lm, eng = resumable_model
     ids = _ids(lm, batch=2)
     base = eng.run(ids, cache=True)
     second = eng.run(ids[1:], cache=True)
@@ -124,8 +114,8 @@ def test_bidirectional_models_cannot_resume():
         eng.run(ids, resume=Resume(cache, 3))
 
 
-def test_gathered_rows_of_two_prompts_equal_their_own_passes(model):
-    lm, eng = model
+def test_gathered_rows_of_two_prompts_equal_their_own_passes(resumable_model):
+    lm, eng = resumable_model
     ids = torch.cat([_ids(lm), _ids(lm).flip(1)])  # two prompts [2, seq]
     index = torch.tensor([0, 1, 1, 0])
     layer, start = lm.n_layers // 2, 6
@@ -150,11 +140,11 @@ def test_gathered_rows_of_two_prompts_equal_their_own_passes(model):
         assert_rounding_close(resumed[r : r + 1], ref, depth=depth_of(lm), msg=f"resumed {r}")
 
 
-def test_rows_joining_higher_up_equal_their_own_passes(model):
+def test_rows_joining_higher_up_equal_their_own_passes(resumable_model):
     """``join``: rows that begin at a higher layer's ``resid_pre`` with the unedited run's
     residual there compute what their own full pass computes; the batch grows layer by
     layer (expanded rows first, then each join's rows), with and without a prefix cache."""
-    lm, eng = model
+    lm, eng = resumable_model
     ids = torch.cat([_ids(lm), _ids(lm).flip(1)])  # two prompts [2, seq]
     top, start = lm.n_layers - 1, 5
     layers = sorted({0, top // 2 if top > 1 else 0, top})  # expansion, then joins

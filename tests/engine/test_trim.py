@@ -12,18 +12,10 @@ import torch
 
 from mechscope.engine import Engine, Gate, Patch, Read, Site
 from mechscope.engine.interventions.trim import can_trim, kept_positions
-from mechscope.models import all_cards, load_model
+from mechscope.models import load_model
 from tolerance import assert_rounding_close, depth_of
 
-CAUSAL = sorted(f for f, card in all_cards().items() if card.causal)
 SEQ = 10
-
-
-@pytest.fixture(scope="module", params=[*(f"tiny:{f}" for f in CAUSAL), "stories"])
-def model(request, stories_path):
-    spec = str(stories_path) if request.param == "stories" else request.param
-    lm = load_model(spec)
-    return lm, Engine.of(lm)
 
 
 def _ids(lm, batch: int = 2) -> torch.Tensor:
@@ -42,8 +34,8 @@ def _last_mlp_positions(lm) -> tuple[list[int], object]:
     return seen, lm.layer_module(lm.n_layers - 1).mlp.register_forward_hook(record)
 
 
-def test_kept_logits_equal_the_whole_pass_and_the_mlp_runs_there_only(model):
-    lm, eng = model
+def test_kept_logits_equal_the_whole_pass_and_the_mlp_runs_there_only(causal_model):
+    lm, eng = causal_model
     ids = _ids(lm)
     keep = torch.tensor([3, SEQ - 1])
     assert can_trim(lm, [])
@@ -61,8 +53,8 @@ def test_kept_logits_equal_the_whole_pass_and_the_mlp_runs_there_only(model):
     assert_rounding_close(last, whole[:, -1:], depth=depth, msg="last position")
 
 
-def test_gradients_through_gates_equal_the_whole_pass(model):
-    lm, eng = model
+def test_gradients_through_gates_equal_the_whole_pass(causal_model):
+    lm, eng = causal_model
     ids = _ids(lm, batch=1)
 
     def grad(logits) -> torch.Tensor:
