@@ -148,6 +148,10 @@ def test_what_dead_positions_cannot_support_is_refused(stories_path):
     early[1, 5] = True  # row 1 starts at 6
     with pytest.raises(SiteError, match="before its start"):
         run([Patch(site, value, mask=early)])
+    one_row = torch.zeros(1, SEQ, dtype=torch.bool)
+    one_row[0, 5] = True  # broadcast to every row: before rows 1 and 2's starts
+    with pytest.raises(SiteError, match="before its start"):
+        run([Patch(site, value[:1], mask=one_row)])
     with pytest.raises(UnsupportedInterventionError, match="masked Patches only"):
         run([ok, Read(Site("resid_post", 1))])
     with pytest.raises(SiteError, match="logits at position 4"):
@@ -172,3 +176,34 @@ def test_a_layer_that_never_reached_the_attention_function_raises(stories_path):
     check_reached(lm, live, {1}, 2)  # a pass stopped at layer 2: layer 1 is all it needs
     with pytest.raises(UnsupportedInterventionError, match=r"layer 2: .* never called"):
         check_reached(lm, live, {0, 1, 3, 4}, None)
+
+
+def test_gathered_rows_as_many_as_the_cached_prompts_take_their_own_prompts_keys(
+    resumable_model,
+):
+    """Two rows gathered from two cached prompts in the other order (``index`` [1, 0]): the
+    cache has as many rows as the batch, and each row's dead keys are still its own
+    prompt's, not the cache row of the same number."""
+    lm, eng = resumable_model
+    ids = _prompts(lm)
+    index, starts = torch.tensor([1, 0]), torch.tensor([7, 9])
+    layer = (lm.n_layers - 1) // 2
+    site = Site("resid_pre", layer)
+    act = eng.run(ids, [Read(site)], logits=False)[site]
+    value = act[index] + torch.randn(
+        (2, *act.shape[1:]), generator=torch.Generator().manual_seed(4)
+    )
+    mask = torch.zeros(2, SEQ, dtype=torch.bool)
+    mask[torch.arange(2), starts] = True
+    base = eng.run(ids, cache=True, logits=False)
+    out = eng.run(
+        ids,
+        [Patch(site, value, mask=mask)],
+        expand=(layer, index),
+        logits=1,
+        resume=Resume(base.cache, 4, starts),
+    ).logits
+    for r in range(2):
+        one = Patch(site, value[r : r + 1], mask=mask[r : r + 1])
+        ref = eng.run(ids[index[r] : index[r] + 1], [one], logits=1).logits
+        assert_rounding_close(out[r : r + 1], ref, depth=depth_of(lm), msg=f"row {r}")

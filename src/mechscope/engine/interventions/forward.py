@@ -175,8 +175,8 @@ class Forward:
         kv, plan, live = None, None, None
         if resume is not None:
             live = live_rows(
-                resume, int(input_ids.shape[1]), int(input_ids.shape[0]), expand,
-                state_rows(expand, layout), interventions, logits, cache,
+                resume, int(input_ids.shape[1]), int(input_ids.shape[0]), expand, layout,
+                interventions, logits, cache,
             )  # fmt: skip
             plan = tail_plan(lm, resume, input_ids, interventions, logits, position_ids)
             input_ids, interventions = plan.input_ids, plan.interventions

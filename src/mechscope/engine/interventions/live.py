@@ -9,10 +9,10 @@ every product of every layer (a seventh of a patching sweep's work).
 ``Resume(cache, start, row_starts)`` names each row's own first position. The engine then
 treats a row's positions before it as *dead*: their keys and values at every layer are the
 cached pass's (put in place in the attention function), so nothing read at a live position
-depends on the dead positions' hidden states, and the per-position modules — each layer's
-MLP and attention output projection — run at the live positions only (gathered, then put
-back with zeros). Only the query, key and value projections and the attention itself keep
-the dense ``[rows, tail]`` layout.
+depends on the dead positions' hidden states, and the per-position products — each
+layer's MLP, its attention's query/key/value projections and output projection — run at
+the live positions only (gathered, then put back with zeros). Only the attention itself,
+the norms and the residual adds keep the dense ``[rows, tail]`` layout.
 
 Dead positions hold no meaningful value, so a pass with row starts takes masked ``Patch``es
 only (none may touch a row before its start), returns logits at positions every row has
@@ -22,7 +22,7 @@ dead keys would never be replaced: a pass where one did not raises.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from mechscope.engine.core import attention
+from mechscope.engine.interventions.join import RowLayout, state_rows
 from mechscope.engine.interventions.prefix import KVCache, Resume
 from mechscope.engine.interventions.values import Intervention, Patch
 from mechscope.errors import SiteError, UnsupportedInterventionError
@@ -42,12 +43,14 @@ def check_row_starts(
     start: int,
     seq: int,
     rows: int,
+    present: Callable[[Any], int | None],
     interventions: Sequence[Intervention],
     logits: bool | int | torch.Tensor,
     keep_cache: bool,
 ) -> None:
     """Refuse, in one line, a pass whose row starts could hide an edit or return a dead
-    position: ``starts [rows]`` absolute positions in ``start … seq − 1``."""
+    position: ``starts [rows]`` absolute positions in ``start … seq − 1``; ``present(layer)``:
+    the final batch's rows present at a layer (its first ones), None below the expansion."""
     if starts.dim() != 1 or starts.shape[0] != rows:
         raise ValueError(
             f"row_starts needs one position per batch row ({rows}), got {list(starts.shape)}"
@@ -67,7 +70,7 @@ def check_row_starts(
                 f"a pass with row_starts takes masked Patches only (positions before a row's "
                 f"start hold no value), got {type(iv).__name__} at {getattr(iv, 'site', '?')}"
             )
-        _check_mask(iv, starts, seq)
+        _check_mask(iv, starts, seq, present(iv.site.layer))
     positions = _logit_positions(logits, seq)
     if positions is not None and bool((positions < hi).any()):
         raise SiteError(
@@ -76,15 +79,23 @@ def check_row_starts(
         )
 
 
-def _check_mask(patch: Patch, starts: torch.Tensor, seq: int) -> None:
+def _check_mask(patch: Patch, starts: torch.Tensor, seq: int, present: int | None) -> None:
+    """``present``: the rows at the patch's layer, the first of the final batch (a one-row
+    mask broadcasts to them); None below the expansion, where a row is an input row that
+    every later row continues: its edits must then lie at or after every row's start."""
     mask, dim = patch.mask, patch.site.pos_dim
     assert mask is not None
     if mask.shape[dim] != seq:  # broadcast over positions: it touches every one
         raise SiteError(f"a patch of {patch.site} covers every position, before a row's start")
-    hit = mask.movedim(dim, 1).reshape(mask.shape[0], seq, -1).any(-1)  # [b, seq]: b rows
-    # of the final batch (a layer where later rows have not joined yet holds the first b)
-    before = torch.arange(seq)[None, :] < starts[: hit.shape[0], None].cpu()
-    if hit.shape[0] > starts.shape[0] or bool((hit.cpu() & before).any()):
+    hit = mask.movedim(dim, 1).reshape(mask.shape[0], seq, -1).any(-1).cpu()  # [b, seq]
+    if present is None:
+        own = starts.max().reshape(1)
+    elif hit.shape[0] in (1, present):
+        own = starts[:present]
+    else:
+        raise ValueError(f"a patch of {patch.site} has {hit.shape[0]} rows for {present}")
+    before = torch.arange(seq)[None, :] < own[:, None]  # [rows, seq]
+    if bool((hit & before).any()):
         raise SiteError(f"a patch of {patch.site} edits a row before its start (row_starts)")
 
 
@@ -132,12 +143,11 @@ class LiveRows:
             return key, value  # below the expansion the input rows are live everywhere
         ck, cv = self.cache.layers[layer]
         ck, cv = ck[:, :, self.start : hi], cv[:, :, self.start : hi]  # [B|1, kv, hi - start, d]
-        if ck.shape[0] != batch:
-            if self.rows is not None:
-                rows = self.rows[:batch].to(ck.device)
-                ck, cv = ck.index_select(0, rows), cv.index_select(0, rows)
-            else:
-                ck, cv = ck.expand(batch, -1, -1, -1), cv.expand(batch, -1, -1, -1)
+        if self.rows is not None:  # gathered rows: always by index (B may equal the batch)
+            rows = self.rows[:batch].to(ck.device)
+            ck, cv = ck.index_select(0, rows), cv.index_select(0, rows)
+        elif ck.shape[0] != batch:  # one input row, repeated
+            ck, cv = ck.expand(batch, -1, -1, -1), cv.expand(batch, -1, -1, -1)
         dead = ~self.live(batch, key.device)[:, None, : hi - self.start, None]  # [b, 1, n, 1]
         span = slice(self.start, hi)
         k = torch.where(dead, ck.to(key.dtype), key[:, :, span])
@@ -150,9 +160,9 @@ class LiveRows:
 def install_live(
     lm: LoadedModel, live: LiveRows, owner: attention.PassState, *, skip_last_mlp: bool
 ) -> list[RemovableHandle]:
-    """Hooks that run each layer's MLP and attention output projection at its live
-    positions only, from the expansion on (``skip_last_mlp``: the last MLP is already cut
-    to the kept positions). Returns the handles; the attention function fills the keys."""
+    """Hooks that run each layer's MLP and attention projections at its live positions
+    only, from the expansion on (``skip_last_mlp``: the last MLP is already cut to the kept
+    positions). Returns the handles; the attention function fills the keys."""
     handles: list[RemovableHandle] = []
     for layer in range(live.expand_layer, lm.n_layers):
         o_proj = lm.layer_part("o_proj", layer)
@@ -229,19 +239,29 @@ def live_rows(
     seq: int,
     batch: int,
     expand: tuple[int, int | torch.Tensor] | None,
-    rows: torch.Tensor | None,
+    layout: RowLayout | None,
     interventions: Sequence[Intervention],
     logits: bool | int | torch.Tensor,
     keep_cache: bool,
 ) -> LiveRows | None:
     """The checked :class:`LiveRows` of a pass resumed with ``row_starts`` (None without):
-    ``seq`` whole-sequence positions, ``batch`` input rows, ``rows`` the input row of each
-    final row (None: the input rows, or one repeated row)."""
+    ``seq`` whole-sequence positions, ``batch`` input rows, ``expand`` and ``layout`` (rows
+    joining higher up) as the pass has them."""
     if resume.row_starts is None:
         return None
+    rows = state_rows(expand, layout)  # the input row of each final row (None: no gather)
     final = batch if expand is None else (int(expand[1]) if rows is None else int(rows.shape[0]))
+
+    def present(layer: Any) -> int | None:
+        if expand is None:
+            return final
+        if not isinstance(layer, int) or layer < expand[0]:
+            return None  # below the expansion (or a module path): the input rows
+        at = layout.rows_at(layer) if layout is not None else None
+        return final if at is None else int(at.shape[0])
+
     starts = torch.as_tensor(resume.row_starts).long().cpu()
-    check_row_starts(starts, resume.start, seq, final, interventions, logits, keep_cache)
+    check_row_starts(starts, resume.start, seq, final, present, interventions, logits, keep_cache)
     return LiveRows(
         starts=starts,
         start=resume.start,
