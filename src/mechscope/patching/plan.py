@@ -18,7 +18,7 @@ a row of layer ``l`` pays ``n_layers - l`` layers instead of ``n_layers - a``::
 When every row computes only its own positions (``dead``: rows resumed at their own
 starts, :mod:`mechscope.engine.interventions.live`), a row patched from ``s`` pays
 ``seq - s`` positions in full and the ``s - f`` before them at the fraction ``dead`` of a
-position (the query/key/value products and attention that keep the dense layout)::
+position (attention, the norms and the residual adds keep the dense layout)::
 
     (seq - f) * n  ->  sum over rows of ((seq - s) + dead * (s - f))
 
@@ -39,9 +39,10 @@ import numpy as np
 #: Fixed per-layer cost of one forward, in rows (measured on CPU: a 1-row forward costs
 #: about as much as 3-5 extra rows of a batched one).
 OVERHEAD_ROWS = 4.0
-#: What a row's position before its own start costs when it is not computed (the dense
-#: query/key/value products and attention a Llama layer keeps there), as a fraction of a
-#: computed position.
+#: What a row's position before its own start costs when it is not computed (attention,
+#: the norms and the residual adds keep the dense layout there), as a fraction of a
+#: computed position. 0.15 to 0.35 plan the same chunks of the IOI benchmark sweep; 0.5
+#: plans more and ran 2 % slower (benchmarks/README.md).
 DEAD_COST = 0.25
 
 
