@@ -207,3 +207,21 @@ def test_gathered_rows_as_many_as_the_cached_prompts_take_their_own_prompts_keys
         one = Patch(site, value[r : r + 1], mask=mask[r : r + 1])
         ref = eng.run(ids[index[r] : index[r] + 1], [one], logits=1).logits
         assert_rounding_close(out[r : r + 1], ref, depth=depth_of(lm), msg=f"row {r}")
+
+
+def test_a_family_with_its_own_attention_refuses_row_starts_and_gathered_rows():
+    """Falcon's attention never calls the engine's attention function: row starts (whose
+    dead keys are filled there) and rows gathered from several inputs (whose masks are
+    fitted there) are refused in one line before the pass, not met by a shape error."""
+    lm = load_model("tiny:falcon")
+    eng = Engine.of(lm)
+    ids = _prompts(lm)
+    base = eng.run(ids[:1], cache=True, logits=False)
+    with pytest.raises(UnsupportedInterventionError, match="cannot fill the keys"):
+        eng.run(
+            ids[:1], expand=(1, 2), logits=1, resume=Resume(base.cache, 4, torch.tensor([4, 6]))
+        )
+    with pytest.raises(UnsupportedInterventionError, match="gathered from 2 input rows"):
+        eng.run(ids, expand=(1, torch.tensor([0, 1, 1, 0])), logits=1)
+    one = eng.run(ids[:1], expand=(1, torch.tensor([0, 0])), logits=1).logits  # one input row
+    assert_rounding_close(one[1:], one[:1], depth=depth_of(lm), msg="repeated row")

@@ -28,7 +28,12 @@ from mechscope.engine.interventions.edits import select
 from mechscope.engine.interventions.function import PassValues
 from mechscope.engine.interventions.head_rows import contiguous_head_input
 from mechscope.engine.interventions.join import Join, join_layout, state_rows
-from mechscope.engine.interventions.live import check_reached, install_live, live_rows
+from mechscope.engine.interventions.live import (
+    check_reached,
+    install_live,
+    live_rows,
+    refuse_own_attention,
+)
 from mechscope.engine.interventions.prefix import (
     KVCache,
     Resume,
@@ -89,6 +94,9 @@ class Forward:
         # a class that ignores the attention interface logs a warning and keeps its own
         lm.model.set_attn_implementation(attention.ATTN_NAME)
         reached = getattr(lm.model.config, "_attn_implementation", None) == attention.ATTN_NAME
+        self.attention_reached = reached
+        """Whether the family's attention calls the engine's attention function (rows
+        gathered from several inputs get their masks there, row starts their keys)."""
         self.refusals = engine_refusals(lm, reached)
         """What the engine refuses on its own (merged with ``lm.refused`` at each pass)."""
         for layer in range(lm.n_layers):
@@ -172,6 +180,8 @@ class Forward:
         layout = join_layout(lm, expand, joins, int(input_ids.shape[1])) if joins else None
         if layout is not None:
             expand = (layout.expand_layer, layout.index[: layout.steps[0][1]])
+        if not self.attention_reached:
+            refuse_own_attention(lm, input_ids.shape[0], expand, resume)
         kv, plan, live = None, None, None
         if resume is not None:
             live = live_rows(

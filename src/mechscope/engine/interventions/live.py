@@ -283,3 +283,25 @@ def check_reached(lm: LoadedModel, live: LiveRows, reached: set[int], stop: int 
             f"layer {missing[0]}: {type(lm.layer_part('attn', missing[0])).__name__} never "
             "called the engine's attention function, so row_starts cannot fill its keys"
         )
+
+
+def refuse_own_attention(
+    lm: LoadedModel,
+    batch: int,
+    expand: tuple[int, int | torch.Tensor] | None,
+    resume: Resume | None,
+) -> None:
+    """Before the pass, for a family whose attention runs in its own code (never reaching
+    the engine's attention function): rows gathered from several input rows would attend
+    with their inputs' masks, not their own, and row starts could not fill dead keys."""
+    attn = type(lm.layer_part("attn", 0)).__name__
+    if resume is not None and resume.row_starts is not None:
+        raise UnsupportedInterventionError(
+            f"{attn} computes attention in its own code, so row_starts cannot fill the keys "
+            "of the positions a row does not compute: resume without row_starts"
+        )
+    if expand is not None and isinstance(expand[1], torch.Tensor) and batch > 1:
+        raise UnsupportedInterventionError(
+            f"{attn} computes attention in its own code, so rows gathered from {batch} input "
+            "rows (expand with an index, join) cannot get their own masks: one input row a pass"
+        )
