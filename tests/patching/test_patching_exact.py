@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from patching_reference import (
     ioi_like,
     metric_scale,
@@ -18,6 +19,8 @@ from patching_reference import (
     run_hooked,
 )
 
+from mechscope.engine import Engine, Patch, Read, Site
+from mechscope.models import load_model
 from mechscope.patching import PatchSpec, patch_pairs
 from mechscope.patching.prepare import prepare_pair, units
 from tolerance import assert_rounding_close, depth_of
@@ -148,3 +151,37 @@ def test_pairs_sharing_forwards_equal_one_patch_per_forward(lm, site, granularit
     for pair, got in zip(pairs, res.pairs, strict=True):
         ref, scale = loop_reference(lm, pair, spec, "denoising")
         assert_grid_matches(lm, got, ref, scale, f"{pair.id} ")
+
+
+def test_a_family_with_its_own_attention_sweeps_one_pair_at_a_time():
+    """Falcon computes attention in its own code: the engine cannot give rows gathered
+    from several pairs their own masks, nor fill the keys of a row's dead positions, so
+    each pair takes its own forwards (resumed from one start a chunk) and still equals one
+    patch per forward."""
+    lm = load_model("tiny:falcon")
+    assert not Engine.of(lm).attention_reached
+    pairs = [
+        ioi_like("a", "Mary", "John", "Mary", "store"),
+        ioi_like("b", "John", "Mary", "John", "house"),
+    ]
+    spec = PatchSpec(site="resid_pre", granularity="position", positions=POSITIONS)
+    res = patch_pairs(lm, pairs, spec, progress=False)
+    eng = Engine.of(lm)
+    for pair, got in zip(pairs, res.pairs, strict=True):  # reference: one plain pass a cell
+        p = prepare_pair(pair, lm.tokenizer, "denoising", spec)
+        _, _, base_pos, src_pos = units(p, spec)
+        assert base_pos == src_pos  # equal lengths: the same positions on both sides
+        for layer in range(lm.n_layers):
+            site = Site("resid_pre", layer)
+            src = eng.run(torch.tensor([p.source_ids]), [Read(site)], logits=False)[site]
+            for u, bp in enumerate(base_pos):
+                mask = torch.zeros(1, len(p.base_ids), dtype=torch.bool)
+                mask[0, list(bp)] = True
+                out = eng.run(torch.tensor([p.base_ids]), [Patch(site, src, mask=mask)], logits=1)
+                logits = out.logits[0, -1].double()
+                want = float(logits[p.correct_id] - logits[p.wrong_id])
+                have = float(got.metrics["logit_diff"][layer, u, 0])
+                scale = float(logits.abs().max())
+                assert_rounding_close(
+                    have, want, depth=depth_of(lm), scale=scale, msg=f"{layer} {u}"
+                )

@@ -233,11 +233,11 @@ def sweep_pairs(
     grids = [_grid(eng, spec, p, base, source, keep_logits) for p, base, source in items]
     if advance is not None:
         advance(int(sum(g.skip.sum() for g in grids)))
-    by_len: dict[int, list[int]] = {}
-    for j, g in enumerate(grids):
-        by_len.setdefault(len(g.p.base_ids), []).append(j)
+    by_len: dict[tuple[int, int], list[int]] = {}  # a family whose attention runs in its own
+    for j, g in enumerate(grids):  # code cannot gather rows of several pairs: one pair a sweep
+        by_len.setdefault((len(g.p.base_ids), 0 if eng.attention_reached else j), []).append(j)
     held = _held(eng, spec, grids)
-    for seq, members in by_len.items():
+    for (seq, _), members in by_len.items():
         _sweep_same_length(eng, spec, [grids[j] for j in members], seq, held, advance)
     out = []
     for g in grids:
@@ -283,6 +283,7 @@ def _sweep_same_length(
     kept = any(g.kept is not None for g in grids)
     readout = torch.tensor([seq - 1])
     joins = can_join(spec, grids)
+    live = reuse and eng.attention_reached  # rows resume at their own starts
     chunks = plan_sweep(
         eng.lm,
         spec,
@@ -293,6 +294,7 @@ def _sweep_same_length(
         held=held,
         keep_logits=kept,
         joins=joins,
+        live=live,
     )
     for chunk in chunks:
         chunk = sorted(chunk, key=lambda i: row_layers[i])  # joined rows follow, layer by layer
@@ -308,7 +310,7 @@ def _sweep_same_length(
         resume = None
         if reuse:
             first = min(grids[j].starts[u] for j, _, u, _ in rows)
-            own = torch.tensor([grids[j].starts[u] for j, _, u, _ in rows])  # [rows]
+            own = torch.tensor([grids[j].starts[u] for j, _, u, _ in rows]) if live else None
             resume = Resume(KVCache.stack([grids[j].base.kv for j in pairs]), first, own)
         patches = chunk_patches(spec, rows, grids, seq, joined=joins)
         media = [grids[j].p.base_inputs for j in pairs]  # multimodal: each input row's own

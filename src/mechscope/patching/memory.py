@@ -159,9 +159,11 @@ def plan_sweep(
     held: int,
     keep_logits: bool = False,
     joins: bool = False,
+    live: bool = False,
 ) -> list[list[int]]:
     """Chunks of variant indices (:func:`~mechscope.patching.plan.plan_chunks`), with as
-    many rows as the worst chunk allows; records the largest planned chunk's bytes."""
+    many rows as the worst chunk allows; records the largest planned chunk's bytes.
+    ``live``: rows resume at their own starts (positions before them cost ``DEAD_COST``)."""
     budget = spec.budget_bytes or lm.memory_budget
     reuse = row_starts is not None
     first = min(row_starts) if row_starts else 0
@@ -174,14 +176,14 @@ def plan_sweep(
         return chunk_bytes(lm, c, **opts)
 
     fit = fit_rows(worst, budget, MAX_ROWS)
-    chunks = plan_chunks(  # resumed rows compute their own positions only (exact.py)
+    chunks = plan_chunks(  # ``live``: rows compute their own positions only (exact.py)
         row_layers,
         lm.n_layers,
         fit.rows,
         row_starts=row_starts,
         seq=seq,
         joins=joins,
-        dead=DEAD_COST if reuse else 1.0,
+        dead=DEAD_COST if live else 1.0,
     )
     peak, previous, previous_layers = 0, 0, 0
     for chunk in chunks:
