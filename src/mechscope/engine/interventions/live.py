@@ -120,18 +120,24 @@ class LiveRows:
     rows: torch.Tensor | None  # [rows] the input row each final row continues
     expand_layer: int
     tail: int  # positions in this pass
-    _index: dict[int, torch.Tensor] = field(default_factory=dict)
+    _live: dict[tuple[int, torch.device], torch.Tensor] = field(default_factory=dict)
+    _index: dict[tuple[int, torch.device], torch.Tensor] = field(default_factory=dict)
 
     def live(self, batch: int, device: torch.device) -> torch.Tensor:
-        """``[batch, tail]`` bool: True where a row of a ``batch``-row layer is live."""
-        pos = torch.arange(self.start, self.start + self.tail, device=device)
-        return pos[None, :] >= self.starts[:batch, None].to(device)
+        """``[batch, tail]`` bool: True where a row of a ``batch``-row layer is live (made
+        once per batch size and device: layers may sit on several devices)."""
+        key = (batch, torch.device(device))
+        if key not in self._live:
+            pos = torch.arange(self.start, self.start + self.tail, device=device)
+            self._live[key] = pos[None, :] >= self.starts[:batch, None].to(device)
+        return self._live[key]
 
     def index(self, batch: int, device: torch.device) -> torch.Tensor:
-        """Flat indices ``[live tokens]`` into ``[batch * tail]`` (cached per batch size)."""
-        if batch not in self._index:
-            self._index[batch] = self.live(batch, device).reshape(-1).nonzero().squeeze(1)
-        return self._index[batch]
+        """Flat indices ``[live tokens]`` into ``[batch * tail]``."""
+        key = (batch, torch.device(device))
+        if key not in self._index:
+            self._index[key] = self.live(batch, device).reshape(-1).nonzero().squeeze(1)
+        return self._index[key]
 
     def fill(
         self, layer: int, key: torch.Tensor, value: torch.Tensor
