@@ -69,29 +69,51 @@ def head_is_fp32(lm: LoadedModel) -> bool:
     )
 
 
-def unembed(lm: LoadedModel, h: torch.Tensor, *, fp32: bool = True) -> torch.Tensor:
+def unembed(
+    lm: LoadedModel,
+    h: torch.Tensor,
+    *,
+    fp32: bool = True,
+    vocab: torch.Tensor | None = None,  # [ids]
+) -> torch.Tensor:
     """``h [..., d_model]`` -> logits ``[..., vocab]``: the model's final norm, unembedding,
     logit scale (Cohere multiplies, Granite divides) and final soft-cap (Gemma 2).
 
     ``fp32=True`` (default): computed in fp32 whatever the model's dtype (module
     docstring). ``fp32=False``: the model's own dtype throughout, as its forward does.
+    ``vocab``: token ids, ``[..., ids]``: only those rows of the unembedding are multiplied
+    (the scale and the soft-cap act on each logit alone, so the columns are the same).
     """
+    modules = lm.unembed_modules()
+    last = modules[-1]
+    if vocab is not None and not isinstance(last, nn.Linear):  # an unusual head: whole
+        return unembed(lm, h, fp32=fp32)[..., vocab.to(h.device)]
+    weight, bias = _rows(last, vocab)
     if not fp32 or (h.dtype == torch.float32 and head_is_fp32(lm)):
         x = lm.final_norm()(h)
-        for module in lm.unembed_modules():
+        for module in modules[:-1]:
             x = module(x)
+        x = last(x) if vocab is None else nn.functional.linear(x, weight, bias)
         x = _scale_and_cap(lm, x)
         return x.float() if fp32 else x
-    modules = lm.unembed_modules()
     x = _fp32_call(lm.final_norm(), h)
     for module in modules[:-1]:
         x = _fp32_call(module, x)
-    last = modules[-1]
-    if isinstance(last, nn.Linear):
-        x = linear_fp32(x, last.weight, last.bias)
-    else:  # an unusual head: a whole fp32 twin (the weight is cast in one piece)
-        x = _fp32_call(last, x)
+    # an unusual head: a whole fp32 twin (the weight is cast in one piece)
+    x = _fp32_call(last, x) if weight is None else linear_fp32(x, weight, bias)
     return _scale_and_cap(lm, x.float())
+
+
+def _rows(
+    head: nn.Module, vocab: torch.Tensor | None
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The unembedding's ``weight [vocab|ids, d]`` and ``bias``, cut to ``vocab``'s rows."""
+    if not isinstance(head, nn.Linear):
+        return None, None
+    if vocab is None:
+        return head.weight, head.bias
+    ids = vocab.to(head.weight.device)
+    return head.weight[ids], None if head.bias is None else head.bias[ids]
 
 
 def _scale_and_cap(lm: LoadedModel, x: torch.Tensor) -> torch.Tensor:

@@ -22,7 +22,7 @@ from mechscope.engine.core.feature_sites import hook_site
 from mechscope.engine.core.inputs import TextOrIds, to_tokens
 from mechscope.engine.core.norms import SCALE_ROLES, install_scale
 from mechscope.engine.core.sites import FEATURE, Site
-from mechscope.engine.core.unembed import FinalHidden, head_is_fp32, unembed
+from mechscope.engine.core.unembed import FinalHidden, unembed
 from mechscope.engine.interventions.checks import check_padding, check_pass, engine_refusals
 from mechscope.engine.interventions.edits import select
 from mechscope.engine.interventions.function import PassValues
@@ -40,6 +40,12 @@ from mechscope.engine.interventions.prefix import (
     cache_kwargs,
     dynamic_cache,
     tail_plan,
+)
+from mechscope.engine.interventions.readout import (
+    check_vocab,
+    install_readout,
+    logits_to_keep,
+    select_positions,
 )
 from mechscope.engine.interventions.stops import PassStopped, stop_at, stop_before_head
 from mechscope.engine.interventions.transform import (
@@ -124,6 +130,7 @@ class Forward:
         past: DynamicCache | None = None,
         model_inputs: Mapping[str, torch.Tensor] | None = None,
         stop_at_layer: int | None = None,
+        vocab: torch.Tensor | None = None,  # [ids]
     ) -> RunOutput:
         """Run the model once with ``interventions``.
 
@@ -158,6 +165,9 @@ class Forward:
         prefix, so ``resume`` with them is refused. ``stop_at_layer=l``: the pass ends
         at the input of layer ``l`` (layers ``l …``, the final norm and the logits are not
         computed; reads there are absent), as TransformerLens' ``stop_at_layer``.
+        ``vocab``: token ids; the logits are those columns only (``[batch, kept, ids]``, the
+        fp32 readout), and the head's product with the whole unembedding is never made
+        (:mod:`mechscope.engine.interventions.readout`).
         """
         lm = self.lm
         device = lm.device
@@ -219,7 +229,9 @@ class Forward:
                 lm.check_layer(stop_at_layer)
                 handles.append(stop_at(lm, stop_at_layer, state))
                 logits = False
-            wants_logits = logits is not False or any(s.name == "logits" for s in out.reads)
+            reads_logits = any(s.name == "logits" for s in out.reads)
+            check_vocab(lm, vocab, reads_logits)
+            wants_logits = logits is not False or reads_logits
             causal_lm = lm.card.auto_class == "AutoModelForCausalLM"
             head = lm.card.unembed[-1]
             hooked = any(key.split(":")[0] == head for key in calls.counts)
@@ -231,9 +243,10 @@ class Forward:
                 handles.extend(trim_last_mlp(lm, keep_mlp, state))  # the rest is never read
             if live is not None:  # each row's products at its own positions only
                 handles.extend(install_live(lm, live, state, skip_last_mlp=trim))
-            if wants_logits and not head_is_fp32(lm):  # logits from the fp32 readout
-                final = FinalHidden(lm)
-                handles.append(final.handle)
+            final, readout = install_readout(  # the fp32 readout, or vocab columns only
+                lm, state, wants_logits=wants_logits, vocab=vocab, head_hooked=hooked
+            )
+            handles.extend(readout)
             with torch.set_grad_enabled(grad):
                 kwargs: dict[str, Any] = {"use_cache": kv is not None}
                 if kv is not None:
@@ -244,7 +257,7 @@ class Forward:
                     kwargs["position_ids"] = position_ids.to(device)
                 for name, tensor in (model_inputs or {}).items():
                     kwargs[name] = tensor.to(device)
-                keep = _logits_to_keep(logits) if causal_lm else 0
+                keep = logits_to_keep(logits) if causal_lm else 0
                 if causal_lm:  # with the fp32 readout, the model's own head needs one row
                     kwargs["logits_to_keep"] = 1 if final is not None else keep
                     if wants_logits:  # kept positions are a strided slice of the states
@@ -255,7 +268,7 @@ class Forward:
                 except PassStopped:  # at a layer, or before the head: every layer ran
                     stopped, model_logits = at_layer, None
                 if final is not None and not stopped:  # [batch, kept, vocab] fp32
-                    model_logits = self.unembed(final.kept(keep))
+                    model_logits = unembed(lm, final.kept(keep), vocab=vocab)
             calls.check(stopped)
             if live is not None:
                 check_reached(lm, live, state.reached, stop_at_layer if stopped else None)
@@ -269,7 +282,7 @@ class Forward:
             if logits is not False:
                 full = model_logits
                 if lm.card.auto_class != "AutoModelForCausalLM":
-                    full = _select_positions(full, logits)
+                    full = select_positions(full, logits)
                 out.logits = full
             for site, _value in list(out.reads.items()):
                 if site.name == "logits" and stopped:
@@ -432,19 +445,3 @@ def _head_mask(
             raise SiteError(f"head {h} out of range: valid heads are 0..{n_heads - 1}")
         mask[h] = True
     return mask
-
-
-def _logits_to_keep(logits: bool | int | torch.Tensor) -> int | torch.Tensor:
-    if logits is True:
-        return 0
-    if logits is False:
-        return 1
-    return logits
-
-
-def _select_positions(full: torch.Tensor, logits: bool | int | torch.Tensor) -> torch.Tensor:
-    if logits is True or logits is False:
-        return full
-    if isinstance(logits, int):
-        return full[:, -logits:]
-    return full[:, logits]
