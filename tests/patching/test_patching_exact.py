@@ -21,7 +21,7 @@ from patching_reference import (
 
 from mechscope.engine import Engine, Patch, Read, Site
 from mechscope.models import load_model
-from mechscope.patching import PatchSpec, patch_pairs
+from mechscope.patching import METRICS, PatchSpec, patch_pairs
 from mechscope.patching.prepare import prepare_pair, units
 from tolerance import assert_rounding_close, depth_of
 
@@ -33,6 +33,7 @@ def loop_reference(lm, pair, spec, direction):
     _, _, base_pos, src_pos = units(p, spec)
     base_logits = run_hooked(lm.model, p.base_ids, [])[-1].numpy()
     heads = list(range(lm.n_heads)) if spec.site == "z" else [None]
+    cand = None if p.candidate_ids is None else list(p.candidate_ids)
     out = {}
     scale = float(np.abs(base_logits).max())
     for layer in range(lm.n_layers):
@@ -43,7 +44,7 @@ def loop_reference(lm, pair, spec, direction):
                     lm.model, p.base_ids, spec.site, layer, bp, sp, src, head=h, d_head=lm.d_head
                 ).numpy()
                 out[(layer, u, j)] = ref_metrics(
-                    logits, base_logits, p.correct_id, p.wrong_id, p.target_id
+                    logits, base_logits, p.correct_id, p.wrong_id, p.target_id, cand
                 )
                 scale = max(scale, float(np.abs(logits).max()))
     return out, scale
@@ -53,6 +54,8 @@ def assert_grid_matches(lm, got, ref, scale, where="") -> None:
     """Every metric of every cell of ``got`` equals the loop's, up to rounding."""
     for (i, u, j), metrics in ref.items():
         for name, value in metrics.items():
+            if name not in got.metrics:  # a sweep asked for fewer metrics
+                continue
             assert_rounding_close(
                 got.metrics[name][i, u, j],
                 value,
@@ -88,6 +91,64 @@ def test_batched_equals_one_patch_per_forward(lm, same_pair, site, granularity, 
     ref, scale = loop_reference(lm, same_pair, spec, direction)
     assert len(ref) == np.prod(res.shape)
     assert_grid_matches(lm, res, ref, scale)
+
+
+def _readout_widths(monkeypatch) -> list[int | None]:
+    """Records the logit columns each sweep forward reads out (None: the vocabulary); the
+    read pass (no ``expand``) reads the whole vocabulary for the baselines."""
+    widths: list[int | None] = []
+    run = Engine.run
+
+    def spy(self, *args, **kwargs):
+        vocab = kwargs.get("vocab")
+        if kwargs.get("expand") is not None:
+            widths.append(None if vocab is None else len(vocab))
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "run", spy)
+    return widths
+
+
+@pytest.mark.parametrize(("site", "granularity"), [("resid_pre", "position"), ("z", "span")])
+def test_answer_token_metrics_read_out_those_tokens_only(lm, site, granularity, monkeypatch):
+    """A sweep asking for answer-token metrics reads out the answers' columns only, and
+    its numbers are the loop's (whole-vocabulary logits)."""
+    pairs = [
+        ioi_like("a", "Mary", "John", "Mary", "store"),
+        ioi_like("b", "John", "Mary", "John", "house"),
+    ]
+    spec = PatchSpec(
+        site=site,
+        granularity=granularity,
+        positions=POSITIONS if granularity == "position" else None,
+        metrics=("delta_logit", "target_logit"),
+    )
+    widths = _readout_widths(monkeypatch)
+    res = patch_pairs(lm, pairs, spec, progress=False)
+    assert widths and all(w is not None and w <= 6 for w in widths)  # two answers a pair
+    wanted = {"logit_diff", "delta_logit", "target_logit", "normalized_effect"}
+    for pair, got in zip(pairs, res.pairs, strict=True):
+        assert set(got.metrics) == wanted
+        ref, scale = loop_reference(lm, pair, spec, "denoising")
+        assert_grid_matches(lm, got, ref, scale, f"{pair.id} ")
+
+
+def test_candidate_sweep_equals_one_patch_per_forward(lm, same_pair, monkeypatch):
+    """K-way readout: every metric is over the candidates, so the sweep reads out their
+    columns only; each equals the loop's over the whole vocabulary, restricted there."""
+    spec = PatchSpec(
+        site="resid_pre",
+        positions=POSITIONS,
+        directions=("denoising", "noising"),
+        candidates=(" Mary", " John", " the"),
+    )
+    widths = _readout_widths(monkeypatch)
+    res = patch_pairs(lm, [same_pair], spec, progress=False)
+    assert widths and all(w == 3 for w in widths)
+    for got in res.pairs:
+        assert set(got.metrics) == set(METRICS)
+        ref, scale = loop_reference(lm, same_pair, spec, got.direction)
+        assert_grid_matches(lm, got, ref, scale, f"{got.direction} ")
 
 
 def test_span_alignment_with_different_lengths(lm, diff_pair):

@@ -10,7 +10,7 @@ import pytest
 from patching_reference import ioi_like
 
 from mechscope.cli.errors import run_app
-from mechscope.patching import PatchSpec, patch_pairs, run_patching
+from mechscope.patching import METRICS, PatchSpec, patch_pairs, run_patching
 from mechscope.patching.cli import app
 from mechscope.patching.figures import (
     attribution_scatter,
@@ -181,3 +181,39 @@ def test_cli_run_and_one_line_errors(tmp_path, pairs, capsys):
             ],
         )
     assert exc.value.code == 2
+
+
+def test_cli_metrics_choose_the_columns(tmp_path, pairs, capsys):
+    """``--metrics``: the table holds those columns (with logit_diff and normalized_effect)
+    and the figures those metrics can draw; an unknown name exits 2 in one line, before
+    the run directory exists."""
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps(p.to_dict()) + "\n" for p in pairs[:2]))
+    out = tmp_path / "runs" / "few"
+    args = ["run", "--pairs", str(path), "--model", "tiny:llama", "--granularity", "span"]
+    run_app(app, [*args, "--metrics", "delta_logit", "--out", str(out)])
+    table = read_table(RunDir.open(out), "patching")
+    shown = [c for c in table.columns if c in METRICS]
+    assert shown == ["logit_diff", "delta_logit", "normalized_effect"]
+    figures = sorted(p.stem for p in (out / "figures").glob("patching*.png"))
+    assert figures == ["patching-denoising-delta-logit", "patching-denoising-positions"]
+    capsys.readouterr()
+    bad = tmp_path / "runs" / "bad-metric"
+    with pytest.raises(SystemExit) as exc:
+        run_app(app, [*args, "--metrics", "logit_diff,recall", "--out", str(bad)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "metrics" in err and "recall" in err
+    assert not bad.exists()
+
+
+def test_spec_metrics_always_hold_the_logit_difference():
+    spec = PatchSpec(metrics=("kl_to_base", "target_logit"))
+    assert spec.metrics == ("logit_diff", "target_logit", "kl_to_base", "normalized_effect")
+    assert PatchSpec().metric_names == METRICS
+    with_attr = PatchSpec(
+        metrics=("delta_logit",), attribution=True, attribution_metric="target_logprob"
+    )
+    assert "target_logprob" in with_attr.metric_names
+    with pytest.raises(ValueError, match="expected metrics among"):
+        PatchSpec(metrics=("accuracy",))

@@ -107,6 +107,12 @@ def run(
     policy: str = typer.Option(
         "error", "--policy", help="Answers longer than one token: error or first."
     ),
+    metrics: str | None = typer.Option(
+        None,
+        "--metrics",
+        help="Metric columns, e.g. logit_diff,delta_logit (default: all). Answer-token "
+        "metrics alone read out those tokens only, not the whole vocabulary.",
+    ),
     attribution: bool = typer.Option(
         False, "--attribution/--no-attribution", help="Also run attribution patching and compare."
     ),
@@ -133,6 +139,7 @@ def run(
         candidates=parse_list(candidates, "--candidates", what="comma-separated answer words"),
         policy=policy,
         span_policy=span_policy,
+        metrics=parse_list(metrics, "--metrics", what="comma-separated metric names"),
         attribution=attribution,
     )
     config = {

@@ -63,6 +63,9 @@ METRICS = (
 )
 #: Metrics attribution patching can estimate (scalar functions of the readout logits).
 ATTRIBUTION_METRICS = ("logit_diff", "target_logit", "target_logprob")
+#: Metrics read off the answer tokens' logits alone (correct, wrong, target): a sweep that
+#: asks for no others unembeds those few tokens only, not the whole vocabulary.
+TOKEN_METRICS = ("logit_diff", "delta_logit", "target_logit", "normalized_effect")
 
 
 class PatchSpec(BaseModel):
@@ -80,6 +83,14 @@ class PatchSpec(BaseModel):
     ``span_policy`` says how to align spans of different lengths);
     ``all`` patches every position at once. Sites ``z``, ``q``, ``k`` and ``v`` are patched
     one head at a time (``k`` / ``v``: key/value heads under grouped-query attention).
+
+    ``metrics``: the metric columns to compute (default: all of :data:`METRICS`).
+    ``logit_diff`` and ``normalized_effect`` are always among them (the baselines, the
+    report's heatmaps and its strongest cell are made of them), and so is
+    ``attribution_metric`` with ``attribution``. A sweep whose metrics
+    are all :data:`TOKEN_METRICS`, or that has ``candidates`` (then every metric is over
+    them), reads out only the tokens they need: the unembedding's product shrinks from
+    the whole vocabulary to a few rows.
 
     ``site="feature"`` patches a sparse dictionary's features one at a time
     (:meth:`~mechscope.engine.Site.feature`: spliced with its error term, so a patch changes
@@ -113,6 +124,7 @@ class PatchSpec(BaseModel):
     dictionary: str | None = None
     features: tuple[int, ...] | None = None
     top_features: int | None = Field(default=None, gt=0)
+    metrics: tuple[str, ...] | None = None
     _dictionary: Any = PrivateAttr(default=None)  # the loaded object (with_dictionary)
 
     @field_validator("site")
@@ -128,6 +140,25 @@ class PatchSpec(BaseModel):
         if not value or len(set(value)) != len(value):
             raise ValueError("expected one or both of 'denoising', 'noising', without repeats")
         return value
+
+    @field_validator("metrics")
+    @classmethod
+    def _metrics(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        unknown = [m for m in value if m not in METRICS]
+        if unknown or not value:
+            raise ValueError(f"expected metrics among {', '.join(METRICS)}, got {unknown or value}")
+        always = ("logit_diff", "normalized_effect")
+        return tuple(m for m in METRICS if m in value or m in always)
+
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        """The metric columns this sweep computes, in :data:`METRICS` order."""
+        if self.metrics is None:
+            return METRICS
+        extra = {self.attribution_metric} if self.attribution else set()
+        return tuple(m for m in METRICS if m in self.metrics or m in extra)
 
     @model_validator(mode="after")
     def _feature_axis(self) -> PatchSpec:

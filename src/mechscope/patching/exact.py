@@ -28,10 +28,16 @@ from mechscope.engine.interventions.prefix import KVCache, Resume
 from mechscope.errors import SiteError
 from mechscope.patching.cache import RunCache
 from mechscope.patching.chunk_rows import PairGrid, can_join, chunk_patches, joined_rows
-from mechscope.patching.config import METRICS, PatchSpec
+from mechscope.patching.config import PatchSpec
 from mechscope.patching.features import check_features, feature_layer, sweep_dictionary
 from mechscope.patching.memory import held_bytes, plan_sweep
-from mechscope.patching.metrics import Reference, normalized_effect, readout_metrics
+from mechscope.patching.metrics import (
+    READOUT_METRICS,
+    Reference,
+    normalized_effect,
+    readout_metrics,
+    readout_tokens,
+)
 from mechscope.patching.prepare import PreparedPair, units
 from mechscope.patching.result import PairResult
 
@@ -207,9 +213,10 @@ def _grid(
     starts = [min(pos) for pos in base_pos]
     if eng.lm.causal:  # a patch after the readout cannot reach it
         skip |= np.asarray([s > p.readout for s in starts])[None, :, None]
-    metrics = {k: np.empty((n_l, n_u, n_h), dtype=np.float32) for k in _METRIC_KEYS}
-    base_row = readout_metrics(base.logits[None], ref)
-    for k in _METRIC_KEYS:
+    names = readout_names(spec)
+    metrics = {k: np.empty((n_l, n_u, n_h), dtype=np.float32) for k in names}
+    base_row = readout_metrics(base.logits[None], ref, names)
+    for k in names:
         metrics[k][skip] = float(base_row[k][0])
     kept = None
     if keep:
@@ -242,10 +249,11 @@ def sweep_pairs(
     out = []
     for g in grids:
         clean, corrupt = g.res.baseline["clean_logit_diff"], g.res.baseline["corrupt_logit_diff"]
-        g.metrics["normalized_effect"] = np.asarray(
-            normalized_effect(g.metrics["logit_diff"].astype(np.float64), clean, corrupt),
-            dtype=np.float32,
-        )
+        if "normalized_effect" in spec.metric_names:
+            g.metrics["normalized_effect"] = np.asarray(
+                normalized_effect(g.metrics["logit_diff"].astype(np.float64), clean, corrupt),
+                dtype=np.float32,
+            )
         g.res.metrics, g.res.logits = g.metrics, g.kept
         g.res.baseline.update(forward_rows=float((~g.skip).sum()), skipped=float(g.skip.sum()))
         out.append(g.res)
@@ -282,6 +290,10 @@ def _sweep_same_length(
     row_pairs = [j for j, *_ in variants]
     kept = any(g.kept is not None for g in grids)
     readout = torch.tensor([seq - 1])
+    names = readout_names(spec)
+    tokens = None if kept else readout_tokens([g.ref for g in grids], names)
+    vocab = None if tokens is None else torch.tensor(tokens)  # [ids]: a few columns
+    refs = [g.ref if tokens is None else g.ref.narrow(tokens) for g in grids]
     joins = can_join(spec, grids)
     live = reuse and eng.attention_reached  # rows resume at their own starts
     chunks = plan_sweep(
@@ -295,6 +307,7 @@ def _sweep_same_length(
         keep_logits=kept,
         joins=joins,
         live=live,
+        readout=None if tokens is None else len(tokens),
     )
     for chunk in chunks:
         chunk = sorted(chunk, key=lambda i: row_layers[i])  # joined rows follow, layer by layer
@@ -323,12 +336,14 @@ def _sweep_same_length(
             join=join,
             resume=resume,
             model_inputs=extra,
+            vocab=vocab,
         )
-        logits = out.logits[:, 0].float()  # [rows, vocab]
+        logits = out.logits[:, 0].float()  # [rows, vocab | ids]
         keep = any(grids[j].kept is not None for j in pairs)
         mine = {j: [r for r, row in enumerate(rows) if row[0] == j] for j in pairs}
         parts = [  # [rows of j, metrics] per pair, all on the device
-            torch.stack(_metric_values(logits[mine[j]], grids[j].ref), dim=1) for j in pairs
+            torch.stack(list(readout_metrics(logits[mine[j]], refs[j], names).values()), dim=1)
+            for j in pairs
         ]
         order = [r for j in pairs for r in mine[j]]
         block = torch.cat(parts)  # [rows, metrics] in ``order``
@@ -338,21 +353,16 @@ def _sweep_same_length(
         at = 0
         for j in pairs:
             n_mine, cells = len(mine[j]), tuple(np.array([rows[r][1:] for r in mine[j]]).T)
-            for i, k in enumerate(_METRIC_KEYS):
+            for i, k in enumerate(names):
                 grids[j].metrics[k][cells] = host[at : at + n_mine, i]
             if grids[j].kept is not None:
-                grids[j].kept[cells] = host[at : at + n_mine, len(_METRIC_KEYS) :]
+                grids[j].kept[cells] = host[at : at + n_mine, len(names) :]
             at += n_mine
         if advance is not None:
             advance(len(rows))
 
 
-#: The metrics read off a patched pass's logits: all but ``normalized_effect``, which is
-#: computed from them and the baselines afterwards.
-_METRIC_KEYS = tuple(m for m in METRICS if m != "normalized_effect")
-
-
-def _metric_values(logits: torch.Tensor, ref: Reference) -> list[torch.Tensor]:
-    """:func:`readout_metrics` of ``logits [rows, vocab]`` in :data:`_METRIC_KEYS` order."""
-    got = readout_metrics(logits, ref)
-    return [got[k].float() for k in _METRIC_KEYS]
+def readout_names(spec: PatchSpec) -> tuple[str, ...]:
+    """The metrics a sweep reads off each patched pass's logits (:data:`READOUT_METRICS`
+    it asks for)."""
+    return tuple(m for m in READOUT_METRICS if m in spec.metric_names)

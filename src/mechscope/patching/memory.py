@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mechscope.engine.analysis.memory_model import FP32, Dims, Fit, Pass, fit_rows, note, pass_bytes
 from mechscope.models.loaded import LoadedModel
@@ -117,9 +117,13 @@ def chunk_bytes(
     held: int,
     reuse: bool,
     keep_logits: bool = False,
+    readout: int | None = None,
 ) -> int:
-    """Peak bytes beyond the weights while chunk ``c`` is built, run and scored."""
+    """Peak bytes beyond the weights while chunk ``c`` is built, run and scored.
+    ``readout``: logit columns read out per row (a few tokens), or None: the vocabulary."""
     dims = Dims.of(lm)
+    if readout is not None:  # every [rows, vocab] tensor below is [rows, readout]
+        dims = replace(dims, vocab=readout)
     e = dims.itemsize
     per_value = seq * site_width(lm, spec.site, spec) * e  # a row of a [rows, seq, width] value
     values = c.layers * c.rows * per_value
@@ -160,15 +164,24 @@ def plan_sweep(
     keep_logits: bool = False,
     joins: bool = False,
     live: bool = False,
+    readout: int | None = None,
 ) -> list[list[int]]:
     """Chunks of variant indices (:func:`~mechscope.patching.plan.plan_chunks`), with as
     many rows as the worst chunk allows; records the largest planned chunk's bytes.
-    ``live``: rows resume at their own starts (positions before them cost ``DEAD_COST``)."""
+    ``live``: rows resume at their own starts (positions before them cost ``DEAD_COST``).
+    ``readout``: logit columns read out per row, or None for the whole vocabulary."""
     budget = spec.budget_bytes or lm.memory_budget
     reuse = row_starts is not None
     first = min(row_starts) if row_starts else 0
     n_pairs, n_layers = len(set(row_pairs)), len(set(row_layers))
-    opts = {"seq": seq, "spec": spec, "held": held, "reuse": reuse, "keep_logits": keep_logits}
+    opts = {
+        "seq": seq,
+        "spec": spec,
+        "held": held,
+        "reuse": reuse,
+        "keep_logits": keep_logits,
+        "readout": readout,
+    }
 
     def worst(rows: int) -> int:
         layers = min(rows, n_layers)

@@ -101,9 +101,12 @@ def sweep_figures(result: PatchingResult, part: str) -> list[FigureBlock]:
         else:
             fig = position_heatmap(same, "normalized_effect", direction)
             out.append(FigureBlock(fig, name=f"{stem}-positions"))
-            if result.granularity != "position" or len(same.direction(direction)) >= 2:
+            curves = result.granularity != "position" or len(same.direction(direction)) >= 2
+            have = set(same.pairs[0].metrics) if same.pairs else set()
+            if curves and {"flip_to_target", "flip_from_base"} <= have:
                 flips = layer_curves(same, ("flip_to_target", "flip_from_base"), direction)
                 out.append(FigureBlock(flips, name=f"{stem}-flips"))
+            if curves and "delta_logit" in have:
                 delta = layer_curves(same, ("delta_logit",), direction)
                 out.append(FigureBlock(delta, name=f"{stem}-delta-logit"))
         if any(p.attribution is not None for p in result.direction(direction)):
