@@ -25,7 +25,7 @@ from mechscope.distill.consistency import causal_effects
 from mechscope.distill.pairset import PairSet, build_pairset
 from mechscope.engine import Engine
 from mechscope.engine.core.unembed import unembed
-from mechscope.engine.interventions import forward
+from mechscope.engine.interventions import readout
 from mechscope.heads import GateFunction, joint_ig, nll_objective, per_layer_ig
 from mechscope.lens.paired import PairedOptions, analyse_sample
 from mechscope.lens.prepare import prepare_sample
@@ -60,7 +60,7 @@ def old_readout(monkeypatch_obj: object) -> Iterator[None]:
     """The readout as it was: the model's own head for pass logits, and ``unembed`` in the
     model's dtype, cast to fp32 afterwards (``monkeypatch_obj``: a pytest MonkeyPatch)."""
     mp = monkeypatch_obj
-    mp.setattr(forward, "head_is_fp32", lambda lm: True)  # type: ignore[attr-defined]
+    mp.setattr(readout, "head_is_fp32", lambda lm: True)  # type: ignore[attr-defined]
     mp.setattr(  # type: ignore[attr-defined]
         Engine, "unembed", lambda self, h, fp32=True: unembed(self.lm, h, fp32=False).float()
     )
