@@ -5,9 +5,10 @@ denoising (clean resid_pre patched into the corrupt run), metric = logit differe
 IO − S at the last position, for every (layer, position). Timed side by side in one
 process, on the same weights:
 
-- mechscope: ``patch_pairs`` (variants packed in the batch, layers below the patch
-  computed once, readout logits only, identical-value variants not rerun); also timed
-  with ``skip_identical=False`` to show the packing alone;
+- mechscope: ``patch_pairs`` with ``metrics=("logit_diff",)``, the peers' one number
+  (variants packed in the batch, layers below the patch computed once, the two answer
+  tokens' logits only, identical-value variants not rerun); also timed with
+  ``skip_identical=False`` to show it without the skip;
 - TransformerLens 4 ``patching.get_act_patch_resid_pre`` (``reduce="none"``: one value per
   pair) on a ``TransformerBridge`` over a copy of our loaded HF model (no weight
   processing, so its numerics are the HF model's; the bridge runs eager attention);
@@ -21,7 +22,7 @@ and the speed ratios are printed (targets: ≥ 4× TransformerLens, ≥ 3× nnsi
 Set-up: ``make bench-install`` builds the peer venv ``.bench-venv`` (a separate venv, so
 the peers never constrain mechscope's own dependencies; versions in ``peers.txt``), then::
 
-    .bench-venv/bin/python benchmarks/bench_patching.py [--quick] [--reps 3]
+    .bench-venv/bin/python benchmarks/bench_patching.py [--quick] [--reps 4]
 
 The last stdout line is the runner's ``RESULT`` (``patching_contract.py``: repetitions 2..N
 of the same timed functions, rotating order, and one grid check per peer).
@@ -72,8 +73,12 @@ def ioi_batch(lm, n: int):
 def run_mechscope(lm, pairs, layers, skip: bool):
     from mechscope.patching import PatchSpec, patch_pairs
 
-    spec = PatchSpec(
-        site="resid_pre", granularity="position", layers=tuple(layers), skip_identical=skip
+    spec = PatchSpec(  # the peers compute the logit difference alone: so does this sweep
+        site="resid_pre",
+        granularity="position",
+        layers=tuple(layers),
+        skip_identical=skip,
+        metrics=("logit_diff",),
     )
     start = time.perf_counter()
     res = patch_pairs(lm, pairs, spec, progress=False)
@@ -174,7 +179,9 @@ def main() -> None:
     ap.add_argument("--skip-tl", action="store_true")
     ap.add_argument("--skip-nnsight", action="store_true")
     ap.add_argument("--json", default=None)
-    ap.add_argument("--reps", type=int, default=None, help="timed repetitions (default 3)")
+    ap.add_argument(
+        "--reps", type=int, default=None, help="repetitions, the first a warm-up (default 4)"
+    )
     ap.add_argument("--quick", action="store_true", help="4 pairs, layers 0/10/20, 2 reps")
     args = ap.parse_args()
     if args.quick:
@@ -259,7 +266,7 @@ def main() -> None:
     skipped = {n: "left out (--skip-tl)" for n in ["transformer_lens"] if args.skip_tl}
     skipped |= {n: "left out (--skip-nnsight)" for n in ["nnsight"] if args.skip_nnsight}
     size = f"{len(pairs)} pairs x {len(layers)} layers x {clean.shape[1]} positions"
-    reps = args.reps or (2 if args.quick else 3)
+    reps = args.reps or 4  # three timed: one timed repetition made the ratio a coin toss
     with torch.no_grad():  # the logits' magnitude: the scale of the grids' rounding
         top = max(float(lm.model(ids).logits.abs().max()) for ids in (clean, corrupt))
     sys.exit(

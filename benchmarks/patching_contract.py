@@ -78,7 +78,14 @@ def cases(
         check = harness.agreement(grids["mechscope"], grids[name], **close)
         rows.append(
             harness.case_from_check(
-                timings, "mechscope", name, check, case=case, peer_label=label, target=TARGETS[name]
+                timings,
+                "mechscope",
+                name,
+                check,
+                case=case,
+                peer_label=label,
+                target=TARGETS[name],
+                note="patch_pairs(metrics=('logit_diff',)): the peers' one metric",
             )
         )
         check_noskip = harness.agreement(grids["mechscope_noskip"], grids[name], **close)
@@ -91,7 +98,7 @@ def cases(
                 case=f"{case}, identical-value skip off",
                 peer_label=label,
                 target=TARGETS[name],
-                note="patch_pairs(skip_identical=False): the batching alone",
+                note="patch_pairs(skip_identical=False, metrics=('logit_diff',)): no skip",
             )
         )
     return rows
