@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from mechscope.data.modal_prompt import stack_inputs
+from mechscope.data.tokens import common_prefix
 from mechscope.engine import Engine, Read, Site
 from mechscope.engine.interventions.prefix import KVCache, Resume, can_resume
 
@@ -88,7 +89,7 @@ def shared_prefixes(
         ids = prompts[i]
         best, root = 0, -1
         for r in roots:
-            d = _common(ids, prompts[r])
+            d = common_prefix(ids, prompts[r])
             if d > best:
                 best, root = d, r
         best = min(best, len(ids) - 1)
@@ -97,16 +98,6 @@ def shared_prefixes(
         else:
             roots.append(i)
     return roots, followers
-
-
-def _common(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the common prefix of two token sequences."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _read(

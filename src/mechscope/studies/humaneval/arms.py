@@ -15,7 +15,7 @@ the teacher-forced sequence, which lets one key/value cache serve both.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from mechscope.data.code import CodeProblem
@@ -60,16 +60,6 @@ class PreparedTask:
     def length(self) -> int:
         """Tokens of the longest teacher-forced sequence."""
         return max(s.conditions[c].length for s in self.samples.values() for c in s.contrast)
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two id lists."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def generation_ids(

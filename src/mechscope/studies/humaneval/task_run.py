@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from mechscope.data.tokens import common_prefix
 from mechscope.engine import Engine
 from mechscope.engine.generation.generate import Completion, Prompt
 from mechscope.engine.generation.sampling import Sampling
@@ -29,7 +30,7 @@ from mechscope.lens.paired import ConditionPass, forward_condition
 from mechscope.lens.positions import ForwardInput, as_run, check_positions
 from mechscope.lens.prepare import TokenizedCondition
 from mechscope.lens.tokens import semantic_mask
-from mechscope.studies.humaneval.arms import ASSISTED, PreparedTask, common_prefix
+from mechscope.studies.humaneval.arms import ASSISTED, PreparedTask
 from mechscope.studies.humaneval.cached_pass import prefix_cache, tail_pass
 
 MODES = ("as_run", "position_matched")
