@@ -90,3 +90,17 @@ def test_bad_vocab_is_refused_in_one_line():
         eng.run(ids, vocab=torch.tensor([lm.vocab_size]))
     with pytest.raises(UnsupportedInterventionError, match="cannot also read the logits"):
         eng.run(ids, [Read(Site("logits"))], vocab=torch.tensor([1]))
+
+
+@pytest.mark.parametrize("spec", ["tiny:modernbert", "tiny:llada"])
+def test_vocab_columns_of_bidirectional_models(spec):
+    """Models without ``logits_to_keep`` (ModernBERT's masked-LM head runs a dense layer and
+    a norm before its decoder) select positions after the readout: the same columns."""
+    lm = load_model(spec)
+    eng = Engine.of(lm)
+    ids, vocab = _ids(lm), _vocab(lm)
+    for logits in (True, torch.tensor([2, SEQ - 1]), 1):
+        whole = eng.run(ids, logits=logits).logits
+        got = eng.run(ids, logits=logits, vocab=vocab).logits
+        assert got.shape == (*whole.shape[:2], len(vocab))
+        assert_rounding_close(got, whole[..., vocab], depth=depth_of(lm), msg=f"{logits}")
