@@ -20,7 +20,7 @@ from transformers import DynamicCache
 from mechscope.engine.core import attention, module_sites
 from mechscope.engine.core.inputs import TextOrIds, to_tokens
 from mechscope.engine.core.sites import Site
-from mechscope.engine.core.unembed import FinalHidden, unembed
+from mechscope.engine.core.unembed import unembed
 from mechscope.engine.interventions.checks import check_padding, check_pass, engine_refusals
 from mechscope.engine.interventions.edits import select
 from mechscope.engine.interventions.head_rows import contiguous_head_input
@@ -197,7 +197,6 @@ class Forward:
             fill_keys=live.fill if live is not None else None,
         )
         token = attention.ACTIVE.set(state)
-        final: FinalHidden | None = None
         calls = module_sites.ModuleCalls()
         stopped = False
         try:
