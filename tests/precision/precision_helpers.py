@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import numpy as np
+import torch
 
 from mechscope.anchors import Trace
 from mechscope.anchors.attention.receivers import trace_receivers
@@ -61,9 +62,12 @@ def old_readout(monkeypatch_obj: object) -> Iterator[None]:
     model's dtype, cast to fp32 afterwards (``monkeypatch_obj``: a pytest MonkeyPatch)."""
     mp = monkeypatch_obj
     mp.setattr(readout, "head_is_fp32", lambda lm: True)  # type: ignore[attr-defined]
-    mp.setattr(  # type: ignore[attr-defined]
-        Engine, "unembed", lambda self, h, fp32=True: unembed(self.lm, h, fp32=False).float()
-    )
+
+    def model_dtype(self, h: torch.Tensor, fp32: bool = True, out: torch.Tensor | None = None):
+        z = unembed(self.lm, h, fp32=False).float()
+        return z if out is None else out.copy_(z)
+
+    mp.setattr(Engine, "unembed", model_dtype)  # type: ignore[attr-defined]
     try:
         yield
     finally:

@@ -65,9 +65,12 @@ def fp64_readout(lm: LoadedModel, h: torch.Tensor) -> torch.Tensor:
 @contextmanager
 def fp64_pass(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The engine's readout (lens and pass logits) in float64, handed on as fp32."""
-    monkeypatch.setattr(
-        Engine, "unembed", lambda self, h, fp32=True: fp64_readout(self.lm, h).float()
-    )
+
+    def readout(self, h: torch.Tensor, fp32: bool = True, out: torch.Tensor | None = None):
+        z = fp64_readout(self.lm, h).float()
+        return z if out is None else out.copy_(z)
+
+    monkeypatch.setattr(Engine, "unembed", readout)
     try:
         yield
     finally:

@@ -75,6 +75,7 @@ def unembed(
     *,
     fp32: bool = True,
     vocab: torch.Tensor | None = None,  # [ids]
+    out: torch.Tensor | None = None,  # [..., vocab | ids] fp32, contiguous
 ) -> torch.Tensor:
     """``h [..., d_model]`` -> logits ``[..., vocab]``: the model's final norm, unembedding,
     logit scale (Cohere multiplies, Granite divides) and final soft-cap (Gemma 2).
@@ -83,25 +84,77 @@ def unembed(
     docstring). ``fp32=False``: the model's own dtype throughout, as its forward does.
     ``vocab``: token ids, ``[..., ids]``: only those rows of the unembedding are multiplied
     (the scale and the soft-cap act on each logit alone, so the columns are the same).
+    ``out``: where to write the fp32 logits (returned), without gradients. A readout of many
+    chunks passes one buffer for all of them: a fresh buffer of tens of megabytes is a fresh
+    mapping from the operating system, and faulting its pages in costs about a tenth of
+    the product. The numbers are the same as without it.
     """
+    if out is not None:
+        _check_out(out, h, fp32)
     modules = lm.unembed_modules()
     last = modules[-1]
     if vocab is not None and not isinstance(last, nn.Linear):  # an unusual head: whole
-        return unembed(lm, h, fp32=fp32)[..., vocab.to(h.device)]
+        return _into(unembed(lm, h, fp32=fp32)[..., vocab.to(h.device)], out)
     weight, bias = _rows(last, vocab)
     if not fp32 or (h.dtype == torch.float32 and head_is_fp32(lm)):
         x = lm.final_norm()(h)
         for module in modules[:-1]:
             x = module(x)
+        if out is not None and weight is not None and not _has_hooks(last):
+            return _scale_and_cap_(lm, _linear_into(x, weight, bias, out))
         x = last(x) if vocab is None else nn.functional.linear(x, weight, bias)
         x = _scale_and_cap(lm, x)
-        return x.float() if fp32 else x
+        return _into(x.float(), out) if fp32 else x
     x = _fp32_call(lm.final_norm(), h)
     for module in modules[:-1]:
         x = _fp32_call(module, x)
-    # an unusual head: a whole fp32 twin (the weight is cast in one piece)
-    x = _fp32_call(last, x) if weight is None else linear_fp32(x, weight, bias)
-    return _scale_and_cap(lm, x.float())
+    if weight is None:  # an unusual head: a whole fp32 twin (the weight is cast in one piece)
+        return _into(_scale_and_cap(lm, _fp32_call(last, x).float()), out)
+    if out is not None:
+        x = x.to(device=weight.device, dtype=torch.float32)
+        _chunked_into(x.reshape(-1, x.shape[-1]), weight, bias, out.view(-1, out.shape[-1]))
+        return _scale_and_cap_(lm, out)
+    return _scale_and_cap(lm, linear_fp32(x, weight, bias).float())
+
+
+def _check_out(out: torch.Tensor, h: torch.Tensor, fp32: bool) -> None:
+    if not fp32 or out.dtype != torch.float32 or not out.is_contiguous():
+        raise ValueError("unembed(out=...) takes a contiguous fp32 tensor and fp32=True")
+    if torch.is_grad_enabled() and h.requires_grad:
+        raise ValueError("unembed(out=...) writes without gradients; call it without out")
+    if out.shape[:-1] != h.shape[:-1]:
+        raise ValueError(
+            f"unembed(out=...): out is {tuple(out.shape)}, the logits of h "
+            f"{tuple(h.shape)} are [{', '.join(map(str, h.shape[:-1]))}, vocab]"
+        )
+
+
+def _has_hooks(module: nn.Module) -> bool:
+    """Whether calling ``module`` does more than its ``forward`` (accelerate's device hooks
+    move an offloaded weight in; a user's hook may edit the logits): then it is called."""
+    return "_hf_hook" in module.__dict__ or bool(module._forward_hooks or module._forward_pre_hooks)
+
+
+def _into(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """``x``, or ``out`` holding a copy of it (an unusual head has no in-place path)."""
+    return x if out is None else out.copy_(x)
+
+
+def _linear_into(
+    x: torch.Tensor,  # [..., d] fp32
+    weight: torch.Tensor,  # [vocab, d] fp32
+    bias: torch.Tensor | None,  # [vocab]
+    out: torch.Tensor,  # [..., vocab] fp32, contiguous
+) -> torch.Tensor:
+    """``nn.functional.linear(x, weight, bias)`` written into ``out``, by the same product
+    it calls (``addmm`` with a bias, ``mm`` without) so the numbers are the same."""
+    x2 = x.reshape(-1, x.shape[-1])  # [n, d]
+    o2 = out.view(-1, out.shape[-1])  # [n, vocab]
+    if bias is None:
+        torch.mm(x2, weight.t(), out=o2)
+    else:
+        torch.addmm(bias, x2, weight.t(), out=o2)
+    return out
 
 
 def _rows(
@@ -122,6 +175,16 @@ def _scale_and_cap(lm: LoadedModel, x: torch.Tensor) -> torch.Tensor:
     if lm.logit_softcap:
         cap = lm.logit_softcap
         x = torch.tanh(x / cap) * cap
+    return x
+
+
+def _scale_and_cap_(lm: LoadedModel, x: torch.Tensor) -> torch.Tensor:
+    """:func:`_scale_and_cap` in place (the same operations, so the same numbers)."""
+    if lm.logit_scale is not None:
+        x.mul_(lm.logit_scale)
+    if lm.logit_softcap:
+        cap = lm.logit_softcap
+        x.div_(cap).tanh_().mul_(cap)
     return x
 
 
@@ -177,6 +240,21 @@ def vocab_chunk(weight: torch.Tensor) -> int:
     return max(1, UNEMBED_CHUNK_BYTES // (4 * weight.shape[1]))
 
 
+def _chunked_into(
+    x: torch.Tensor,  # [n, d_in] fp32
+    weight: torch.Tensor,  # [vocab, d_in] any floating dtype
+    bias: torch.Tensor | None,  # [vocab]
+    out: torch.Tensor,  # [n, vocab] fp32
+) -> torch.Tensor:
+    """``x @ weight.T + bias`` into ``out``, the weight cast one vocabulary chunk at a time."""
+    vocab, step = weight.shape[0], vocab_chunk(weight)
+    for s in range(0, vocab, step):
+        e = min(s + step, vocab)
+        b = None if bias is None else bias[s:e].float()
+        out[:, s:e] = nn.functional.linear(x, weight[s:e].float(), b)
+    return out
+
+
 class _ChunkedLinear(torch.autograd.Function):
     """fp32 ``x @ W.T + b`` with ``W`` in any dtype, never holding all of ``W`` in fp32:
     the backward pass casts each chunk again instead of saving the fp32 copies."""
@@ -185,11 +263,7 @@ class _ChunkedLinear(torch.autograd.Function):
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: Any) -> torch.Tensor:
         n, vocab = x.shape[0], weight.shape[0]
         out = torch.empty(n, vocab, dtype=torch.float32, device=x.device)  # [n, vocab]
-        step = vocab_chunk(weight)
-        for s in range(0, vocab, step):
-            e = min(s + step, vocab)
-            b = None if bias is None else bias[s:e].float()
-            out[:, s:e] = nn.functional.linear(x, weight[s:e].float(), b)
+        _chunked_into(x, weight, bias, out)
         ctx.save_for_backward(x, weight)
         ctx.has_bias = bias is not None
         ctx.bias_dtype = None if bias is None else bias.dtype

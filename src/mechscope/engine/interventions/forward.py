@@ -280,15 +280,19 @@ class Forward:
         return out
 
     # ------------------------------------------------------------------------------------
-    def unembed(self, h: torch.Tensor, *, fp32: bool = True) -> torch.Tensor:
+    def unembed(
+        self, h: torch.Tensor, *, fp32: bool = True, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Logit lens: the model's own final norm, then its output embedding (tied or not),
         its logit scale (Cohere multiplies, Granite divides) and final soft-cap (Gemma).
 
         ``h [..., d_model]`` -> ``[..., vocab]``. The last layer's ``resid_post`` maps to the
         model's own logits. ``fp32=True``: computed in fp32 whatever the model's dtype, the
         unembedding cast a vocabulary chunk at a time (:mod:`mechscope.engine.core.unembed`).
+        ``out``: a contiguous fp32 ``[..., vocab]`` buffer the logits are written into (a
+        readout of many chunks reuses one; no gradients).
         """
-        return unembed(self.lm, h, fp32=fp32)
+        return unembed(self.lm, h, fp32=fp32, out=out)
 
 
 def _padding_mask(mask: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
