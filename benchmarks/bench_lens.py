@@ -8,10 +8,11 @@ layer in token chunks; this script checks that
 - its time stays <= 1.3x the per-layer unembedding it cannot avoid (30 layers × 2,048
   tokens × 2 conditions through the final norm and the 49,152 × 576 output embedding),
   timed as a bare loop of ``Engine.unembed`` over the same hidden states. The bare loop
-  runs three ways — in the analysis' chunks, in 341-token chunks (the previous default),
-  and in the analysis' chunks on the analysis' pool of single-threaded workers — and the
-  fastest is the denominator, so neither the chunk size nor the threading can flatter the
-  ratio;
+  runs four ways — in the analysis' chunks, in 341-token chunks (the previous default),
+  in the analysis' chunks into one reused logits buffer (as the analysis writes them),
+  and in the analysis' chunks on the analysis' pool of single-threaded workers (each
+  with its own reused buffer) — and the fastest is the denominator, so neither the chunk
+  size, the buffers nor the threading can flatter the ratio;
 - peak memory beyond the model stays <= 1.5 GB.
 
 Each thread count runs in a fresh child process. After loading and warming up (the
@@ -35,6 +36,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -154,23 +156,29 @@ def child(args: argparse.Namespace) -> dict:
     t_forwards = time.perf_counter() - t0
     hidden = torch.stack([p.hidden for p in passes], dim=1)  # [L, 2, T, d_model]
 
-    def unembed_task(layer: int, s: int, size: int) -> None:
+    def unembed_task(layer: int, s: int, size: int, out: torch.Tensor | None = None) -> None:
+        h = hidden[layer, :, s : s + size].transpose(0, 1)  # [c, 2, d_model]
         with torch.inference_mode():
-            engine.unembed(hidden[layer, :, s : s + size].transpose(0, 1))
+            engine.unembed(h, out=None if out is None else out[: h.shape[0]])
 
-    def bare_unembed(size: int) -> None:
+    def bare_unembed(size: int, reuse: bool = False) -> None:
+        out = torch.empty(size, 2, lm.vocab_size) if reuse else None  # one buffer for all
         for layer in range(lm.n_layers):
             for s in range(0, n_tokens, size):
-                unembed_task(layer, s, size)
+                unembed_task(layer, s, size, out)
 
     def bare_unembed_pool(size: int) -> None:
-        """The same tasks on the analysis' worker pool (single-threaded workers)."""
+        """The same tasks on the analysis' worker pool (single-threaded workers, each with
+        its own reused logits buffer)."""
         workers = readout_workers("cpu")
         tasks = [(layer, s) for layer in range(lm.n_layers) for s in range(0, n_tokens, size)]
+        buffers = threading.local()
 
         def one(task: tuple[int, int]) -> None:
             torch.set_num_threads(1)
-            unembed_task(*task, size)
+            if not hasattr(buffers, "z"):
+                buffers.z = torch.empty(size, 2, lm.vocab_size)
+            unembed_task(*task, size, buffers.z)
 
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
@@ -184,6 +192,7 @@ def child(args: argparse.Namespace) -> dict:
         "analysis": lambda: analyse_sample(engine, prep, options),
         "unembed": lambda: bare_unembed(chunk),
         "unembed_341": lambda: bare_unembed(min(OLD_CHUNK, n_tokens)),
+        "unembed_reused": lambda: bare_unembed(chunk, reuse=True),
     }
     if readout_workers("cpu") > 1:
         variants["unembed_pool"] = lambda: bare_unembed_pool(chunk)

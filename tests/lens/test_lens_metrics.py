@@ -306,3 +306,24 @@ def test_readout_does_not_depend_on_workers_or_chunks(tiny, engine, kernel):
     top, v = max(scale_of(engine.unembed(h)) for h in hidden), tiny.vocab_size
     assert_lens_metrics_close(whole, one, logit_scale=top, vocab=v, depth=1, rows=READOUT_ROWS)
     assert float(one[2].max()) > 1e-3  # the conditions differ: JS is not trivially 0
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_readout_equals_each_chunk_read_out_on_its_own(tiny, engine, workers):
+    """Each worker writes its chunks' logits into one reused buffer; a shorter last chunk
+    and stale contents from the previous chunk change nothing: every chunk equals a fresh
+    unembedding of it and :func:`paired_stats` of that, bit for bit."""
+    from mechscope.lens.divergence import paired_stats
+    from mechscope.lens.readout import readout_layers
+
+    gen = torch.Generator().manual_seed(8)
+    ha = torch.randn(tiny.n_layers, 7, tiny.d_model, generator=gen)  # [L, T, d_model]
+    hb = ha + torch.randn(ha.shape, generator=gen)
+    targets = torch.randint(0, tiny.vocab_size, (7,), generator=gen)
+    got = readout_layers(engine, (ha, hb), targets, chunk=3, workers=workers)  # [5, L, T]
+    for layer in range(tiny.n_layers):
+        for s in range(0, 7, 3):
+            with torch.inference_mode():
+                z = engine.unembed(torch.stack([ha[layer, s : s + 3], hb[layer, s : s + 3]], 1))
+                want = paired_stats(z, targets[s : s + 3])  # [5, c]
+            torch.testing.assert_close(got[:, layer, s : s + 3], want, atol=0, rtol=0)

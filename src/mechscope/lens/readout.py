@@ -19,12 +19,15 @@ inside each operation: the divergence kernel works on cache-sized blocks, each a
 parallel region, and threads that wait at the end of every such region (for the slowest
 of them, or for a core another process holds) cost more than the work; whole tasks on
 separate cores never wait for each other. Each task writes its own slice of the output,
-so the result does not depend on the order in which tasks finish.
+so the result does not depend on the order in which tasks finish. Each worker unembeds
+into one logits buffer for all its tasks (``Engine.unembed(out=...)``): a fresh one per
+task would be a fresh mapping from the operating system, page faults on every task.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -93,13 +96,17 @@ def readout_layers(
     n_layers, n = ha.shape[:2]
     out = torch.empty(5, n_layers, n, dtype=torch.float32)
     tasks = [(layer, s) for layer in range(n_layers) for s in range(0, n, chunk)]
+    logits = threading.local()  # each worker's [chunk, 2, V] buffer, reused by its tasks
 
     def run(task: tuple[int, int]) -> None:
         layer, s = task
         e = min(s + chunk, n)
         with torch.inference_mode():
+            if not hasattr(logits, "z"):
+                shape = (min(chunk, n), 2, engine.lm.vocab_size)
+                logits.z = torch.empty(shape, dtype=torch.float32, device=ha.device)
             h = torch.stack([ha[layer, s:e], hb[layer, s:e]], dim=1)  # [c, 2, d_model]
-            z = engine.unembed(h)  # [c, 2, V] fp32
+            z = engine.unembed(h, out=logits.z[: e - s])  # [c, 2, V] fp32
             out[:, layer, s:e] = paired_stats(z, targets[s:e], kernel=kernel).cpu()
 
     n_workers = workers or readout_workers(ha.device)

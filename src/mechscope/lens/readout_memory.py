@@ -11,11 +11,10 @@ with a head that is not fp32, also one vocabulary chunk of the unembedding cast 
 
 The chunk is what the budget sizes: the tokens whose logits fit in what the budget leaves
 beside the hidden states, in every worker at once. On the CPU it is also capped where a
-bigger product stops running faster (:data:`CHUNK_BYTES`): the cap keeps the logits out of
-the allocator's fresh-mapping path; elsewhere (a GPU) the budget alone decides, so a 128k
-vocabulary is not read out 64 tokens at a time. Without a cap the chunk would be dense
-``[layers × tokens × vocab]`` at worst: > 12 GB for a 2,048-token continuation on a
-30-layer, 49k-vocabulary model.
+bigger product stops running faster (:data:`CHUNK_BYTES`); elsewhere (a GPU) the budget
+alone decides, so a 128k vocabulary is not read out 64 tokens at a time. Without a cap the
+chunk would be dense ``[layers × tokens × vocab]`` at worst: > 12 GB for a 2,048-token
+continuation on a 30-layer, 49k-vocabulary model.
 """
 
 from __future__ import annotations
@@ -26,10 +25,13 @@ from mechscope.engine.analysis.memory_model import FP32, Dims, Fit, Pass, fit_ro
 from mechscope.engine.core.unembed import UNEMBED_CHUNK_BYTES, head_is_fp32
 from mechscope.models.loaded import LoadedModel
 
-#: Bytes of fp32 logits per unembedding call (both conditions). 24 MB keeps the output out
-#: of the allocator's fresh-mapping path (page faults on every call above ~32 MB) while the
-#: product still has enough rows to run at the speed of a large one.
-CHUNK_BYTES = 24 * 2**20
+#: Bytes of fp32 logits per unembedding call (both conditions): 256 tokens at a 49k
+#: vocabulary. Each call streams the whole output embedding from memory (113 MB for
+#: smollm2), so a call needs a few hundred rows for that to cost little beside the product
+#: (64 tokens ran 8 % slower on one core). Each worker writes its chunks into one reused
+#: buffer (:mod:`mechscope.lens.readout`), so a large chunk costs no page faults, and the
+#: divergence kernel reads each row while it is in the core's cache.
+CHUNK_BYTES = 96 * 2**20
 #: Fewest tokens per unembedding call (below this the product is bound by reading the
 #: output embedding, not by arithmetic).
 MIN_CHUNK_TOKENS = 64

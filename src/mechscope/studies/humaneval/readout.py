@@ -39,15 +39,18 @@ def shared_pair_readout(
     device = hidden[0].device
     chunk = shared_chunk(lm, n, len(used), held=held, device=device, chunk=chunk_tokens)
     stats = torch.empty(len(pairs), 5, n_layers, n, dtype=torch.float32)
+    # one reused buffer per pass and one for a stacked pair (no fresh mapping per chunk)
+    size, vocab = min(chunk, n), lm.vocab_size
+    logits = {i: torch.empty(size, vocab, device=device) for i in used}  # [c, V] fp32 each
+    pair = torch.empty(size, 2, vocab, device=device)  # [c, 2, V]
     for layer in range(n_layers):
         for start in range(0, n, chunk):
             stop = min(start + chunk, n)
-            z = {i: engine.unembed(hidden[i][layer, start:stop]) for i in used}  # [c, V] fp32
+            c = stop - start
+            z = {i: engine.unembed(hidden[i][layer, start:stop], out=logits[i][:c]) for i in used}
             for p, (a, b) in enumerate(pairs):
-                both = torch.stack([z[a], z[b]], dim=1)  # [c, 2, V]
+                both = torch.stack([z[a], z[b]], dim=1, out=pair[:c])  # [c, 2, V]
                 stats[p, :, layer, start:stop] = paired_stats(both, targets[start:stop])
-                del both
-            del z
     nll_a, nll_b = stats[:, 0], stats[:, 1]
     return torch.stack(
         [nll_a, nll_b, nll_a - nll_b, stats[:, 2], stats[:, 3], stats[:, 4]], dim=1
