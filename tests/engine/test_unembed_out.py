@@ -75,6 +75,7 @@ def test_a_wrong_buffer_is_refused():
     with torch.inference_mode():
         for buf in (
             torch.empty(4, v),  # wrong rows
+            torch.empty(3, v + 1),  # wrong width
             torch.empty(3, v, dtype=torch.float16),  # not fp32
             torch.empty(v, 3).T,  # not contiguous
         ):

@@ -90,7 +90,7 @@ def unembed(
     the product. The numbers are the same as without it.
     """
     if out is not None:
-        _check_out(out, h, fp32)
+        _check_out(out, h, fp32, lm.vocab_size if vocab is None else int(vocab.numel()))
     modules = lm.unembed_modules()
     last = modules[-1]
     if vocab is not None and not isinstance(last, nn.Linear):  # an unusual head: whole
@@ -117,16 +117,14 @@ def unembed(
     return _scale_and_cap(lm, linear_fp32(x, weight, bias).float())
 
 
-def _check_out(out: torch.Tensor, h: torch.Tensor, fp32: bool) -> None:
+def _check_out(out: torch.Tensor, h: torch.Tensor, fp32: bool, width: int) -> None:
     if not fp32 or out.dtype != torch.float32 or not out.is_contiguous():
         raise ValueError("unembed(out=...) takes a contiguous fp32 tensor and fp32=True")
     if torch.is_grad_enabled() and h.requires_grad:
         raise ValueError("unembed(out=...) writes without gradients; call it without out")
-    if out.shape[:-1] != h.shape[:-1]:
-        raise ValueError(
-            f"unembed(out=...): out is {tuple(out.shape)}, the logits of h "
-            f"{tuple(h.shape)} are [{', '.join(map(str, h.shape[:-1]))}, vocab]"
-        )
+    want = (*h.shape[:-1], width)
+    if tuple(out.shape) != want:
+        raise ValueError(f"unembed(out=...): out is {tuple(out.shape)}, the logits are {want}")
 
 
 def _has_hooks(module: nn.Module) -> bool:
