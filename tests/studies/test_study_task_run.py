@@ -19,10 +19,9 @@ from mechscope.data.tokens import common_prefix
 from mechscope.lens.attention_mass import key_onehot
 from mechscope.lens.paired import PairedOptions, analyse_sample, forward_condition
 from mechscope.lens.positions import as_run
-from mechscope.lens.prefix import prefix_cache
 from mechscope.lens.readout import readout_layers
 from mechscope.studies.humaneval.arms import ASSISTED, prepare_task
-from mechscope.studies.humaneval.cached_pass import tail_pass
+from mechscope.studies.humaneval.cached_pass import prefix_cache, tail_pass
 from mechscope.studies.humaneval.conditions import task_conditions
 from mechscope.studies.humaneval.payload import pair_diff, run_task_group
 from mechscope.studies.humaneval.readout import shared_pair_readout

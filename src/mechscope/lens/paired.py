@@ -1,9 +1,8 @@
 """The paired teacher-forced differential analysis of one sample.
 
 Exactly one forward per condition: teacher forcing gives every position's prediction at
-once (the prompt tokens both conditions open with run once: :mod:`mechscope.lens.prefix`).
-Each forward reads ``resid_post`` of every layer at the prediction positions only (the
-prediction for continuation token ``t`` is read at ``cont_start + t - 1``), and, when
+once. Each forward reads ``resid_post`` of every layer at the prediction positions only
+(the prediction for continuation token ``t`` is read at ``cont_start + t - 1``), and, when
 attention mass is asked for, reduces each layer's attention to segment masses in the same
 pass. The per-layer readouts then run in chunks (see :mod:`mechscope.lens.readout`).
 """
@@ -16,7 +15,6 @@ import numpy as np
 import torch
 
 from mechscope.engine import Engine, Read, ReduceAttention, Site
-from mechscope.engine.interventions.prefix import KVCache, Resume
 from mechscope.lens.attention_mass import key_onehot, mass_reducer, segment_names, stack_masses
 from mechscope.lens.divergence import Kernel
 from mechscope.lens.positions import (
@@ -25,7 +23,6 @@ from mechscope.lens.positions import (
     check_positions,
     position_matched,
 )
-from mechscope.lens.prefix import shared_prefix
 from mechscope.lens.prepare import PreparedSample, TokenizedCondition
 from mechscope.lens.readout import readout_layers, readout_workers
 from mechscope.lens.readout_memory import readout_chunk
@@ -63,26 +60,17 @@ def unembed_device(lm: LoadedModel) -> torch.device:
 
 
 def forward_condition(
-    engine: Engine,
-    cond: TokenizedCondition,
-    inp: ForwardInput,
-    n_tokens: int,
-    attention: bool,
-    prefix: KVCache | None = None,
+    engine: Engine, cond: TokenizedCondition, inp: ForwardInput, n_tokens: int, attention: bool
 ) -> ConditionPass:
     """One forward: ``resid_post`` of every layer at ``cont_start - 1 .. cont_start + T - 2``
-    (shifted by the left padding) and, optionally, segment attention masses. ``prefix``:
-    the cache of the condition's first positions (:mod:`mechscope.lens.prefix`), which the
-    forward resumes from instead of computing them."""
+    (shifted by the left padding) and, optionally, segment attention masses."""
     lm = engine.lm
     q_start = inp.pad + cond.cont_start - 1
-    start = 0 if prefix is None else prefix.length
     positions = tuple(range(q_start, q_start + n_tokens))
     sites = [Site("resid_post", layer, positions=positions) for layer in range(lm.n_layers)]
     ivs: list = [Read(s) for s in sites]
-    if attention:  # a resumed pass's queries start at ``start``
-        onehot = key_onehot(cond, inp.pad)
-        ivs.append(ReduceAttention(mass_reducer(q_start - start, n_tokens, onehot)))
+    if attention:
+        ivs.append(ReduceAttention(mass_reducer(q_start, n_tokens, key_onehot(cond, inp.pad))))
     with torch.inference_mode():
         out = engine.run(
             inp.ids,
@@ -90,7 +78,6 @@ def forward_condition(
             attention_mask=inp.attention_mask,
             position_ids=inp.position_ids,
             logits=False,
-            resume=None if prefix is None else Resume(prefix, start),
         )
         device = unembed_device(lm)  # layers may sit on several devices (device_map)
         hidden = torch.stack([out.reads[s][0].to(device) for s in sites])  # [L, T, d_model]
@@ -116,10 +103,8 @@ def analyse_sample(
     else:
         ia, ib = as_run(ca), as_run(cb)
     n = prep.n_tokens
-    prefix = shared_prefix(engine, (ca, cb), (ia, ib))  # the prompt both open with, run once
-    pa = forward_condition(engine, ca, ia, n, options.attention, prefix)
-    pb = forward_condition(engine, cb, ib, n, options.attention, prefix)
-    del prefix
+    pa = forward_condition(engine, ca, ia, n, options.attention)
+    pb = forward_condition(engine, cb, ib, n, options.attention)
     targets = torch.tensor(prep.cont_ids)  # [T]
     workers = readout_workers(pa.hidden.device)
     chunk = readout_chunk(

@@ -1,10 +1,10 @@
 """The teacher-forced pass of a condition on top of its prompt's key/value cache.
 
 Generation and the teacher-forced analysis read the same prompt. The study runs the common
-prefix once (:func:`mechscope.lens.prefix.prefix_cache`), teacher-forces the canonical
-continuation on top of it (:func:`tail_pass`: ``resid_post`` of every layer and attention
-masses at the prediction positions, as :func:`mechscope.lens.paired.forward_condition`
-reads them in a full pass), and the same prefix starts the arm's generation
+prefix once (:func:`prefix_cache`), teacher-forces the canonical continuation on top of it
+(:func:`tail_pass`: ``resid_post`` of every layer and attention masses at the prediction
+positions, as :func:`mechscope.lens.paired.forward_condition` reads them in a full pass),
+and the same prefix starts the arm's generation
 (:class:`mechscope.engine.generation.generate.Prompt` ``prefix``). Causal attention makes
 this exact: nothing before the cache boundary depends on what comes after it;
 :func:`mechscope.engine.interventions.prefix.can_resume` says where it holds.
@@ -18,6 +18,13 @@ from mechscope.engine import Engine, Read, ReduceAttention, Site
 from mechscope.engine.interventions.prefix import KVCache, Resume
 from mechscope.lens.attention_mass import mass_reducer, stack_masses
 from mechscope.lens.paired import ConditionPass
+
+
+def prefix_cache(engine: Engine, ids: list[int]) -> KVCache | None:
+    """The key/value cache of ``ids`` (None for no ids)."""
+    if not ids:
+        return None
+    return engine.run(torch.tensor([ids]), logits=False, cache=True).cache
 
 
 @torch.inference_mode()

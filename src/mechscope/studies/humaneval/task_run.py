@@ -28,11 +28,10 @@ from mechscope.engine.interventions.prefix import can_resume
 from mechscope.lens.attention_mass import key_onehot
 from mechscope.lens.paired import ConditionPass, forward_condition
 from mechscope.lens.positions import ForwardInput, as_run, check_positions
-from mechscope.lens.prefix import prefix_cache
 from mechscope.lens.prepare import TokenizedCondition
 from mechscope.lens.tokens import semantic_mask
 from mechscope.studies.humaneval.arms import ASSISTED, PreparedTask
-from mechscope.studies.humaneval.cached_pass import tail_pass
+from mechscope.studies.humaneval.cached_pass import prefix_cache, tail_pass
 
 MODES = ("as_run", "position_matched")
 STOP_STRINGS = ("```", "\nif __name__", "\nprint(", "\nassert ")
