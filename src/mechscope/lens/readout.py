@@ -63,10 +63,19 @@ def lens_nll(
     make a matrix product too thin to run at full speed (each call streams the whole
     ``[vocab, d_model]`` weight for a few rows), so the rows are cut into ``chunk``-row
     blocks whatever layer they come from, and never more than ``[chunk, vocab]`` logits
-    are held."""
+    and log-probabilities are held: the first block's, whose buffers every later block is
+    written into (a fresh one per block would be a fresh mapping, page faults each time)."""
     out = torch.empty(len(h), dtype=torch.float32, device=h.device)  # [n]
+    zbuf: torch.Tensor | None = None  # [chunk, V] fp32 logits, reused
+    lbuf: torch.Tensor | None = None  # [chunk, V] fp32 log-probabilities, reused
     for i in range(0, len(h), chunk):
-        logp = torch.log_softmax(engine.unembed(h[i : i + chunk]), dim=-1)  # [c, V]
+        rows = h[i : i + chunk]
+        c = len(rows)
+        z = engine.unembed(rows) if zbuf is None else engine.unembed(rows, out=zbuf[:c])
+        logp = torch.log_softmax(z, -1) if lbuf is None else torch.log_softmax(z, -1, out=lbuf[:c])
+        if zbuf is None and z.is_contiguous():
+            zbuf = z
+        lbuf = logp if lbuf is None else lbuf
         nxt = targets[i : i + chunk].to(logp.device)[:, None]  # [c, 1]
         out[i : i + chunk] = -logp.gather(-1, nxt)[:, 0].to(out.device)
     return out
