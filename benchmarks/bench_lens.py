@@ -278,7 +278,7 @@ def case_of(r: dict) -> harness.Case:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="256 tokens, 2 repetitions")
     parser.add_argument("--attention", action="store_true", help="also attention mass")
     parser.add_argument("--kernel", choices=["auto", "eager", "native"], default="auto")
