@@ -3,14 +3,16 @@ the buffer it is given, bit for bit.
 
 Reference: the call without ``out`` (the model's own head modules on an fp32 model, the
 chunked fp32 cast of a low-precision one). Families: every causal card's tiny model and
-the real stories260K (their heads: plain, logit-scaled, divided, soft-capped), a head
-with a bias, a bf16 model, and a head with a hook (called, so the hook's edit stays).
+the real stories260K, Gemma 2 (soft-capped), Granite (logits divided) and Cohere (logits
+scaled), a head with a bias, a bf16 model, and a head with a hook (called, so the hook's
+edit stays).
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+from test_cache import _model
 
 from mechscope.engine import Engine
 from mechscope.models import load_model
@@ -34,6 +36,16 @@ def test_out_holds_the_same_logits(causal_model, shape):
     lm, eng = causal_model
     with torch.inference_mode():
         _check_written(eng, _hidden(lm, *shape))
+
+
+@pytest.mark.parametrize("family", ["gemma2", "granite", "cohere"])
+def test_out_of_a_capped_or_scaled_head(family):
+    """Gemma 2's final soft-cap, Granite's logit divisor and Cohere's logit scale act on
+    the buffer in place, with the same operations."""
+    lm = load_model("tiny:gemma2") if family == "gemma2" else _model(family)
+    assert lm.logit_softcap or lm.logit_scale is not None
+    with torch.inference_mode():
+        _check_written(Engine.of(lm), _hidden(lm, 3, 2))
 
 
 def test_out_of_a_head_with_a_bias():
