@@ -124,6 +124,7 @@ def readout_layers(
         for task in tasks[1:]:
             run(task)
         return out
+    del logits.z  # this thread's buffer: the workers hold their own (``workers`` at once)
     threads = torch.get_num_threads()
     per_worker = max(1, threads // n_workers)
 
