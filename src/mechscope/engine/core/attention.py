@@ -170,9 +170,19 @@ def mechscope_attention(
                 **kwargs,
             )  # fmt: skip
     if not _unknown(kwargs, SDPA_KWARGS):
-        out = sdpa_attention_forward(
-            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
-        )
+        pad = square_pad(module, query, key, attention_mask, dropout, bidirectional, cache, kwargs)
+        if pad:  # a resumed pass: SDPA's causal path on a square, the padded rows dropped
+            zeros = query.new_zeros(*query.shape[:2], pad, query.shape[3])  # [b, h, pad, d]
+            square = torch.cat([zeros, query], 2)  # [b, h, k, d]
+            out = sdpa_attention_forward(
+                module, square, key, value, None, dropout=dropout, scaling=scaling, **kwargs
+            )
+            out = (out[0][:, pad:], *out[1:])  # [batch, q, heads, d_head_v]
+        else:
+            out = sdpa_attention_forward(
+                module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                **kwargs,
+            )  # fmt: skip
     else:
         out = _family_eager(
             module, query, key, value, attention_mask, dropout, scaling, bidirectional, cache,
@@ -187,6 +197,45 @@ def mechscope_attention(
         if grad:
             out = (through(out[0], side), *out[1:])
     return out
+
+
+def square_pad(
+    module: torch.nn.Module,
+    query: torch.Tensor,  # [batch, heads, q, d_head]
+    key: torch.Tensor,  # [batch, kv_heads, k, d_head]
+    attention_mask: torch.Tensor | None,  # bool [batch|1, 1|heads, q, k]
+    dropout: float,
+    bidirectional: bool,
+    cache: dict[Any, Any],
+    kwargs: dict[str, Any],
+) -> int:
+    """Rows of zero queries to put in front of a resumed pass's queries (0: none).
+
+    A pass resumed on a cached prefix has fewer queries than keys, so transformers gives it
+    an explicit mask, and SDPA then computes the whole ``q × k`` rectangle instead of taking
+    its causal path, which skips the blocks above the diagonal. When the mask is exactly
+    causal aligned to the last key (no padding, no window cutting in) and the queries cover
+    more than half the keys, padding the queries to a square is cheaper (about ``k²/2``
+    against ``q·k``), and every real row sees the same keys with the same weights, so it
+    gets the same output (checked bit for bit against the rectangle in
+    ``tests/engine/test_square_resume.py``). Without gradients only: the padded rows would
+    cost the backward more than they save.
+    """
+    q, k = query.shape[2], key.shape[2]
+    if not (q < k < 2 * q) or attention_mask is None or attention_mask.dtype != torch.bool:
+        return 0
+    if bidirectional or dropout or torch.is_grad_enabled() or kwargs.get("is_causal") is False:
+        return 0
+    if not getattr(module, "is_causal", True) or kwargs.get("position_bias") is not None:
+        return 0
+    m = attention_mask
+    if m.dim() != 4 or tuple(m.shape[2:]) != (q, k):
+        return 0
+    tag = ("square", m.data_ptr(), tuple(m.shape), m.stride())
+    if tag not in cache:  # one check per mask and pass: every layer shares the mask
+        causal = torch.ones(q, k, dtype=torch.bool, device=m.device).tril(k - q)  # [q, k]
+        cache[tag] = bool((m == causal).all())
+    return k - q if cache[tag] else 0
 
 
 def _unknown(kwargs: dict[str, Any], known: frozenset[str]) -> list[str]:
