@@ -217,7 +217,7 @@ def square_pad(
     causal aligned to the last key (no padding, no window cutting in) and the queries cover
     more than half the keys, padding the queries to a square is cheaper (about ``k²/2``
     against ``q·k``), and every real row sees the same keys with the same weights, so it
-    gets the same output (checked bit for bit against the rectangle in
+    gets the same output (on the CPU, bit for bit against the rectangle:
     ``tests/engine/test_square_resume.py``). Without gradients only: the padded rows would
     cost the backward more than they save.
     """
