@@ -12,9 +12,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mechscope.engine import Patch, Read, Site
+from mechscope.engine import Engine, Patch, Read, Site
 from mechscope.engine.core import attention
 from mechscope.engine.interventions.prefix import Resume
+from mechscope.models import load_model
 from tolerance import assert_rounding_close, depth_of
 
 SEQ = 12  # conftest.RESUME_SEQ
@@ -78,9 +79,6 @@ def test_square_equals_the_rectangle_exactly(resumable_model, pads, monkeypatch)
 
 
 def test_no_square_when_the_queries_cover_half_the_keys_or_less(stories_path, pads):
-    from mechscope.engine import Engine
-    from mechscope.models import load_model
-
     lm = load_model(str(stories_path))
     eng = Engine.of(lm)
     tail, full = _patched_tail(lm, eng, SEQ // 2)  # 6 queries on 12 keys
@@ -90,9 +88,6 @@ def test_no_square_when_the_queries_cover_half_the_keys_or_less(stories_path, pa
 
 
 def test_no_square_under_gradients_or_padding(stories_path, pads):
-    from mechscope.engine import Engine
-    from mechscope.models import load_model
-
     lm = load_model(str(stories_path))
     eng = Engine.of(lm)
     tail, _ = _patched_tail(lm, eng, 4)

@@ -171,18 +171,15 @@ def mechscope_attention(
             )  # fmt: skip
     if not _unknown(kwargs, SDPA_KWARGS):
         pad = square_pad(module, query, key, attention_mask, dropout, bidirectional, cache, kwargs)
+        q_in, mask_in = query, attention_mask
         if pad:  # a resumed pass: SDPA's causal path on a square, the padded rows dropped
             zeros = query.new_zeros(*query.shape[:2], pad, query.shape[3])  # [b, h, pad, d]
-            square = torch.cat([zeros, query], 2)  # [b, h, k, d]
-            out = sdpa_attention_forward(
-                module, square, key, value, None, dropout=dropout, scaling=scaling, **kwargs
-            )
+            q_in, mask_in = torch.cat([zeros, query], 2), None  # [b, h, k, d]
+        out = sdpa_attention_forward(
+            module, q_in, key, value, mask_in, dropout=dropout, scaling=scaling, **kwargs
+        )
+        if pad:
             out = (out[0][:, pad:], *out[1:])  # [batch, q, heads, d_head_v]
-        else:
-            out = sdpa_attention_forward(
-                module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                **kwargs,
-            )  # fmt: skip
     else:
         out = _family_eager(
             module, query, key, value, attention_mask, dropout, scaling, bidirectional, cache,
