@@ -4,6 +4,11 @@ Each gate vector ``α [layers, heads]`` scales every head's ``z`` through the en
 differentiable :class:`~mechscope.engine.Gate`. A batch of gate vectors becomes a batch of
 rows of the same sample, so the steps of an integrated-gradients chunk share one forward
 and one backward pass.
+
+In a causal model the tokens after the last scored position reach nothing the objective
+reads, so the gate function runs the sample only up to that position (:func:`needed_ids`):
+a completion's last token is a target, never an input, and a one-token completion after a
+14-token prompt costs 14 positions, not 15.
 """
 
 from __future__ import annotations
@@ -26,6 +31,22 @@ def grad_rows(lm: LoadedModel, seq_len: int, rows_per_gate: int, logits_position
     return fit_gates(lm, seq_len, rows_per_gate, logits_positions).rows
 
 
+def needed_ids(lm: LoadedModel, objective: Objective) -> torch.Tensor:
+    """``objective.input_ids [m, seq]`` cut after the last position whose logits it reads
+    (``[m, last + 1]``), where the model is a causal LM; whole otherwise (a bidirectional
+    model's later tokens reach every position)."""
+    ids = objective.input_ids
+    if lm.card.auto_class != "AutoModelForCausalLM" or not lm.causal:
+        return ids
+    return ids[:, : int(read_positions(objective).max()) + 1]
+
+
+def read_positions(objective: Objective) -> torch.Tensor:
+    """The objective's positions counted from the start (``[k]``): a negative one would
+    point elsewhere once the tail is cut."""
+    return objective.positions.reshape(-1).long() % objective.input_ids.shape[1]
+
+
 class GateFunction:
     """``alpha [n, layers, heads]`` -> objective ``[n]`` (fp32) for one sample."""
 
@@ -41,12 +62,15 @@ class GateFunction:
                 sample=objective.sample_id,
                 field="prompt",
             )
+        self.input_ids = needed_ids(lm, objective)  # [m, seq'] the tokens each row runs
+        self.positions = read_positions(objective)  # [k]
         k = int(objective.positions.numel())
+        seq = int(self.input_ids.shape[1])
         self.default_batch = default_batch or grad_rows(lm, seq, objective.rows, k)
 
     def note_chunk(self, gates: int) -> None:
         """Record the predicted peak of a gradient chunk of ``gates`` gate vectors."""
-        seq, k = int(self.objective.input_ids.shape[1]), int(self.objective.positions.numel())
+        seq, k = int(self.input_ids.shape[1]), int(self.objective.positions.numel())
         note_chunk(self.lm, gates, self.objective.rows, seq, k)
 
     @property
@@ -90,11 +114,11 @@ class GateFunction:
         device = self.lm.device
         gates = alpha.repeat_interleave(m, dim=0) if m > 1 else alpha  # [n * m, L, H]
         if k == 0:
-            ids = self.objective.input_ids.repeat(n, 1)  # [n * m, seq]
+            ids = self.input_ids.repeat(n, 1)  # [n * m, seq]
             interventions = [Gate(gates.to(device))]
             expand = None
         else:
-            ids = self.objective.input_ids  # [m, seq]: layers < k run once per prompt row
+            ids = self.input_ids  # [m, seq]: layers < k run once per prompt row
             interventions = [Gate(gates.to(device), layers=range(k, n_layers))]
             prefix = alpha[0, :k].detach()  # [k, H]
             if not bool((prefix == 1).all()):
@@ -107,7 +131,7 @@ class GateFunction:
             out = self.engine.run(
                 ids,
                 interventions,
-                logits=self.objective.positions,
+                logits=self.positions,
                 expand=expand,
                 grad=grad,
             )
