@@ -7,12 +7,14 @@ negative positions, and a bidirectional model, which must not be cut.
 
 from __future__ import annotations
 
+import pytest
 import torch
 from attribution_helpers import COMPLETION, PROMPT
 
 from mechscope.heads.diffusion import MaskedDiffusionLoss
 from mechscope.heads.gatefn import GateFunction
 from mechscope.heads.objectives import CompletionNLL, nll_objective
+from mechscope.models import load_model
 from tolerance import assert_beyond_rounding, assert_rounding_close, depth_of
 
 
@@ -34,13 +36,23 @@ def random_gates(shape, n: int, seed: int = 0) -> torch.Tensor:
     return torch.rand((n, *shape), generator=torch.Generator().manual_seed(seed))
 
 
-def assert_same_function(cut: GateFunction, full: GateFunction, msg: str) -> None:
+def assert_same_function(
+    cut: GateFunction, full: GateFunction, msg: str, dtype: torch.dtype = torch.float32
+) -> None:
     alpha = random_gates(cut.shape, 4)
     y_cut, g_cut = values_and_gradients(cut, alpha)
     y_full, g_full = values_and_gradients(full, alpha)
     depth = depth_of(cut.lm)
-    assert_rounding_close(y_cut, y_full, depth=depth, msg=f"{msg}: values")
-    assert_rounding_close(g_cut, g_full, depth=depth, msg=f"{msg}: gradients")
+    assert_rounding_close(y_cut, y_full, depth=depth, dtype=dtype, msg=f"{msg}: values")
+    assert_rounding_close(g_cut, g_full, depth=depth, dtype=dtype, msg=f"{msg}: gradients")
+
+
+def trailing_objective(lm) -> CompletionNLL:
+    """Tokens 9..12 of 18 scored: the cut keeps 12."""
+    ids = (torch.arange(18).reshape(1, -1) * 7 + 3) % lm.vocab_size  # [1, 18]
+    mask = torch.zeros(18, dtype=torch.bool)
+    mask[9:13] = True
+    return CompletionNLL.from_mask(ids, mask, "s")
 
 
 def test_a_completion_s_last_token_is_not_run(tiny_llama) -> None:
@@ -58,8 +70,8 @@ def test_unscored_tokens_after_the_completion_are_not_run(tiny_llama) -> None:
     f = GateFunction(tiny_llama, obj)
     assert f.input_ids.shape == (1, 11)  # positions 7..10 predict tokens 8..11
     assert_same_function(f, uncut(tiny_llama, obj), "trailing tokens cut")
-    # the trailing tokens are really gone: changing them changes nothing, where changing a
-    # scored token does
+    # the trailing tokens are really gone: changing one changes nothing, where changing a
+    # token before the scored ones does
     other = ids.clone()
     other[0, 15] += 1
     moved = GateFunction(tiny_llama, CompletionNLL.from_mask(other, mask, "s"))
@@ -69,6 +81,29 @@ def test_unscored_tokens_after_the_completion_are_not_run(tiny_llama) -> None:
         other[0, 5] += 1
         changed = GateFunction(tiny_llama, CompletionNLL.from_mask(other, mask, "s"))
         assert_beyond_rounding(changed(gates), f(gates), depth=depth_of(tiny_llama))
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "tiny:gpt2",  # fused qkv, learned positions
+        "tiny:gemma2",  # soft-capped attention and logits
+        "tiny:gemma3_text",  # sliding-window layers beside global ones
+        "tiny:mixtral",  # experts
+    ],
+)
+def test_other_families_cut_to_the_same_function(spec) -> None:
+    lm = load_model(spec)
+    obj = trailing_objective(lm)
+    f = GateFunction(lm, obj)
+    assert f.input_ids.shape == (1, 12)
+    assert_same_function(f, uncut(lm, obj), spec)
+
+
+def test_bf16_cuts_to_the_same_function() -> None:
+    lm = load_model("tiny:llama", dtype=torch.bfloat16)
+    obj = trailing_objective(lm)
+    assert_same_function(GateFunction(lm, obj), uncut(lm, obj), "bf16", dtype=torch.bfloat16)
 
 
 def test_negative_positions_keep_their_meaning(tiny_llama) -> None:
