@@ -31,14 +31,13 @@ def grad_rows(lm: LoadedModel, seq_len: int, rows_per_gate: int, logits_position
     return fit_gates(lm, seq_len, rows_per_gate, logits_positions).rows
 
 
-def needed_ids(lm: LoadedModel, objective: Objective) -> torch.Tensor:
-    """``objective.input_ids [m, seq]`` cut after the last position whose logits it reads
-    (``[m, last + 1]``), where the model is a causal LM; whole otherwise (a bidirectional
-    model's later tokens reach every position)."""
-    ids = objective.input_ids
+def needed_ids(lm: LoadedModel, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """``ids [m, seq]`` cut after the last of ``positions [k]`` (counted from the start), the
+    positions whose logits are read: ``[m, last + 1]`` where the model is a causal LM; whole
+    otherwise (a bidirectional model's later tokens reach every position)."""
     if lm.card.auto_class != "AutoModelForCausalLM" or not lm.causal:
         return ids
-    return ids[:, : int(read_positions(objective).max()) + 1]
+    return ids[:, : int(positions.max()) + 1]
 
 
 def read_positions(objective: Objective) -> torch.Tensor:
@@ -55,22 +54,21 @@ class GateFunction:
         self.engine = Engine.of(lm)
         self.objective = objective
         self.shape: tuple[int, int] = (lm.n_layers, lm.n_heads)
-        seq = int(objective.input_ids.shape[1])
-        if lm.max_context is not None and seq > lm.max_context:
+        given = int(objective.input_ids.shape[1])
+        if lm.max_context is not None and given > lm.max_context:
             raise InputError(
-                f"at most {lm.max_context} tokens, got {seq}",
+                f"at most {lm.max_context} tokens, got {given}",
                 sample=objective.sample_id,
                 field="prompt",
             )
-        self.input_ids = needed_ids(lm, objective)  # [m, seq'] the tokens each row runs
         self.positions = read_positions(objective)  # [k]
-        k = int(objective.positions.numel())
-        seq = int(self.input_ids.shape[1])
+        self.input_ids = needed_ids(lm, objective.input_ids, self.positions)  # [m, seq]
+        seq, k = int(self.input_ids.shape[1]), int(self.positions.numel())
         self.default_batch = default_batch or grad_rows(lm, seq, objective.rows, k)
 
     def note_chunk(self, gates: int) -> None:
         """Record the predicted peak of a gradient chunk of ``gates`` gate vectors."""
-        seq, k = int(self.input_ids.shape[1]), int(self.objective.positions.numel())
+        seq, k = int(self.input_ids.shape[1]), int(self.positions.numel())
         note_chunk(self.lm, gates, self.objective.rows, seq, k)
 
     @property
