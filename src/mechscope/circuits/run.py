@@ -29,7 +29,7 @@ from mechscope.circuits.result import (
 from mechscope.circuits.select import select
 from mechscope.engine import Engine
 from mechscope.models.loaded import LoadedModel
-from mechscope.runs import RunDir, ShardStore, run_sharded, write_table
+from mechscope.runs import RunDir, ShardStore, run_sharded
 from mechscope.runs.result import has_result, save_result
 
 
@@ -122,9 +122,7 @@ def run_circuits(
         kept=curve.kept.tolist(), values=curve.values, clean=clean, corrupt=corrupt,
         input_total=inputs, curve=table, areas=areas,
     )  # fmt: skip
-    write_table(run, CURVE_TABLE, table)
-    write_table(run, AREAS_TABLE, areas)
-    write_table(run, EDGES_TABLE, result.edges())
     write_json(run.path / CIRCUIT_FILE, g, scores, circuit)
-    save_result(run, PART, result)
+    tables = {CURVE_TABLE: table, AREAS_TABLE: areas, EDGES_TABLE: result.edges()}
+    save_result(run, PART, result, tables=tables)
     return result

@@ -25,7 +25,7 @@ from mechscope.features.samples import Contexts, make_contexts, read_documents
 from mechscope.features.sites import Where
 from mechscope.features.trainer import LOG_KEYS, finished, train_group
 from mechscope.models.loaded import LoadedModel
-from mechscope.runs import RunDir, ShardStore, write_table
+from mechscope.runs import RunDir, ShardStore
 from mechscope.runs.options import ExecutorOptions
 from mechscope.runs.result import has_result, save_result
 from mechscope.runs.shared_work import claimed_groups
@@ -95,8 +95,7 @@ def run_training(
 
     shared_work_done()
     result = _gather(run, store, wheres, config)
-    save_result(run, TRAIN_PART, result)
-    write_table(run, TRAIN_PART, result.log)
+    save_result(run, TRAIN_PART, result, tables={TRAIN_PART: result.log})
     return result
 
 
@@ -169,8 +168,7 @@ def run_evaluation(run: RunDir, lm: LoadedModel, config, dictionaries=None):
         tokens.update({f"{name}/{k}": v for k, v in ev.per_token.items()})
     settings = config.model_dump(mode="json")
     result = EvalResult(pd.DataFrame(rows), tokens, settings)
-    save_result(run, EVAL_PART, result)
-    write_table(run, EVAL_PART, result.metrics)
+    save_result(run, EVAL_PART, result, tables={EVAL_PART: result.metrics})
     return result
 
 
@@ -214,6 +212,5 @@ def run_explain(run: RunDir, lm: LoadedModel, config, dictionaries=None, *, mode
             )  # fmt: skip
             atomic_write_text(Path(run) / "neuronpedia" / f"{name}.json", json.dumps(batches[name]))
     result = ExplainResult(summary, batches, config.model_dump(mode="json"))
-    save_result(run, EXPLAIN_PART, result)
-    write_table(run, EXPLAIN_PART, summary)
+    save_result(run, EXPLAIN_PART, result, tables={EXPLAIN_PART: summary})
     return result

@@ -30,6 +30,7 @@ from mechscope.errors import InputError
 from mechscope.runs.rundir import RunDir, check_name
 from mechscope.runs.shards import ShardStore, shard_stem
 from mechscope.runs.summary import SummaryRepr
+from mechscope.runs.tables import write_table
 
 #: The part of the run directory that holds saved results (``shards/results/``).
 R = TypeVar("R")
@@ -116,12 +117,22 @@ def _type_name(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-def save_result(run: RunDir | Path | str, name: str, result: Result) -> None:
-    """Store ``result``'s payload as ``name`` in ``run`` (atomic; replaces one of that name)."""
+def save_result(
+    run: RunDir | Path | str,
+    name: str,
+    result: Result,
+    tables: Mapping[str, pd.DataFrame] | None = None,
+) -> None:
+    """Store ``result``'s payload as ``name`` in ``run`` (atomic; replaces one of that name),
+    after writing ``tables`` (``tables/<key>.parquet``). The saved result is what marks a
+    part finished (:func:`has_result`), so it is written last: a run stopped between the
+    writes recomputes the part instead of reusing a result whose tables never came."""
     check_name(name, field="result")
     payload = result.to_payload()
     if _TYPE_KEY in payload:
         raise InputError(f"payload keys other than {_TYPE_KEY!r}", field=name)
+    for table, frame in (tables or {}).items():
+        write_table(run, table, frame)
     ShardStore(run, RESULTS_PART).write(name, {_TYPE_KEY: _type_name(type(result)), **payload})
 
 

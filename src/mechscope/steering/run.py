@@ -26,7 +26,7 @@ from mechscope.engine.interventions.feature_edits import clamp_edit, feature_dir
 from mechscope.errors import InputError, UnsupportedInterventionError
 from mechscope.models.loaded import LoadedModel
 from mechscope.progress import track
-from mechscope.runs import RunDir, write_table
+from mechscope.runs import RunDir
 from mechscope.runs.result import save_result
 from mechscope.steering.config import SteerConfig
 from mechscope.steering.features import steer_dictionary
@@ -229,6 +229,5 @@ def run_steering(
         return SteeringResult.from_run(run, name)
     with run.timed(name):
         result = steer_sweep(lm, vector, prompts, config, dictionary=dictionary)
-    save_result(run, name, result)
-    write_table(run, name, result.to_frame())
+    save_result(run, name, result, tables={name: result.to_frame()})
     return result
