@@ -49,9 +49,7 @@ def test_the_result_is_written_after_every_table(tmp_path, monkeypatch):
     pd.testing.assert_frame_equal(read_table(tmp_path, "a"), frame)
 
 
-def test_a_sweep_stopped_between_its_writes_is_computed_again_with_its_table(
-    tmp_path, monkeypatch
-):
+def test_a_sweep_stopped_between_its_writes_is_computed_again_with_its_table(tmp_path, monkeypatch):
     """Stopped while its table is written, a steering sweep leaves no result; the rerun
     writes both. Before the order was fixed, the result came first and the rerun reused it
     with no table."""
